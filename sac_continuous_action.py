@@ -104,13 +104,13 @@ class Args:
     autotune: bool = True
     """tune alpha automatically to reach the target entropy (arXiv:1812.05905, eq. 18)"""
     target_entropy: float | None = None
-    """H-bar: target entropy of the automatic tuning (default: -|A|, arXiv:1812.05905, Sec. 5)"""
+    """H-bar: target entropy of the automatic tuning; None means -|A| (arXiv:1812.05905, Sec. 5)"""
     backup_entropy: bool = True
     """include -alpha log pi(a'|s') in the Bellman target (SAC eq. 3; HIL-SERL `use_backup_entropy`)"""
     num_critics: int = 2
     """N: number of soft Q networks in the ensemble (SAC: 2; REDQ: 10)"""
     num_subsample_critics: int | None = None
-    """M: the target takes the min over M target critics drawn at random each update (default: all N; REDQ: 2)"""
+    """M: the target takes the min over M target critics drawn at random each update; None means all N (REDQ: 2)"""
     utd_ratio: int = 1
     """G: critic updates per environment step (update-to-data ratio; REDQ: 20)"""
     grad_clip_norm: float | None = None

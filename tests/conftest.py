@@ -1,0 +1,26 @@
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+# Headless MuJoCo rendering; must be set before mujoco is first imported.
+os.environ.setdefault("MUJOCO_GL", "egl")
+
+
+@pytest.fixture
+def in_tmp(tmp_path, monkeypatch):
+    """Run the test inside an empty directory, so that runs/ lands there."""
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def scalars(run_dir) -> dict:
+    """All TensorBoard scalars of a run directory: {tag: [(step, value), ...]}, purged events already dropped."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
+    acc.Reload()
+    return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
