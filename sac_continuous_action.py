@@ -488,6 +488,8 @@ def main(args: Args) -> dict:
     if checkpoint is not None:
         args = Args(**{**checkpoint["args"], "resume": args.resume})
     check_args(args)
+    if args.capture_video and not os.environ.get("DISPLAY"):
+        os.environ.setdefault("MUJOCO_GL", "egl")  # headless MuJoCo rendering; read when mujoco is first imported
     check_env(args.env_id)
 
     # SEEDING AND DEVICE

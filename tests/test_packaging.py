@@ -1,0 +1,18 @@
+"""requirements/*.txt and pyproject.toml declare the same dependency sets."""
+
+import pytest
+from conftest import ROOT
+
+tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
+
+
+def requirement_lines(name: str) -> set:
+    lines = (ROOT / "requirements" / name).read_text().splitlines()
+    return {line.strip() for line in lines if line.strip() and not line.startswith(("#", "-r"))}
+
+
+def test_requirement_files_match_pyproject():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert requirement_lines("requirements.txt") == set(project["dependencies"])
+    for extra, packages in project["optional-dependencies"].items():
+        assert requirement_lines(f"requirements-{extra}.txt") == set(packages), extra
