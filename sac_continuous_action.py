@@ -686,9 +686,14 @@ def main(args: Args) -> dict:
             if time.time() - last_print > PROGRESS_SECONDS[0 if tty else 1]:
                 last_print = time.time()
                 sps = (global_step - start_step) / (last_print - start_time)
-                line = (f"step {global_step:,}/{total_steps:,} ({100 * global_step / total_steps:.1f}%)  SPS {sps:.0f}"
+                done = global_step / total_steps
+                line = (f"step {global_step:,}/{total_steps:,} ({100 * done:.1f}%)  SPS {sps:.0f}"
                         f"  last return {'-' if last_return is None else f'{last_return:.2f}'}")
-                print("\r" + line if tty else line, end="" if tty else "\n", flush=True)
+                if tty:
+                    bar = "#" * int(30 * done) + "." * (30 - int(30 * done))
+                    print(f"\r[{bar}] {line}", end="", flush=True)
+                else:
+                    print(line, flush=True)
 
         if tty:
             print()
