@@ -581,9 +581,10 @@ def main(args: Args) -> dict:
 
     global_step = critic_updates = actor_updates = update_steps = 0
     last_return = None
+    stateful = {"actor": actor, "qf": qf, "qf_target": qf_target, "q_optimizer": q_optimizer,
+                "actor_optimizer": actor_optimizer, "a_optimizer": a_optimizer, "rb": rb}
     if checkpoint:
-        for module, key in [(actor, "actor"), (qf, "qf"), (qf_target, "qf_target"), (q_optimizer, "q_optimizer"),
-                            (actor_optimizer, "actor_optimizer"), (a_optimizer, "a_optimizer"), (rb, "rb")]:
+        for key, module in stateful.items():
             module.load_state_dict(checkpoint[key])
         log_alpha.data.copy_(checkpoint["log_alpha"])
         global_step, critic_updates, actor_updates, update_steps = checkpoint["counters"]
@@ -602,9 +603,7 @@ def main(args: Args) -> dict:
         obs, _ = envs.reset(seed=args.seed)
 
     def save_checkpoint():
-        state = {key: module.state_dict() for key, module in
-                 [("actor", actor), ("qf", qf), ("qf_target", qf_target), ("q_optimizer", q_optimizer),
-                  ("actor_optimizer", actor_optimizer), ("a_optimizer", a_optimizer), ("rb", rb)]}
+        state = {key: module.state_dict() for key, module in stateful.items()}
         state.update(args=asdict(args), run_name=run_name, log_alpha=log_alpha.detach().cpu(), obs=obs,
                      counters=(global_step, critic_updates, actor_updates, update_steps), last_return=last_return,
                      envs=env_snapshot(envs),
@@ -625,6 +624,13 @@ def main(args: Args) -> dict:
     critic_metrics = actor_metrics = None
     eval_return = None
     video_dir = f"{run_dir}/videos" if args.capture_video else None
+
+    def run_evaluation():
+        mean_return = evaluate(actor, args.env_id, args.eval_episodes, args.seed + EVAL_SEED_OFFSET, device,
+                               video_dir).mean()
+        writer.add_scalar("eval/episodic_return", mean_return, global_step)
+        return mean_return
+
     try:
         while global_step < total_steps and not stop_signal:
             # COLLECT: random actions for the first learning_starts steps (DEVIATION(6)), then a ~ pi(.|s)
@@ -676,9 +682,7 @@ def main(args: Args) -> dict:
 
             # EVALUATE
             if crossed(previous_step, global_step, args.eval_freq):
-                eval_return = evaluate(actor, args.env_id, args.eval_episodes, args.seed + EVAL_SEED_OFFSET, device,
-                                       video_dir).mean()
-                writer.add_scalar("eval/episodic_return", eval_return, global_step)
+                eval_return = run_evaluation()
                 print(("\n" if tty else "") + f"step {global_step:,}: eval/episodic_return {eval_return:.2f}")
 
             if crossed(previous_step, global_step, args.checkpoint_freq):
@@ -695,6 +699,8 @@ def main(args: Args) -> dict:
                 else:
                     print(line, flush=True)
 
+        # env steps per second after learning started: stepping, sampling and updating
+        train_sps = (global_step - train_start[1]) / (time.time() - train_start[0]) if train_start else None
         if tty:
             print()
         if stop_signal:
@@ -703,9 +709,7 @@ def main(args: Args) -> dict:
                   f"continue with --resume {path}")
         else:
             if not crossed(global_step - args.num_envs, global_step, args.eval_freq):
-                eval_return = evaluate(actor, args.env_id, args.eval_episodes, args.seed + EVAL_SEED_OFFSET, device,
-                                       video_dir).mean()
-                writer.add_scalar("eval/episodic_return", eval_return, global_step)
+                eval_return = run_evaluation()
             print(f"step {global_step:,}: final eval/episodic_return {eval_return:.2f}")
             if args.save_model:
                 model = {"actor": actor.state_dict(), "qf": qf.state_dict(), "log_alpha": log_alpha.detach().cpu(),
@@ -720,9 +724,7 @@ def main(args: Args) -> dict:
         if args.track:
             wandb.finish()
 
-    train_sps = None
-    if train_start and global_step > train_start[1]:
-        train_sps = (global_step - train_start[1]) / (time.time() - train_start[0])
+    if train_sps is not None:
         print(f"training-phase SPS: {train_sps:.1f}")
     return {"run_dir": run_dir, "global_step": global_step, "critic_updates": critic_updates,
             "actor_updates": actor_updates, "eval_return": eval_return, "train_sps": train_sps,
@@ -735,7 +737,7 @@ def cli(argv=None) -> dict:
     try:
         summary = main(args)
     except ConfigError as e:
-        print(f"error: {e}", file=sys.stderr)
+        print("error: " + " ".join(str(e).split()), file=sys.stderr)  # one line, whatever a library's message holds
         raise SystemExit(2) from None
     if summary["stopped_by"]:
         raise SystemExit(128 + summary["stopped_by"])
