@@ -411,19 +411,30 @@ def check_args(args: Args) -> None:
                 raise ConfigError(f"{hint} needs {module}: `pip install {module}`, or drop {hint}") from None
 
 
-def check_env(env_id: str) -> None:
-    """Raise ConfigError unless env_id makes an env with flat Box observations and a bounded Box action space."""
+def check_env(env_id: str, render: bool = False) -> None:
+    """Raise ConfigError unless env_id makes an env with flat Box observations and a bounded Box action space, and,
+    with render=True, one that renders frames for --capture-video."""
     if env_id.startswith("ALE/") or "NoFrameskip" in env_id:
         raise ConfigError(f"{env_id} is an Atari env with discrete actions: use sac_atari.py")
     try:
         env = gym.make(env_id)
     except gym.error.DependencyNotInstalled as e:
-        raise ConfigError(f"{env_id} needs an extra dependency ({e}); for MuJoCo: pip install -e '.[mujoco]'") from None
+        raise ConfigError(f"{env_id} needs an extra dependency ({e}); for MuJoCo: "
+                          "pip install -r requirements/requirements-mujoco.txt") from None
     except gym.error.Error as e:
         raise ConfigError(f"unknown env id {env_id!r} ({e}); list ids with "
                           "`python -c 'import gymnasium; gymnasium.pprint_registry()'`") from None
     space, obs_space = env.action_space, env.observation_space
     env.close()
+    if render:
+        try:
+            env = gym.make(env_id, render_mode="rgb_array")
+            env.reset(seed=0)
+            env.render()
+            env.close()
+        except Exception as e:  # a missing renderer (pygame, EGL) would otherwise fail at the first evaluation
+            raise ConfigError(f"--capture-video: {env_id} cannot render ({type(e).__name__}: {e}); install its "
+                              "renderer or drop --capture-video") from None
     if not (isinstance(obs_space, gym.spaces.Box) and len(obs_space.shape) == 1):
         raise ConfigError(f"{env_id} has {obs_space} observations; this script needs a 1-D Box: flatten them in your "
                           "env (gymnasium.wrappers.FlattenObservation) before registering it")
@@ -490,7 +501,7 @@ def main(args: Args) -> dict:
     check_args(args)
     if args.capture_video and not os.environ.get("DISPLAY"):
         os.environ.setdefault("MUJOCO_GL", "egl")  # headless MuJoCo rendering; read when mujoco is first imported
-    check_env(args.env_id)
+    check_env(args.env_id, render=args.capture_video)
 
     # SEEDING AND DEVICE
     random.seed(args.seed)
