@@ -3,11 +3,17 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 # Headless MuJoCo rendering; must be set before mujoco is first imported.
 os.environ.setdefault("MUJOCO_GL", "egl")
+# One thread per process, in-process and in the scripts' subprocesses: pytest-xdist runs a worker per core, and the
+# learning tests' thresholds were measured with one thread (thread count changes float reduction order).
+os.environ["OMP_NUM_THREADS"] = "1"
+os.environ["MKL_NUM_THREADS"] = "1"
+torch.set_num_threads(1)
 
 
 @pytest.fixture

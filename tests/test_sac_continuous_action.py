@@ -1,26 +1,19 @@
-"""Specification of sac_continuous_action.py: math against independent references, episode ends, smoke runs that
-reach updates, determinism, resume, bad input, and a short learning run."""
+"""Specification of sac_continuous_action.py: its math against independent references, smoke runs of its flags that
+reach updates, and a short learning run. The common block (episode ends, resume, bad input, ...) is specified in
+test_common_block.py."""
 
-import glob
 import math
 import os
-import signal
-import subprocess
-import sys
-import time
 from types import SimpleNamespace
 
 import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from conftest import ROOT, scalars
+from conftest import scalars
 from torch.distributions import AffineTransform, Normal, TanhTransform, TransformedDistribution
 
 import sac_continuous_action as sac
-
-SCRIPT = str(ROOT / "sac_continuous_action.py")
-
 
 def fake_envs(low, high, obs_dim=3):
     """The two attributes Actor and QEnsemble read from a vector env."""
@@ -35,11 +28,6 @@ def tiny(**overrides) -> sac.Args:
     base = dict(env_id="Pendulum-v1", total_timesteps=300, learning_starts=100, batch_size=32, buffer_size=1_000,
                 eval_freq=0, eval_episodes=1, log_freq=50, cuda=False)
     return sac.Args(**{**base, **overrides})
-
-
-def run_cli(args, cwd, **kwargs):
-    return subprocess.run([sys.executable, SCRIPT, *args], cwd=cwd, capture_output=True, text=True, timeout=600,
-                          **kwargs)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -153,70 +141,6 @@ def test_alpha_rises_when_entropy_is_below_target():
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# EPISODE ENDS
-# ---------------------------------------------------------------------------------------------------------------------
-def test_final_observations_replaces_reset_rows_only():
-    envs = sac.vector_env([lambda: gym.make("Pendulum-v1", max_episode_steps=5) for _ in range(2)])
-    envs.reset(seed=0)
-    for _ in range(5):
-        next_obs, _, _, truncations, infos = envs.step(envs.action_space.sample())
-    assert truncations.all()
-    real = sac.final_observations(next_obs, infos)
-    np.testing.assert_array_equal(real, np.stack(infos["final_obs"]))
-    assert not np.allclose(real, next_obs)  # next_obs holds the reset observations
-    infos_none = {}
-    np.testing.assert_array_equal(sac.final_observations(next_obs, infos_none), next_obs)
-
-
-def replay_buffer_of(summary):
-    checkpoint = torch.load(f"{summary['run_dir']}/checkpoint.pt", weights_only=False)
-    obs, actions, rewards, next_obs, terminations = checkpoint["rb"]["fields"]
-    return obs.numpy(), actions.numpy(), rewards.numpy(), next_obs.numpy(), terminations.numpy()
-
-
-@pytest.mark.parametrize("env_id,num_envs,total", [("Pendulum-v1", 2, 460), ("InvertedPendulum-v5", 1, 300)])
-def test_stored_transitions_replay_exactly_in_a_fresh_env(in_tmp, env_id, num_envs, total):
-    """Every stored (s, a, r, s', terminated) is what a fresh env seeded alike gives; s' at an episode end is the true
-    final observation, and no transition runs from a final observation into a reset."""
-    summary = sac.main(tiny(env_id=env_id, num_envs=num_envs, total_timesteps=total, learning_starts=total - 40,
-                            checkpoint_freq=total, seed=3))
-    obs, actions, rewards, next_obs, terminations = replay_buffer_of(summary)
-    assert len(obs) == total
-    ends = {"terminated": 0, "truncated": 0}
-    for i in range(num_envs):
-        env = gym.make(env_id)
-        o, _ = env.reset(seed=3 + i)
-        for row in range(i, total, num_envs):
-            np.testing.assert_array_equal(obs[row], o.astype(np.float32))
-            o, r, terminated, truncated, _ = env.step(actions[row])
-            np.testing.assert_array_equal(next_obs[row], o.astype(np.float32))
-            assert rewards[row] == np.float32(r) and terminations[row] == float(terminated)
-            if terminated or truncated:
-                ends["terminated" if terminated else "truncated"] += 1
-                o, _ = env.reset()
-    if env_id == "Pendulum-v1":
-        assert ends == {"terminated": 0, "truncated": 2}  # 200-step time limit, bootstrapped
-    else:
-        assert ends["terminated"] >= 5 and terminations.sum() == ends["terminated"]
-
-
-def test_env_snapshot_restores_mujoco_state_exactly():
-    envs = sac.vector_env([sac.make_env("Hopper-v5") for _ in range(2)])
-    envs.reset(seed=0)
-    rng = np.random.default_rng(0)
-    for _ in range(40):
-        envs.step(rng.uniform(-1, 1, (2, 3)))
-    snapshot = sac.env_snapshot(envs)
-    actions = rng.uniform(-1, 1, (300, 2, 3))
-    original = [envs.step(a)[0] for a in actions]
-    sub_envs, exact = sac.env_restore(snapshot)
-    restored_envs = sac.vector_env([lambda env=env: env for env in sub_envs])
-    restored = [restored_envs.step(a)[0] for a in actions]
-    assert exact
-    np.testing.assert_array_equal(np.stack(original), np.stack(restored))
-
-
-# ---------------------------------------------------------------------------------------------------------------------
 # SMOKE: every boolean flag in both states reaches gradient updates
 # ---------------------------------------------------------------------------------------------------------------------
 BOOLEAN_FLAGS = ["autotune", "backup_entropy", "torch_deterministic", "cuda", "save_model"]
@@ -253,141 +177,10 @@ def test_smoke_ensemble_options_count_updates(in_tmp):
     assert summary["actor_updates"] == update_steps // 3 * 3
 
 
-def test_smoke_capture_video_and_track(tmp_path):
-    """--capture-video writes an mp4 of an evaluation episode; --track logs to W&B (offline) without error."""
-    env = {**os.environ, "WANDB_MODE": "offline", "WANDB_DIR": str(tmp_path), "WANDB_SILENT": "true"}
-    result = run_cli(["--env-id", "InvertedPendulum-v5", "--total-timesteps", "300", "--learning-starts", "100",
-                      "--batch-size", "32", "--eval-episodes", "1", "--capture-video", "--track", "--no-cuda"],
-                     tmp_path, env=env)
-    assert result.returncode == 0, result.stderr
-    assert glob.glob(f"{tmp_path}/runs/*/videos/*.mp4")
-    assert glob.glob(f"{tmp_path}/wandb/offline-run-*")
-
-
 @pytest.mark.slow
 def test_smoke_compile(in_tmp):
     summary = sac.main(tiny(compile=True))
     assert summary["critic_updates"] == 201 and summary["actor_updates"] == 200
-
-
-# ---------------------------------------------------------------------------------------------------------------------
-# DETERMINISM AND RESUME
-# ---------------------------------------------------------------------------------------------------------------------
-def test_same_seed_gives_identical_logged_losses(in_tmp):
-    runs = [scalars(sac.main(tiny(exp_name=f"run{i}", eval_freq=100))["run_dir"]) for i in range(2)]
-    tags = [t for t in runs[0] if t.startswith(("losses/", "eval/", "charts/episodic"))]
-    assert len(tags) >= 12
-    for tag in tags:
-        assert runs[0][tag] == runs[1][tag], tag
-    different = scalars(sac.main(tiny(exp_name="other", seed=2))["run_dir"])
-    assert different["losses/qf_loss"] != runs[0]["losses/qf_loss"]
-
-
-RESUME_FLAGS = ["--env-id", "Pendulum-v1", "--total-timesteps", "1500", "--learning-starts", "300", "--batch-size", "64",
-                "--eval-freq", "500", "--eval-episodes", "1", "--save-model", "--log-freq", "50", "--no-cuda"]
-
-
-def test_interrupted_and_resumed_run_ends_identical(tmp_path):
-    (tmp_path / "a").mkdir(), (tmp_path / "b").mkdir()
-    assert run_cli(RESUME_FLAGS, tmp_path / "a").returncode == 0
-    # Run b: SIGTERM as soon as its first periodic checkpoint exists, then resume it to the end.
-    proc = subprocess.Popen([sys.executable, SCRIPT, *RESUME_FLAGS, "--checkpoint-freq", "400"], cwd=tmp_path / "b",
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 300
-    while not glob.glob(f"{tmp_path}/b/runs/*/checkpoint.pt") and time.time() < deadline:
-        time.sleep(0.05)
-    proc.send_signal(signal.SIGTERM)
-    out, err = proc.communicate(timeout=300)
-    assert proc.returncode == 128 + signal.SIGTERM, err
-    assert "checkpoint written" in out and "Traceback" not in err
-    checkpoint = glob.glob(f"{tmp_path}/b/runs/*/checkpoint.pt")[0]
-    stopped_at = torch.load(checkpoint, weights_only=False)["counters"][0]
-    assert 400 <= stopped_at < 1500
-    resumed = run_cli(["--resume", checkpoint], tmp_path)  # from another directory: it writes beside the checkpoint
-    assert resumed.returncode == 0, resumed.stderr
-    assert not (tmp_path / "runs").exists()
-
-    a, b = (torch.load(glob.glob(f"{tmp_path}/{d}/runs/*/model.pt")[0], weights_only=False) for d in "ab")
-    for key in ("actor", "qf"):
-        for name in a[key]:
-            assert torch.equal(a[key][name], b[key][name]), (key, name)
-    assert torch.equal(a["log_alpha"], b["log_alpha"])
-    # One TensorBoard run continues: the logged losses equal the uninterrupted run's at every step.
-    logged_a, logged_b = (scalars(os.path.dirname(glob.glob(f"{tmp_path}/{d}/runs/*/model.pt")[0])) for d in "ab")
-    for tag in ("losses/qf_loss", "losses/actor_loss", "eval/episodic_return"):
-        assert logged_a[tag] == logged_b[tag], tag
-
-
-# ---------------------------------------------------------------------------------------------------------------------
-# BAD INPUT: one line, exit code 2, nothing written
-# ---------------------------------------------------------------------------------------------------------------------
-BAD_INPUT = {
-    "discrete actions": (["--env-id", "CartPole-v1"], "sac_atari.py"),
-    "unknown env id": (["--env-id", "NoSuchEnv-v0"], "unknown env id"),
-    "batch above buffer": (["--batch-size", "512", "--buffer-size", "256"], "--buffer-size"),
-    "learning never starts": (["--learning-starts", "1000", "--total-timesteps", "1000"], "--learning-starts"),
-    "zero policy lr": (["--policy-lr", "0"], "--policy-lr"),
-    "negative q lr": (["--q-lr", "-0.001"], "--q-lr"),
-    "zero tau": (["--tau", "0"], "--tau"),
-    "tau above one": (["--tau", "1.5"], "--tau"),
-    "zero gamma": (["--gamma", "0"], "--gamma"),
-    "gamma above one": (["--gamma", "1.01"], "--gamma"),
-    "subsample above ensemble": (["--num-critics", "2", "--num-subsample-critics", "3"], "--num-subsample-critics"),
-    "missing checkpoint": (["--resume", "nowhere/checkpoint.pt"], "no such file"),
-    "corrupt checkpoint": (["--resume", "corrupt.pt"], "not a readable checkpoint"),
-}
-
-
-@pytest.mark.parametrize("case", BAD_INPUT)
-def test_bad_input_one_line_exit_2_nothing_written(in_tmp, capsys, case):
-    argv, needle = BAD_INPUT[case]
-    (in_tmp / "corrupt.pt").write_bytes(b"PK\x03\x04 this is not a checkpoint")
-    with pytest.raises(SystemExit) as exit_info:
-        sac.cli(argv)
-    assert exit_info.value.code == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and err.startswith("error: ") and needle in err, err
-    assert sorted(os.listdir(in_tmp)) == ["corrupt.pt"]
-
-
-def test_bad_input_from_the_shell_prints_no_traceback(tmp_path):
-    result = run_cli(["--env-id", "CartPole-v1"], tmp_path)
-    assert result.returncode == 2 and result.stdout == ""
-    assert result.stderr.strip().count("\n") == 0 and "sac_atari.py" in result.stderr
-    assert os.listdir(tmp_path) == []
-
-
-# ---------------------------------------------------------------------------------------------------------------------
-# STRUCTURE AND DOCUMENTATION
-# ---------------------------------------------------------------------------------------------------------------------
-def test_import_does_nothing(tmp_path):
-    code = "import sys; sys.path.insert(0, sys.argv[1]); import sac_continuous_action; print('wandb' in sys.modules)"
-    result = subprocess.run([sys.executable, "-c", code, str(ROOT)], cwd=tmp_path, capture_output=True, text=True)
-    assert result.returncode == 0 and result.stdout.strip() == "False" and result.stderr == ""
-    assert os.listdir(tmp_path) == []
-
-
-def test_saved_model_loads_and_evaluates_as_the_readme_shows(in_tmp):
-    summary = sac.main(tiny(save_model=True, eval_episodes=2))
-    readme = (ROOT / "README.md").read_text()
-    snippet = readme.split("<!-- load-model -->")[1].split("```python")[1].split("```")[0]
-    namespace = {}
-    exec(snippet.replace("runs/RUN_NAME/model.pt", f"{summary['run_dir']}/model.pt"), namespace)
-    returns = namespace["returns"]
-    assert returns.shape == (10,)
-    # the snippet's evaluation is the script's: the first two of its episodes are the run's final evaluation
-    assert returns[:2].mean() == pytest.approx(summary["eval_return"])
-
-
-def test_help_lists_every_flag_and_the_readme_documents_them():
-    result = subprocess.run([sys.executable, SCRIPT, "--help"], capture_output=True, text=True,
-                            env={**os.environ, "COLUMNS": "200"})
-    assert result.returncode == 0
-    readme = (ROOT / "README.md").read_text()
-    for field in sac.Args.__dataclass_fields__:
-        flag = "--" + field.replace("_", "-")
-        assert flag in result.stdout, flag
-        assert flag in readme, flag
 
 
 # ---------------------------------------------------------------------------------------------------------------------

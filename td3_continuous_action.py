@@ -1,0 +1,678 @@
+"""Twin Delayed Deep Deterministic policy gradient (TD3) for continuous (Box) action spaces.
+
+Paper:
+    Fujimoto, van Hoof, Meger 2018, "Addressing Function Approximation Error in Actor-Critic Methods", arXiv:1802.09477
+
+Example:
+    python td3_continuous_action.py --env-id Hopper-v5 --seed 1
+
+Deviations from the paper (each marked `# DEVIATION(n)` in the code):
+    1. Networks are 256-256 (CleanRL, SB3) instead of the paper's 400-300, and the first layer takes (s, a)
+       concatenated rather than injecting a at the second layer (as the authors' own later code does).
+    2. The critic loss is the plain mean squared error summed over the two critics (as the authors' code and CleanRL).
+    3. Minibatch 256 and learning rate 3e-4 for both networks (the authors' updated code and CleanRL) instead of the
+       paper's 100 and 1e-3.
+    4. Training starts with `learning_starts` env steps of uniformly random actions: 25,000 as in the authors'
+       updated code and CleanRL (the paper: 10,000; 1,000 for the pendulums).
+"""
+
+import math
+import os
+import pickle
+import random
+import signal
+import sys
+import time
+from dataclasses import asdict, dataclass
+
+import gymnasium as gym
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+import tyro
+from gymnasium.vector import AutoresetMode
+
+
+@dataclass
+class Args:
+    # --- common block: experiment, seeding, device, tracking, video, saving, evaluation, checkpointing ---
+    exp_name: str = os.path.basename(__file__)[: -len(".py")]
+    """name of this experiment; part of the run name runs/<env_id>__<exp_name>__<seed>__<unix time>"""
+    seed: int = 1
+    """seed of torch, numpy, random, the environments and the evaluation episodes"""
+    torch_deterministic: bool = True
+    """set `torch.backends.cudnn.deterministic`"""
+    cuda: bool = True
+    """use a CUDA GPU when one is present (falls back to the CPU otherwise)"""
+    compile: bool = False
+    """apply `torch.compile` to the update functions (worth it on long runs; costs compile time at start)"""
+    track: bool = False
+    """log to Weights and Biases as well (needs `pip install wandb`)"""
+    wandb_project_name: str = "actor-critic"
+    """the W&B project name"""
+    wandb_entity: str | None = None
+    """the W&B entity (team)"""
+    capture_video: bool = False
+    """record a video of the first episode of each evaluation to runs/<run_name>/videos (needs moviepy)"""
+    save_model: bool = False
+    """write the trained networks to runs/<run_name>/model.pt at the end"""
+    eval_freq: int = 10_000
+    """evaluate the deterministic (mean) policy every this many env steps, and at the end; 0: only at the end"""
+    eval_episodes: int = 10
+    """episodes per evaluation"""
+    checkpoint_freq: int = 0
+    """write runs/<run_name>/checkpoint.pt every this many env steps (0: only on SIGINT/SIGTERM)"""
+    resume: str | None = None
+    """continue the run saved in this checkpoint.pt; the run's saved configuration is used and other flags ignored"""
+    log_freq: int = 100
+    """write the loss metrics to TensorBoard every this many env steps"""
+
+    # --- algorithm ---
+    env_id: str = "Hopper-v5"
+    """the id of a gymnasium environment with a Box action space"""
+    total_timesteps: int = 1_000_000
+    """environment steps in total, summed over all `num_envs` environments"""
+    num_envs: int = 1
+    """number of environments stepped in parallel (SyncVectorEnv)"""
+    buffer_size: int = 1_000_000
+    """replay buffer capacity in transitions (TD3 paper, Sec. 6.1)"""
+    learning_rate: float = 3e-4  # DEVIATION(3)
+    """learning rate of the actor's and the critics' Adam (authors' code and CleanRL; the paper: 1e-3)"""
+    gamma: float = 0.99
+    """gamma: discount factor (TD3 paper, Sec. 6.1)"""
+    tau: float = 0.005
+    """tau: Polyak coefficient for target networks (TD3 paper, Sec. 6.1)"""
+    batch_size: int = 256  # DEVIATION(3)
+    """minibatch size (authors' code and CleanRL; the paper: 100)"""
+    policy_noise: float = 0.2
+    """sigma~: std of the target policy smoothing noise, in units of the action scale (TD3 paper, Sec. 6.1)"""
+    noise_clip: float = 0.5
+    """c: the smoothing noise is clipped to [-c, c], in units of the action scale (TD3 paper, Sec. 6.1)"""
+    exploration_noise: float = 0.1
+    """std of the Gaussian exploration noise, in units of the action scale (TD3 paper, Sec. 6.1)"""
+    learning_starts: int = 25_000
+    """env steps of uniformly random actions before updates start (authors' code and CleanRL)"""
+    policy_frequency: int = 2
+    """d: update the actor and the target networks every d critic updates (TD3 paper, Sec. 5.2)"""
+
+
+HIDDEN = 256  # units per hidden layer (DEVIATION(1))
+FIRST_CRITIC = torch.tensor([0])  # the actor ascends Q_1 alone (TD3 paper, Sec. 4.2)
+EVAL_SEED_OFFSET = 1_000_000  # evaluation episode k is reset with seed + EVAL_SEED_OFFSET + k
+PROGRESS_SECONDS = 0.5, 30.0  # progress refresh interval on a terminal, and between plain lines otherwise
+
+
+class ConfigError(Exception):
+    """A bad flag, env or checkpoint: the CLI prints the message on one line and exits with code 2."""
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# PURE MATH
+# ---------------------------------------------------------------------------------------------------------------------
+def smoothed_target_actions(next_actions, action_scale, low, high, policy_noise: float, noise_clip: float):
+    """Target policy smoothing: a~' = clip(pi'(s') + clip(eps, -c, c), low, high)   [TD3 eq. 15]
+
+    eps ~ N(0, (policy_noise * action_scale)^2), drawn independently for every sample and action dimension;
+    c = noise_clip * action_scale. Shapes: next_actions (B, |A|); action_scale, low, high (|A|,).
+    """
+    noise = torch.randn_like(next_actions) * (policy_noise * action_scale)
+    clip = noise_clip * action_scale
+    return torch.clamp(next_actions + torch.clamp(noise, -clip, clip), low, high)
+
+
+def td3_target(rewards, terminations, next_q, gamma: float):
+    """Clipped double-Q target. Shapes: rewards, terminations (B,); next_q (2, B), Q'_i(s', a~').
+
+    y = r + gamma * (1 - terminated) * min_{i=1,2} Q'_i(s', a~')   [TD3 eq. 10 and 15]
+    A truncation is stored with terminated = 0, so the target bootstraps from the true final observation s'.
+    """
+    return rewards + gamma * (1.0 - terminations) * next_q.min(dim=0).values
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# ENVIRONMENTS
+# ---------------------------------------------------------------------------------------------------------------------
+def make_env(env_id: str):
+    """A thunk building one training env that records per-episode statistics (`infos["episode"]`).
+
+    Seeding happens at the first reset: `envs.reset(seed=seed)` gives sub-env i the seed seed + i.
+    """
+
+    def thunk():
+        return gym.wrappers.RecordEpisodeStatistics(gym.make(env_id))
+
+    return thunk
+
+
+def final_observations(next_obs: np.ndarray, infos: dict) -> np.ndarray:
+    """The true s_{t+1} of every sub-env, shape (num_envs, obs_dim).
+
+    Under SAME_STEP autoreset an ended sub-env's `next_obs` row is already its reset observation; the final
+    observation of the ended episode is in infos["final_obs"] (mask infos["_final_obs"]).
+    """
+    real_next_obs = next_obs.copy()
+    if "_final_obs" in infos:
+        for i in np.flatnonzero(infos["_final_obs"]):
+            real_next_obs[i] = infos["final_obs"][i]
+    return real_next_obs
+
+
+def env_snapshot(envs: gym.vector.SyncVectorEnv) -> bytes:
+    """Pickle the sub-envs with their simulator state and RNG, for an exact resume.
+
+    MuJoCo envs pickle through EzPickle, which rebuilds them from their constructor arguments; their MjData and
+    np_random are stored beside them and copied back by `env_restore`.
+    """
+    extras = [(env.unwrapped.np_random, getattr(env.unwrapped, "data", None)) for env in envs.envs]
+    exact = all(data is not None or not isinstance(env.unwrapped, gym.utils.EzPickle)
+                for env, (_, data) in zip(envs.envs, extras))
+    return pickle.dumps((envs.envs, extras, exact))
+
+
+def env_restore(snapshot: bytes):
+    """Inverse of `env_snapshot`: returns (sub-envs, exact), exact=False where an env's state could not be saved."""
+    sub_envs, extras, exact = pickle.loads(snapshot)
+    for env, (np_random, data) in zip(sub_envs, extras):
+        env.unwrapped.np_random = np_random
+        if data is not None:
+            import mujoco
+
+            mujoco.mj_copyData(env.unwrapped.data, env.unwrapped.model, data)
+    return sub_envs, exact
+
+
+def vector_env(thunks) -> gym.vector.SyncVectorEnv:
+    """SAME_STEP autoreset: a step that ends an episode returns the reset observation and infos["final_obs"]."""
+    return gym.vector.SyncVectorEnv(thunks, autoreset_mode=AutoresetMode.SAME_STEP)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# NETWORKS
+# ---------------------------------------------------------------------------------------------------------------------
+class QEnsemble(nn.Module):
+    """N Q networks Q_i(s, a), each 256-256-1 with ReLU, evaluated in one batched pass.
+
+    Layer weights are stacked to (N, in, out) and applied with `torch.baddbmm`, so N critics cost one kernel per layer.
+    Each member is initialised as `nn.Linear` would be: U(-1/sqrt(fan_in), 1/sqrt(fan_in)).
+    """
+
+    def __init__(self, envs, num_critics: int = 2):
+        super().__init__()
+        obs_dim = int(np.prod(envs.single_observation_space.shape))
+        act_dim = int(np.prod(envs.single_action_space.shape))
+        dims = [obs_dim + act_dim, HIDDEN, HIDDEN, 1]
+        self.weights, self.biases = nn.ParameterList(), nn.ParameterList()
+        for fan_in, fan_out in zip(dims[:-1], dims[1:]):
+            bound = 1.0 / math.sqrt(fan_in)
+            self.weights.append(nn.Parameter(torch.empty(num_critics, fan_in, fan_out).uniform_(-bound, bound)))
+            self.biases.append(nn.Parameter(torch.empty(num_critics, 1, fan_out).uniform_(-bound, bound)))
+
+    def forward(self, obs, actions, idx=None, detach_params: bool = False):
+        """Q values (N, B), or (M, B) for the critics in `idx`; detach_params=True lets no gradient into the critics."""
+        x = torch.cat([obs, actions], dim=-1)
+        ws, bs = list(self.weights), list(self.biases)
+        if idx is not None:
+            ws, bs = [w[idx] for w in ws], [b[idx] for b in bs]
+        if detach_params:
+            ws, bs = [w.detach() for w in ws], [b.detach() for b in bs]
+        x = x.expand(ws[0].shape[0], *x.shape)
+        for i, (w, b) in enumerate(zip(ws, bs)):
+            x = torch.baddbmm(b, x, w)
+            if i < len(ws) - 1:
+                x = F.relu(x)
+        return x.squeeze(-1)
+
+
+class Actor(nn.Module):
+    """Deterministic policy mu(s) = tanh(f(s)) * action_scale + action_bias, CleanRL's interface: Actor(envs)."""
+
+    def __init__(self, envs):
+        super().__init__()
+        obs_dim = int(np.prod(envs.single_observation_space.shape))
+        act_dim = int(np.prod(envs.single_action_space.shape))
+        self.fc1 = nn.Linear(obs_dim, HIDDEN)
+        self.fc2 = nn.Linear(HIDDEN, HIDDEN)
+        self.fc_mu = nn.Linear(HIDDEN, act_dim)
+        high, low = envs.single_action_space.high, envs.single_action_space.low
+        self.register_buffer("action_scale", torch.tensor((high - low) / 2.0, dtype=torch.float32))
+        self.register_buffer("action_bias", torch.tensor((high + low) / 2.0, dtype=torch.float32))
+        self.register_buffer("action_low", torch.tensor(low, dtype=torch.float32))
+        self.register_buffer("action_high", torch.tensor(high, dtype=torch.float32))
+
+    def forward(self, obs):
+        """Returns the action (B, |A|) within the Box bounds."""
+        x = F.relu(self.fc2(F.relu(self.fc1(obs))))
+        return torch.tanh(self.fc_mu(x)) * self.action_scale + self.action_bias
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# REPLAY BUFFER
+# ---------------------------------------------------------------------------------------------------------------------
+class ReplayBuffer:
+    """Preallocated circular storage of (s, a, r, s', terminated), sampled uniformly with torch indices."""
+
+    def __init__(self, capacity: int, obs_dim: int, act_dim: int, device):
+        self.capacity, self.pos, self.size, self.device = capacity, 0, 0, device
+        self.obs = torch.zeros((capacity, obs_dim), device=device)
+        self.next_obs = torch.zeros((capacity, obs_dim), device=device)
+        self.actions = torch.zeros((capacity, act_dim), device=device)
+        self.rewards = torch.zeros(capacity, device=device)
+        self.terminations = torch.zeros(capacity, device=device)
+
+    def fields(self):
+        return self.obs, self.actions, self.rewards, self.next_obs, self.terminations
+
+    def add(self, obs, actions, rewards, next_obs, terminations):
+        """Store one row per sub-env; arrays are (num_envs, ...)."""
+        idx = torch.arange(self.pos, self.pos + len(obs), device=self.device) % self.capacity
+        for storage, value in zip(self.fields(), (obs, actions, rewards, next_obs, terminations)):
+            storage[idx] = torch.as_tensor(value, dtype=torch.float32, device=self.device)
+        self.pos = (self.pos + len(obs)) % self.capacity
+        self.size = min(self.size + len(obs), self.capacity)
+
+    def sample(self, batch_size: int):
+        """Returns (obs, actions, rewards, next_obs, terminations) for `batch_size` uniformly drawn transitions."""
+        idx = torch.randint(0, self.size, (batch_size,), device=self.device)
+        return tuple(storage[idx] for storage in self.fields())
+
+    def state_dict(self):
+        return {"pos": self.pos, "size": self.size, "fields": [f[: self.size].cpu() for f in self.fields()]}
+
+    def load_state_dict(self, state):
+        self.pos, self.size = state["pos"], state["size"]
+        for storage, saved in zip(self.fields(), state["fields"]):
+            storage[: self.size] = saved.to(self.device)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# LOSSES
+# ---------------------------------------------------------------------------------------------------------------------
+def compute_loss_q(actor_target, qf, qf_target, batch, gamma: float, policy_noise: float, noise_clip: float):
+    """J_Q = sum_i E[(Q_i(s, a) - y)^2], y from `td3_target`   [TD3 Algorithm 1; DEVIATION(2)]. Returns (loss, metrics)."""
+    obs, actions, rewards, next_obs, terminations = batch
+    with torch.no_grad():
+        next_actions = smoothed_target_actions(actor_target(next_obs), actor_target.action_scale,
+                                               actor_target.action_low, actor_target.action_high, policy_noise,
+                                               noise_clip)
+        y = td3_target(rewards, terminations, qf_target(next_obs, next_actions), gamma)
+    q = qf(obs, actions)
+    per_critic = (q - y).pow(2).mean(dim=1)
+    metrics = {"qf1_values": q[0].mean(), "qf2_values": q[1].mean(), "qf1_loss": per_critic[0],
+               "qf2_loss": per_critic[1], "qf_loss": per_critic.mean()}
+    return per_critic.sum(), metrics
+
+
+def compute_loss_pi(actor, qf, obs):
+    """J_pi = -E_s[Q_1(s, mu(s))], the deterministic policy gradient through critic 1   [TD3 Algorithm 1].
+
+    Gradients reach the actor only: the critic's parameters enter detached.
+    """
+    return -qf(obs, actor(obs), idx=FIRST_CRITIC, detach_params=True).mean()
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# CHECKS, EVALUATION, PROGRESS
+# ---------------------------------------------------------------------------------------------------------------------
+def check_args(args: Args) -> None:
+    """Raise ConfigError for out-of-range or contradictory flags, before anything is written."""
+    problems = [
+        (args.total_timesteps < args.num_envs, "--total-timesteps must be at least --num-envs"),
+        (args.num_envs < 1, "--num-envs must be at least 1"),
+        (args.batch_size < 1, "--batch-size must be at least 1"),
+        (args.buffer_size < args.num_envs, "--buffer-size must be at least --num-envs"),
+        (args.batch_size > args.buffer_size,
+         f"--batch-size {args.batch_size} is larger than --buffer-size {args.buffer_size}: lower it or raise the other"),
+        (args.learning_starts >= args.total_timesteps,
+         f"--learning-starts {args.learning_starts} >= --total-timesteps {args.total_timesteps}: no update would run;"
+         " lower --learning-starts or raise --total-timesteps"),
+        (args.learning_starts < args.batch_size,
+         f"--learning-starts must be at least --batch-size ({args.batch_size}) so the first batch can be drawn"),
+        (not args.learning_rate > 0, "--learning-rate must be positive"),
+        (not 0 < args.tau <= 1, "--tau must lie in (0, 1]"),
+        (not 0 < args.gamma <= 1, "--gamma must lie in (0, 1]"),
+        (not args.policy_noise >= 0, "--policy-noise must be non-negative"),
+        (not args.noise_clip >= 0, "--noise-clip must be non-negative"),
+        (not args.exploration_noise >= 0, "--exploration-noise must be non-negative"),
+        (args.policy_frequency < 1, "--policy-frequency must be at least 1"),
+        (args.eval_freq < 0, "--eval-freq must be non-negative (0: evaluate only at the end)"),
+        (args.eval_episodes < 1, "--eval-episodes must be at least 1"),
+        (args.checkpoint_freq < 0, "--checkpoint-freq must be non-negative (0: only on SIGINT/SIGTERM)"),
+        (args.log_freq < 1, "--log-freq must be at least 1"),
+    ]
+    for bad, message in problems:
+        if bad:
+            raise ConfigError(message)
+    for flag, module, hint in [(args.track, "wandb", "--track"), (args.capture_video, "moviepy", "--capture-video")]:
+        if flag:
+            try:
+                __import__(module)
+            except ImportError:
+                raise ConfigError(f"{hint} needs {module}: `pip install {module}`, or drop {hint}") from None
+
+
+def check_env(env_id: str, render: bool = False) -> None:
+    """Raise ConfigError unless env_id makes an env with flat Box observations and a bounded Box action space, and,
+    with render=True, one that renders frames for --capture-video."""
+    if env_id.startswith("ALE/") or "NoFrameskip" in env_id:
+        raise ConfigError(f"{env_id} is an Atari env with discrete actions: use a discrete-action algorithm (sac_atari.py)")
+    try:
+        env = gym.make(env_id)
+    except gym.error.DependencyNotInstalled as e:
+        raise ConfigError(f"{env_id} needs an extra dependency ({e}); for MuJoCo: "
+                          "pip install -r requirements/requirements-mujoco.txt") from None
+    except gym.error.Error as e:
+        raise ConfigError(f"unknown env id {env_id!r} ({e}); list ids with "
+                          "`python -c 'import gymnasium; gymnasium.pprint_registry()'`") from None
+    space, obs_space = env.action_space, env.observation_space
+    env.close()
+    if render:
+        try:
+            env = gym.make(env_id, render_mode="rgb_array")
+            env.reset(seed=0)
+            env.render()
+            env.close()
+        except Exception as e:  # a missing renderer (pygame, EGL) would otherwise fail at the first evaluation
+            raise ConfigError(f"--capture-video: {env_id} cannot render ({type(e).__name__}: {e}); install its "
+                              "renderer or drop --capture-video") from None
+    if not (isinstance(obs_space, gym.spaces.Box) and len(obs_space.shape) == 1):
+        raise ConfigError(f"{env_id} has {obs_space} observations; this script needs a 1-D Box: flatten them in your "
+                          "env (gymnasium.wrappers.FlattenObservation) before registering it")
+    if isinstance(space, gym.spaces.Discrete):
+        raise ConfigError(f"{env_id} has a Discrete action space; TD3 needs a Box: use sac_atari.py (SAC-discrete)")
+    if not isinstance(space, gym.spaces.Box):
+        raise ConfigError(f"{env_id} has a {type(space).__name__} action space; this script needs a Box")
+    if not (np.all(np.isfinite(space.low)) and np.all(np.isfinite(space.high)) and np.all(space.high > space.low)):
+        raise ConfigError(f"{env_id} has unbounded or empty action bounds; the tanh actor needs finite low < high")
+
+
+def load_checkpoint(path: str) -> dict:
+    """Read a checkpoint written by this script; ConfigError if it is missing or unreadable."""
+    if not os.path.isfile(path):
+        raise ConfigError(f"--resume {path}: no such file; pass the checkpoint.pt inside a run directory")
+    try:
+        # weights_only=False: the checkpoint holds pickled environments. Resume only from checkpoints you wrote.
+        checkpoint = torch.load(path, map_location="cpu", weights_only=False)
+        env_restore(checkpoint["envs"])
+        Args(**checkpoint["args"])
+    except Exception as e:  # a truncated zip, a foreign pickle or missing keys all mean the same to the user
+        raise ConfigError(f"--resume {path}: not a readable checkpoint of this script ({type(e).__name__}); "
+                          "pass a checkpoint.pt written by --checkpoint-freq or on SIGINT/SIGTERM") from None
+    return checkpoint
+
+
+@torch.no_grad()
+def evaluate(actor: Actor, env_id: str, episodes: int, seed: int, device="cpu", video_dir: str | None = None):
+    """Returns of `episodes` episodes with the actor's action, no noise added; episode k is reset with seed + k.
+
+    Draws nothing from torch's RNG, so evaluating does not change the training run.
+    """
+    env = gym.make(env_id, render_mode="rgb_array" if video_dir else None)
+    if video_dir:
+        env = gym.wrappers.RecordVideo(env, video_dir, episode_trigger=lambda k: k == 0, disable_logger=True)
+    returns = []
+    for k in range(episodes):
+        obs, _ = env.reset(seed=seed + k)
+        done, episodic_return = False, 0.0
+        while not done:
+            action = actor(torch.as_tensor(obs, dtype=torch.float32, device=device).unsqueeze(0))
+            obs, reward, terminated, truncated, _ = env.step(action[0].cpu().numpy())
+            episodic_return += float(reward)
+            done = terminated or truncated
+        returns.append(episodic_return)
+    env.close()
+    return np.array(returns)
+
+
+def crossed(before: int, now: int, every: int) -> bool:
+    """True when a multiple of `every` lies in (before, now]."""
+    return every > 0 and now // every > before // every
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# MAIN
+# ---------------------------------------------------------------------------------------------------------------------
+def main(args: Args) -> dict:
+    """Train; returns a summary dict. Raises ConfigError, before writing anything, on bad flags, envs or checkpoints."""
+    checkpoint = load_checkpoint(args.resume) if args.resume else None
+    if checkpoint is not None:
+        args = Args(**{**checkpoint["args"], "resume": args.resume})
+    check_args(args)
+    if args.capture_video and not os.environ.get("DISPLAY"):
+        os.environ.setdefault("MUJOCO_GL", "egl")  # headless MuJoCo rendering; read when mujoco is first imported
+    check_env(args.env_id, render=args.capture_video)
+
+    # SEEDING AND DEVICE
+    random.seed(args.seed)
+    np.random.seed(args.seed)
+    torch.manual_seed(args.seed)
+    torch.backends.cudnn.deterministic = args.torch_deterministic
+    device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
+
+    if checkpoint:
+        run_name, run_dir = checkpoint["run_name"], os.path.dirname(os.path.abspath(args.resume))
+    else:
+        run_name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
+        run_dir = f"runs/{run_name}"
+    if args.track:
+        import wandb
+
+        wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, sync_tensorboard=True, config=asdict(args),
+                   name=run_name, id=run_name, resume="allow", save_code=True)
+    from torch.utils.tensorboard import SummaryWriter
+
+    # purge_step drops events a killed run logged after its last checkpoint
+    writer = SummaryWriter(run_dir, purge_step=checkpoint["counters"][0] + 1 if checkpoint else None)
+    if not checkpoint:
+        writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in
+                                                                                 asdict(args).items()))
+
+    if checkpoint:
+        sub_envs, exact_resume = env_restore(checkpoint["envs"])
+        envs = vector_env([lambda env=env: env for env in sub_envs])
+    else:
+        envs = vector_env([make_env(args.env_id) for _ in range(args.num_envs)])
+    obs_dim = int(np.prod(envs.single_observation_space.shape))
+    act_dim = int(np.prod(envs.single_action_space.shape))
+
+    actor = Actor(envs).to(device)
+    actor_target = Actor(envs).to(device)
+    actor_target.load_state_dict(actor.state_dict())
+    qf = QEnsemble(envs, num_critics=2).to(device)  # clipped double Q: twin critics in one batched module
+    qf_target = QEnsemble(envs, num_critics=2).to(device)
+    qf_target.load_state_dict(qf.state_dict())
+    actor_target.requires_grad_(False)
+    qf_target.requires_grad_(False)
+    q_optimizer = torch.optim.Adam(qf.parameters(), lr=args.learning_rate)
+    actor_optimizer = torch.optim.Adam(actor.parameters(), lr=args.learning_rate)
+    rb = ReplayBuffer(args.buffer_size, obs_dim, act_dim, device)
+
+    # UPDATE FUNCTIONS: take a batch, step an optimizer, return detached metrics (no host sync)
+    def update_critic(batch):
+        loss, metrics = compute_loss_q(actor_target, qf, qf_target, batch, args.gamma, args.policy_noise,
+                                       args.noise_clip)
+        q_optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        q_optimizer.step()
+        return metrics
+
+    def update_actor(obs):
+        actor_loss = compute_loss_pi(actor, qf, obs)
+        actor_optimizer.zero_grad(set_to_none=True)
+        actor_loss.backward()
+        actor_optimizer.step()
+        return {"actor_loss": actor_loss.detach()}
+
+    @torch.no_grad()
+    def update_targets():
+        # theta' <- tau * theta + (1 - tau) * theta', phi' <- tau * phi + (1 - tau) * phi'   [TD3 Algorithm 1]
+        for target, online in ((qf_target, qf), (actor_target, actor)):
+            for target_param, param in zip(target.parameters(), online.parameters()):
+                target_param.lerp_(param, args.tau)
+
+    if args.compile:
+        update_critic, update_actor = torch.compile(update_critic), torch.compile(update_actor)
+
+    global_step = critic_updates = actor_updates = 0
+    last_return = None
+    stateful = {"actor": actor, "actor_target": actor_target, "qf": qf, "qf_target": qf_target,
+                "q_optimizer": q_optimizer, "actor_optimizer": actor_optimizer, "rb": rb}
+    if checkpoint:
+        for key, module in stateful.items():
+            module.load_state_dict(checkpoint[key])
+        global_step, critic_updates, actor_updates = checkpoint["counters"]
+        last_return = checkpoint["last_return"]
+        obs = checkpoint["obs"]
+        torch.set_rng_state(checkpoint["rng"]["torch"])
+        np.random.set_state(checkpoint["rng"]["numpy"])
+        random.setstate(checkpoint["rng"]["random"])
+        if device.type == "cuda" and checkpoint["rng"]["cuda"]:
+            torch.cuda.set_rng_state_all(checkpoint["rng"]["cuda"])
+        if not exact_resume:
+            print(f"warning: {args.env_id}'s state cannot be saved; episodes in progress restart", file=sys.stderr)
+            obs, _ = envs.reset(seed=args.seed + global_step)
+        print(f"resumed {run_dir} at step {global_step:,}")
+    else:
+        obs, _ = envs.reset(seed=args.seed)
+
+    def save_checkpoint():
+        state = {key: module.state_dict() for key, module in stateful.items()}
+        state.update(args=asdict(args), run_name=run_name, obs=obs,
+                     counters=(global_step, critic_updates, actor_updates), last_return=last_return,
+                     envs=env_snapshot(envs),
+                     rng={"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "random": random.getstate(),
+                          "cuda": torch.cuda.get_rng_state_all() if device.type == "cuda" else []})
+        path = f"{run_dir}/checkpoint.pt"
+        torch.save(state, path + ".tmp")
+        os.replace(path + ".tmp", path)  # atomic: a reader sees the old checkpoint or the new one, never half of one
+        return path
+
+    stop_signal = []
+    handlers = {sig: signal.signal(sig, lambda signum, frame: stop_signal.append(signum))
+                for sig in (signal.SIGINT, signal.SIGTERM)}
+    tty = sys.stdout.isatty()
+    total_steps = args.total_timesteps // args.num_envs * args.num_envs
+    start_time = last_print = time.time()
+    start_step, train_start = global_step, None
+    critic_metrics = actor_metrics = None
+    eval_return = None
+    video_dir = f"{run_dir}/videos" if args.capture_video else None
+
+    def run_evaluation():
+        mean_return = evaluate(actor, args.env_id, args.eval_episodes, args.seed + EVAL_SEED_OFFSET, device,
+                               video_dir).mean()
+        writer.add_scalar("eval/episodic_return", mean_return, global_step)
+        return mean_return
+
+    try:
+        while global_step < total_steps and not stop_signal:
+            # COLLECT: random actions for the first learning_starts steps (DEVIATION(4)), then
+            # a = clip(mu(s) + eps, low, high), eps ~ N(0, (exploration_noise * action_scale)^2)   [TD3 Algorithm 1]
+            if global_step < args.learning_starts:
+                u = torch.rand((args.num_envs, act_dim), device=device) * 2.0 - 1.0
+                actions = (u * actor.action_scale + actor.action_bias).cpu().numpy()
+            else:
+                with torch.no_grad():
+                    actions = actor(torch.as_tensor(obs, dtype=torch.float32, device=device))
+                    actions += torch.randn_like(actions) * (args.exploration_noise * actor.action_scale)
+                    actions = torch.clamp(actions, actor.action_low, actor.action_high).cpu().numpy()
+            next_obs, rewards, terminations, truncations, infos = envs.step(actions)
+            previous_step, global_step = global_step, global_step + args.num_envs
+
+            if "final_info" in infos and "_episode" in infos["final_info"]:
+                episode = infos["final_info"]["episode"]
+                for i in np.flatnonzero(infos["final_info"]["_episode"]):
+                    last_return = float(episode["r"][i])
+                    writer.add_scalar("charts/episodic_return", last_return, global_step)
+                    writer.add_scalar("charts/episodic_length", int(episode["l"][i]), global_step)
+
+            # STORE: bootstrap through truncations, never through terminations: s' is the true final observation and
+            # `terminations` alone masks the target. SAME_STEP autoreset means no stored transition spans a reset.
+            rb.add(obs, actions, rewards, final_observations(next_obs, infos), terminations)
+            obs = next_obs
+
+            # UPDATE: one critic update per env step; every d-th, an actor update and the target updates
+            # ("delayed policy updates", TD3 paper Sec. 5.2)
+            if global_step >= args.learning_starts:
+                train_start = train_start or (time.time(), global_step)
+                for _ in range(args.num_envs):
+                    batch = rb.sample(args.batch_size)
+                    critic_metrics = update_critic(batch)
+                    critic_updates += 1
+                    if critic_updates % args.policy_frequency == 0:
+                        actor_metrics = update_actor(batch[0])
+                        actor_updates += 1
+                        update_targets()
+
+            # LOG
+            if crossed(previous_step, global_step, args.log_freq) and critic_metrics is not None:
+                for key, value in {**critic_metrics, **(actor_metrics or {})}.items():
+                    writer.add_scalar(f"losses/{key}", value.item(), global_step)
+                writer.add_scalar("charts/SPS", int((global_step - start_step) / (time.time() - start_time)),
+                                  global_step)
+
+            # EVALUATE
+            if crossed(previous_step, global_step, args.eval_freq):
+                eval_return = run_evaluation()
+                print(("\n" if tty else "") + f"step {global_step:,}: eval/episodic_return {eval_return:.2f}")
+
+            if crossed(previous_step, global_step, args.checkpoint_freq):
+                save_checkpoint()
+            if time.time() - last_print > PROGRESS_SECONDS[0 if tty else 1]:
+                last_print = time.time()
+                sps = (global_step - start_step) / (last_print - start_time)
+                done = global_step / total_steps
+                line = (f"step {global_step:,}/{total_steps:,} ({100 * done:.1f}%)  SPS {sps:.0f}"
+                        f"  last return {'-' if last_return is None else f'{last_return:.2f}'}")
+                if tty:
+                    bar = "#" * int(30 * done) + "." * (30 - int(30 * done))
+                    print(f"\r[{bar}] {line}", end="", flush=True)
+                else:
+                    print(line, flush=True)
+
+        # env steps per second after learning started: stepping, sampling and updating
+        train_sps = (global_step - train_start[1]) / (time.time() - train_start[0]) if train_start else None
+        if tty:
+            print()
+        if stop_signal:
+            path = save_checkpoint()
+            print(f"stopped by signal {stop_signal[0]} at step {global_step:,}; checkpoint written to {path}; "
+                  f"continue with --resume {path}")
+        else:
+            if not crossed(global_step - args.num_envs, global_step, args.eval_freq):
+                eval_return = run_evaluation()
+            print(f"step {global_step:,}: final eval/episodic_return {eval_return:.2f}")
+            if args.save_model:
+                model = {"actor": actor.state_dict(), "qf": qf.state_dict(), "args": asdict(args)}
+                torch.save(model, f"{run_dir}/model.pt")
+                print(f"model saved to {run_dir}/model.pt")
+    finally:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+        envs.close()
+        writer.close()
+        if args.track:
+            wandb.finish()
+
+    if train_sps is not None:
+        print(f"training-phase SPS: {train_sps:.1f}")
+    return {"run_dir": run_dir, "global_step": global_step, "critic_updates": critic_updates,
+            "actor_updates": actor_updates, "eval_return": eval_return, "train_sps": train_sps,
+            "stopped_by": stop_signal[0] if stop_signal else None}
+
+
+def cli(argv=None) -> dict:
+    """Command-line entry: bad input ends in one line on stderr and exit code 2; a stop by signal exits 128 + signum."""
+    args = tyro.cli(Args, args=argv)
+    try:
+        summary = main(args)
+    except ConfigError as e:
+        print("error: " + " ".join(str(e).split()), file=sys.stderr)  # one line, whatever a library's message holds
+        raise SystemExit(2) from None
+    if summary["stopped_by"]:
+        raise SystemExit(128 + summary["stopped_by"])
+    return summary
+
+
+if __name__ == "__main__":
+    cli()

@@ -1,0 +1,243 @@
+"""The common block every off-policy continuous script shares, specified once and run against each script: episode
+ends, environment snapshots, determinism, checkpoint and resume, bad input, import, --help, saved models, video and
+tracking."""
+
+import glob
+import importlib
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from conftest import ROOT, scalars
+
+# script -> (fields for a run that reaches ~200 updates in seconds, the script's own bad inputs)
+SCRIPTS = {
+    "sac_continuous_action": (
+        dict(learning_starts=100),
+        {"zero policy lr": (["--policy-lr", "0"], "--policy-lr"),
+         "negative q lr": (["--q-lr", "-0.001"], "--q-lr"),
+         "subsample above ensemble": (["--num-critics", "2", "--num-subsample-critics", "3"],
+                                      "--num-subsample-critics")},
+    ),
+    "td3_continuous_action": (
+        dict(learning_starts=100),
+        {"zero learning rate": (["--learning-rate", "0"], "--learning-rate"),
+         "negative policy noise": (["--policy-noise", "-0.1"], "--policy-noise"),
+         "negative noise clip": (["--noise-clip", "-1"], "--noise-clip"),
+         "negative exploration noise": (["--exploration-noise", "-0.1"], "--exploration-noise")},
+    ),
+}
+COMMON_BAD_INPUT = {
+    "discrete actions": (["--env-id", "CartPole-v1"], "sac_atari.py"),
+    "unknown env id": (["--env-id", "NoSuchEnv-v0"], "unknown env id"),
+    "batch above buffer": (["--batch-size", "512", "--buffer-size", "256"], "--buffer-size"),
+    "learning never starts": (["--learning-starts", "1000", "--total-timesteps", "1000"], "--learning-starts"),
+    "zero tau": (["--tau", "0"], "--tau"),
+    "tau above one": (["--tau", "1.5"], "--tau"),
+    "zero gamma": (["--gamma", "0"], "--gamma"),
+    "gamma above one": (["--gamma", "1.01"], "--gamma"),
+    "missing checkpoint": (["--resume", "nowhere/checkpoint.pt"], "no such file"),
+    "corrupt checkpoint": (["--resume", "corrupt.pt"], "not a readable checkpoint"),
+}
+BAD_INPUT = [(name, case) for name, (_, own) in SCRIPTS.items() for case in [*COMMON_BAD_INPUT, *own]]
+
+
+@pytest.fixture(params=list(SCRIPTS))
+def script(request):
+    return importlib.import_module(request.param)
+
+
+def tiny(module, **overrides):
+    """A Pendulum run of a few hundred steps that reaches about 200 critic updates in a second or two."""
+    base = dict(env_id="Pendulum-v1", total_timesteps=300, batch_size=32, buffer_size=1_000, eval_freq=0,
+                eval_episodes=1, log_freq=50, cuda=False, **SCRIPTS[module.__name__][0])
+    return module.Args(**{**base, **overrides})
+
+
+def script_path(module) -> str:
+    return str(ROOT / f"{module.__name__}.py")
+
+
+def run_cli(module, args, cwd, **kwargs):
+    return subprocess.run([sys.executable, script_path(module), *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=600, **kwargs)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# EPISODE ENDS
+# ---------------------------------------------------------------------------------------------------------------------
+def test_final_observations_replaces_reset_rows_only(script):
+    envs = script.vector_env([lambda: gym.make("Pendulum-v1", max_episode_steps=5) for _ in range(2)])
+    envs.reset(seed=0)
+    for _ in range(5):
+        next_obs, _, _, truncations, infos = envs.step(envs.action_space.sample())
+    assert truncations.all()
+    real = script.final_observations(next_obs, infos)
+    np.testing.assert_array_equal(real, np.stack(infos["final_obs"]))
+    assert not np.allclose(real, next_obs)  # next_obs holds the reset observations
+    np.testing.assert_array_equal(script.final_observations(next_obs, {}), next_obs)
+
+
+@pytest.mark.parametrize("env_id,num_envs,total", [("Pendulum-v1", 2, 460), ("InvertedPendulum-v5", 1, 300)])
+def test_stored_transitions_replay_exactly_in_a_fresh_env(in_tmp, script, env_id, num_envs, total):
+    """Every stored (s, a, r, s', terminated) is what a fresh env seeded alike gives; s' at an episode end is the true
+    final observation, and no transition runs from a final observation into a reset."""
+    summary = script.main(tiny(script, env_id=env_id, num_envs=num_envs, total_timesteps=total,
+                               learning_starts=total - 40, checkpoint_freq=total, seed=3))
+    checkpoint = torch.load(f"{summary['run_dir']}/checkpoint.pt", weights_only=False)
+    obs, actions, rewards, next_obs, terminations = (f.numpy() for f in checkpoint["rb"]["fields"])
+    assert len(obs) == total
+    ends = {"terminated": 0, "truncated": 0}
+    for i in range(num_envs):
+        env = gym.make(env_id)
+        o, _ = env.reset(seed=3 + i)
+        for row in range(i, total, num_envs):
+            np.testing.assert_array_equal(obs[row], o.astype(np.float32))
+            o, r, terminated, truncated, _ = env.step(actions[row])
+            np.testing.assert_array_equal(next_obs[row], o.astype(np.float32))
+            assert rewards[row] == np.float32(r) and terminations[row] == float(terminated)
+            if terminated or truncated:
+                ends["terminated" if terminated else "truncated"] += 1
+                o, _ = env.reset()
+    if env_id == "Pendulum-v1":
+        assert ends == {"terminated": 0, "truncated": 2}  # 200-step time limit, bootstrapped
+    else:
+        assert ends["terminated"] >= 5 and terminations.sum() == ends["terminated"]
+
+
+def test_env_snapshot_restores_mujoco_state_exactly(script):
+    envs = script.vector_env([script.make_env("Hopper-v5") for _ in range(2)])
+    envs.reset(seed=0)
+    rng = np.random.default_rng(0)
+    for _ in range(40):
+        envs.step(rng.uniform(-1, 1, (2, 3)))
+    snapshot = script.env_snapshot(envs)
+    actions = rng.uniform(-1, 1, (300, 2, 3))
+    original = [envs.step(a)[0] for a in actions]
+    sub_envs, exact = script.env_restore(snapshot)
+    restored_envs = script.vector_env([lambda env=env: env for env in sub_envs])
+    restored = [restored_envs.step(a)[0] for a in actions]
+    assert exact
+    np.testing.assert_array_equal(np.stack(original), np.stack(restored))
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# DETERMINISM AND RESUME
+# ---------------------------------------------------------------------------------------------------------------------
+def test_same_seed_gives_identical_logged_losses(in_tmp, script):
+    runs = [scalars(script.main(tiny(script, exp_name=f"run{i}", eval_freq=100))["run_dir"]) for i in range(2)]
+    tags = [t for t in runs[0] if t.startswith(("losses/", "eval/", "charts/episodic"))]
+    assert len(tags) >= 9
+    for tag in tags:
+        assert runs[0][tag] == runs[1][tag], tag
+    different = scalars(script.main(tiny(script, exp_name="other", seed=2))["run_dir"])
+    assert different["losses/qf_loss"] != runs[0]["losses/qf_loss"]
+
+
+RESUME_FLAGS = ["--env-id", "Pendulum-v1", "--total-timesteps", "1500", "--learning-starts", "300", "--batch-size", "64",
+                "--eval-freq", "500", "--eval-episodes", "1", "--save-model", "--log-freq", "50", "--no-cuda"]
+
+
+def test_interrupted_and_resumed_run_ends_identical(tmp_path, script):
+    (tmp_path / "a").mkdir(), (tmp_path / "b").mkdir()
+    assert run_cli(script, RESUME_FLAGS, tmp_path / "a").returncode == 0
+    # Run b: SIGTERM as soon as its first periodic checkpoint exists, then resume it to the end.
+    proc = subprocess.Popen([sys.executable, script_path(script), *RESUME_FLAGS, "--checkpoint-freq", "400"],
+                            cwd=tmp_path / "b", stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 300
+    while not glob.glob(f"{tmp_path}/b/runs/*/checkpoint.pt") and time.time() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    assert "checkpoint written" in out and "Traceback" not in err
+    checkpoint = glob.glob(f"{tmp_path}/b/runs/*/checkpoint.pt")[0]
+    stopped_at = torch.load(checkpoint, weights_only=False)["counters"][0]
+    assert 400 <= stopped_at < 1500
+    resumed = run_cli(script, ["--resume", checkpoint], tmp_path)  # from elsewhere: it writes beside the checkpoint
+    assert resumed.returncode == 0, resumed.stderr
+    assert not (tmp_path / "runs").exists()
+
+    a, b = (torch.load(glob.glob(f"{tmp_path}/{d}/runs/*/model.pt")[0], weights_only=False) for d in "ab")
+    assert a.keys() == b.keys()
+    for key in a:
+        if key != "args":
+            for name, tensor in (a[key].items() if isinstance(a[key], dict) else [("", a[key])]):
+                assert torch.equal(tensor, b[key][name] if name else b[key]), (key, name)
+    # One TensorBoard run continues: the logged losses equal the uninterrupted run's at every step.
+    logged_a, logged_b = (scalars(os.path.dirname(glob.glob(f"{tmp_path}/{d}/runs/*/model.pt")[0])) for d in "ab")
+    for tag in ("losses/qf_loss", "losses/actor_loss", "eval/episodic_return"):
+        assert logged_a[tag] == logged_b[tag], tag
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# BAD INPUT: one line, exit code 2, nothing written
+# ---------------------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("name,case", BAD_INPUT)
+def test_bad_input_one_line_exit_2_nothing_written(in_tmp, capsys, name, case):
+    module = importlib.import_module(name)
+    argv, needle = {**COMMON_BAD_INPUT, **SCRIPTS[name][1]}[case]
+    (in_tmp / "corrupt.pt").write_bytes(b"PK\x03\x04 this is not a checkpoint")
+    with pytest.raises(SystemExit) as exit_info:
+        module.cli(argv)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: ") and needle in err, err
+    assert sorted(os.listdir(in_tmp)) == ["corrupt.pt"]
+
+
+def test_bad_input_from_the_shell_prints_no_traceback(tmp_path, script):
+    result = run_cli(script, ["--env-id", "CartPole-v1"], tmp_path)
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.strip().count("\n") == 0 and "sac_atari.py" in result.stderr
+    assert os.listdir(tmp_path) == []
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# STRUCTURE, DOCUMENTATION, SAVING, VIDEO AND TRACKING
+# ---------------------------------------------------------------------------------------------------------------------
+def test_import_does_nothing(tmp_path, script):
+    code = f"import sys; sys.path.insert(0, sys.argv[1]); import {script.__name__}; print('wandb' in sys.modules)"
+    result = subprocess.run([sys.executable, "-c", code, str(ROOT)], cwd=tmp_path, capture_output=True, text=True)
+    assert result.returncode == 0 and result.stdout.strip() == "False" and result.stderr == ""
+    assert os.listdir(tmp_path) == []
+
+
+def test_saved_model_loads_and_evaluates_as_the_readme_shows(in_tmp, script):
+    summary = script.main(tiny(script, save_model=True, eval_episodes=2))
+    readme = (ROOT / "README.md").read_text()
+    snippet = readme.split(f"<!-- load-model {script.__name__} -->")[1].split("```python")[1].split("```")[0]
+    namespace = {}
+    exec(snippet.replace("runs/RUN_NAME/model.pt", f"{summary['run_dir']}/model.pt"), namespace)
+    returns = namespace["returns"]
+    assert returns.shape == (10,)
+    # the snippet's evaluation is the script's: the first two of its episodes are the run's final evaluation
+    assert returns[:2].mean() == pytest.approx(summary["eval_return"])
+
+
+def test_help_lists_every_flag_and_the_readme_documents_them(script):
+    result = subprocess.run([sys.executable, script_path(script), "--help"], capture_output=True, text=True,
+                            env={**os.environ, "COLUMNS": "120"})
+    assert result.returncode == 0
+    readme = (ROOT / "README.md").read_text()
+    options = result.stdout[result.stdout.index("╭"):].strip()  # the usage line above names the script's path
+    assert options in readme, "the README's --help block is out of date"
+    for field in script.Args.__dataclass_fields__:
+        assert "--" + field.replace("_", "-") in result.stdout, field
+
+
+def test_smoke_capture_video_and_track(tmp_path, script):
+    """--capture-video writes an mp4 of an evaluation episode; --track logs to W&B (offline) without error."""
+    env = {**os.environ, "WANDB_MODE": "offline", "WANDB_DIR": str(tmp_path), "WANDB_SILENT": "true"}
+    result = run_cli(script, ["--env-id", "InvertedPendulum-v5", "--total-timesteps", "300", "--learning-starts", "100",
+                              "--batch-size", "32", "--eval-episodes", "1", "--capture-video", "--track", "--no-cuda"],
+                     tmp_path, env=env)
+    assert result.returncode == 0, result.stderr
+    assert glob.glob(f"{tmp_path}/runs/*/videos/*.mp4")
+    assert glob.glob(f"{tmp_path}/wandb/offline-run-*")
