@@ -58,7 +58,7 @@ class Args:
     save_model: bool = False
     """write the trained networks to runs/<run_name>/model.pt at the end"""
     eval_freq: int = 10_000
-    """evaluate the deterministic (mean) policy every this many env steps, and at the end; 0: only at the end"""
+    """evaluate the policy without exploration noise every this many env steps, and at the end; 0: only at the end"""
     eval_episodes: int = 10
     """episodes per evaluation"""
     checkpoint_freq: int = 0
@@ -98,7 +98,7 @@ class Args:
 
 
 HIDDEN = 256  # units per hidden layer (DEVIATION(1))
-FIRST_CRITIC = torch.tensor([0])  # the actor ascends Q_1 alone (TD3 paper, Sec. 4.2)
+FIRST_CRITIC = slice(0, 1)  # the actor ascends Q_1 alone (TD3 paper, Sec. 4.2)
 EVAL_SEED_OFFSET = 1_000_000  # evaluation episode k is reset with seed + EVAL_SEED_OFFSET + k
 PROGRESS_SECONDS = 0.5, 30.0  # progress refresh interval on a terminal, and between plain lines otherwise
 
@@ -209,7 +209,7 @@ class QEnsemble(nn.Module):
             self.biases.append(nn.Parameter(torch.empty(num_critics, 1, fan_out).uniform_(-bound, bound)))
 
     def forward(self, obs, actions, idx=None, detach_params: bool = False):
-        """Q values (N, B), or (M, B) for the critics in `idx`; detach_params=True lets no gradient into the critics."""
+        """Q values (N, B), or (M, B) for the critics `idx` selects; detach_params=True lets no gradient into the critics."""
         x = torch.cat([obs, actions], dim=-1)
         ws, bs = list(self.weights), list(self.biases)
         if idx is not None:
