@@ -11,7 +11,7 @@ Example:
 Deviations from the papers (each marked `# DEVIATION(n)` in the code):
     1. Two Q networks with the clipped double-Q minimum and no separate V network: the SAC-v2 form (arXiv:1812.05905),
        generalised to an ensemble of N critics whose target takes the min over a random subset of M (REDQ).
-    2. The critic loss is the plain mean squared error summed over critics, without the 1/2 of eq. 5 (as CleanRL).
+    2. The critic loss is the plain mean squared error summed over critics, without the 1/2 of arXiv:1812.05905 eq. 5 (as CleanRL).
        Adam is invariant to this constant factor apart from its epsilon.
     3. log_std is squashed into [LOG_STD_MIN, LOG_STD_MAX] = [-5, 2] by a tanh rescale (SpinningUp / D. Yarats).
     4. The actor is updated `policy_frequency` times every `policy_frequency` update steps (TD3's delay, made up for),
@@ -106,7 +106,7 @@ class Args:
     target_entropy: float | None = None
     """H-bar: target entropy of the automatic tuning; None means -|A| (arXiv:1812.05905, Sec. 5)"""
     backup_entropy: bool = True
-    """include -alpha log pi(a'|s') in the Bellman target (SAC eq. 3; HIL-SERL `use_backup_entropy`)"""
+    """include -alpha log pi(a'|s') in the Bellman target (arXiv:1812.05905 eq. 3; HIL-SERL `use_backup_entropy`)"""
     num_critics: int = 2
     """N: number of soft Q networks in the ensemble (SAC: 2; REDQ: 10)"""
     num_subsample_critics: int | None = None
@@ -135,7 +135,7 @@ def tanh_gaussian_log_prob(u: torch.Tensor, mean: torch.Tensor, log_std: torch.T
     """log pi(a|s) of a = tanh(u) * action_scale + action_bias with u ~ N(mean, exp(log_std)^2), per sample.
 
     Shapes: u, mean, log_std (B, |A|); action_scale (|A|,). Returns (B, 1).
-    log pi(a|s) = sum_i [log N(u_i; mean_i, std_i) - log(1 - tanh(u_i)^2) - log(action_scale_i)]   [SAC eq. 21]
+    log pi(a|s) = sum_i [log N(u_i; mean_i, std_i) - log(1 - tanh(u_i)^2) - log(action_scale_i)]   [arXiv:1801.01290 eq. 21]
     with the stable form log(1 - tanh(u)^2) = 2 * (log 2 - u - softplus(-2u)), exact where tanh(u) rounds to +-1.
     """
     log_normal = -0.5 * ((u - mean) * torch.exp(-log_std)).pow(2) - log_std - 0.5 * LOG_2PI
@@ -147,7 +147,7 @@ def soft_q_target(rewards, terminations, next_q, next_log_prob, alpha, gamma: fl
     """Soft Bellman target of the critics.
 
     Shapes: rewards, terminations, next_log_prob (B,); next_q (M, B), the target critics' Q'_i(s', a'), a' ~ pi(.|s').
-    y = r + gamma * (1 - terminated) * (min_i Q'_i(s', a') - alpha * log pi(a'|s'))   [SAC eq. 3 and 5]
+    y = r + gamma * (1 - terminated) * (min_i Q'_i(s', a') - alpha * log pi(a'|s'))   [arXiv:1812.05905 eq. 3, 5]
     A truncation is stored with terminated = 0, so the target bootstraps from the true final observation s'.
     backup_entropy=False drops the -alpha log pi term (HIL-SERL's `use_backup_entropy`).
     """
@@ -286,7 +286,7 @@ class Actor(nn.Module):
     def get_action(self, obs):
         """Returns (action, log_prob (B, 1), deterministic action), actions rescaled to the Box bounds."""
         mean, log_std = self(obs)
-        # a = tanh(mean + std * eps) * scale + bias, eps ~ N(0, I): the reparameterization trick   [SAC eq. 11]
+        # a = tanh(mean + std * eps) * scale + bias, eps ~ N(0, I): the reparameterization trick   [arXiv:1801.01290 eq. 11]
         u = mean + log_std.exp() * torch.randn_like(mean)
         action = torch.tanh(u) * self.action_scale + self.action_bias
         log_prob = tanh_gaussian_log_prob(u, mean, log_std, self.action_scale)
@@ -336,7 +336,7 @@ class ReplayBuffer:
 # LOSSES
 # ---------------------------------------------------------------------------------------------------------------------
 def compute_loss_q(actor, qf, qf_target, batch, alpha, gamma, backup_entropy, num_subsample):
-    """J_Q = sum_i E[(Q_i(s, a) - y)^2], y from `soft_q_target`   [SAC eq. 5; DEVIATION(2)]. Returns (loss, metrics)."""
+    """J_Q = sum_i E[(Q_i(s, a) - y)^2], y from `soft_q_target`   [arXiv:1812.05905 eq. 5; DEVIATION(2)]. Returns (loss, metrics)."""
     obs, actions, rewards, next_obs, terminations = batch
     with torch.no_grad():
         next_actions, next_log_prob, _ = actor.get_action(next_obs)
@@ -351,7 +351,7 @@ def compute_loss_q(actor, qf, qf_target, batch, alpha, gamma, backup_entropy, nu
 
 
 def compute_loss_pi(actor, qf, obs, alpha):
-    """J_pi = E_s[alpha * log pi(a|s) - min_i Q_i(s, a)], a ~ pi(.|s) reparameterized   [SAC eq. 12].
+    """J_pi = E_s[alpha * log pi(a|s) - min_i Q_i(s, a)], a ~ pi(.|s) reparameterized   [arXiv:1801.01290 eq. 12, with alpha].
 
     Gradients reach the actor only: the critics' parameters enter detached. Returns (loss, detached log_prob (B,)).
     """
@@ -583,7 +583,7 @@ def main(args: Args) -> dict:
 
     @torch.no_grad()
     def update_targets():
-        # theta' <- tau * theta + (1 - tau) * theta'   [SAC Algorithm 1]
+        # theta' <- tau * theta + (1 - tau) * theta'   [arXiv:1801.01290 Algorithm 1]
         for target_param, param in zip(qf_target.parameters(), qf.parameters()):
             target_param.lerp_(param, args.tau)
 
