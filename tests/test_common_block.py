@@ -127,6 +127,26 @@ def test_env_snapshot_restores_mujoco_state_exactly(script):
     np.testing.assert_array_equal(np.stack(original), np.stack(restored))
 
 
+def test_replay_buffer_wraps_samples_only_stored_rows_and_round_trips(script):
+    rb = script.ReplayBuffer(capacity=5, obs_dim=2, act_dim=1, device="cpu")
+    for start in (0, 3, 6):  # three sub-envs per step: rows 0..8 land at (row mod 5)
+        rows = np.arange(start, start + 3, dtype=np.float32)
+        rb.add(np.stack([rows, rows], 1), rows[:, None], rows, np.stack([rows, rows], 1) + 0.5, rows % 2)
+        if start == 0:
+            assert rb.size == 3 and set(rb.sample(1000)[2].tolist()) == {0.0, 1.0, 2.0}  # never an empty row
+    assert rb.size == 5 and rb.pos == 9 % 5
+    np.testing.assert_array_equal(rb.rewards.numpy(), [5, 6, 7, 8, 4])  # the oldest rows were overwritten
+    obs, actions, rewards, next_obs, terminations = rb.sample(64)
+    torch.testing.assert_close(obs[:, 0], rewards)  # fields of one transition stay together
+    torch.testing.assert_close(next_obs[:, 1], rewards + 0.5)
+    torch.testing.assert_close(terminations, rewards % 2)
+    copy = script.ReplayBuffer(capacity=5, obs_dim=2, act_dim=1, device="cpu")
+    copy.load_state_dict(rb.state_dict())
+    for a, b in zip(rb.fields(), copy.fields()):
+        assert torch.equal(a, b)
+    assert (copy.pos, copy.size) == (rb.pos, rb.size)
+
+
 # ---------------------------------------------------------------------------------------------------------------------
 # DETERMINISM AND RESUME
 # ---------------------------------------------------------------------------------------------------------------------
