@@ -54,7 +54,7 @@ class Args:
     wandb_entity: str | None = None
     """the W&B entity (team)"""
     capture_video: bool = False
-    """record a video of the first episode of each evaluation to runs/<run_name>/videos (needs moviepy)"""
+    """record the first episode of each evaluation to runs/<run_name>/videos/step_<env step> (needs moviepy)"""
     save_model: bool = False
     """write the trained networks to runs/<run_name>/model.pt at the end"""
     eval_freq: int = 10_000
@@ -556,9 +556,9 @@ def main(args: Args) -> dict:
     start_step, train_start = global_step, None
     critic_metrics = actor_metrics = None
     eval_return = None
-    video_dir = f"{run_dir}/videos" if args.capture_video else None
 
     def run_evaluation():
+        video_dir = f"{run_dir}/videos/step_{global_step}" if args.capture_video else None  # one folder per evaluation
         mean_return = evaluate(actor, args.env_id, args.eval_episodes, args.seed + EVAL_SEED_OFFSET, device,
                                video_dir).mean()
         writer.add_scalar("eval/episodic_return", mean_return, global_step)

@@ -16,10 +16,12 @@ import pytest
 import torch
 from conftest import ROOT, scalars
 
-# script -> (fields for a run that reaches ~200 updates in seconds, the script's own bad inputs)
+# script -> (fields for a run that reaches ~200 updates in seconds, an env of the wrong action space and the script
+# its error points to, the script's own bad inputs)
 SCRIPTS = {
     "sac_continuous_action": (
         dict(learning_starts=100),
+        ("CartPole-v1", "sac_atari.py"),
         {"zero policy lr": (["--policy-lr", "0"], "--policy-lr"),
          "negative q lr": (["--q-lr", "-0.001"], "--q-lr"),
          "subsample above ensemble": (["--num-critics", "2", "--num-subsample-critics", "3"],
@@ -27,14 +29,25 @@ SCRIPTS = {
     ),
     "td3_continuous_action": (
         dict(learning_starts=100),
+        ("CartPole-v1", "sac_atari.py"),
         {"zero learning rate": (["--learning-rate", "0"], "--learning-rate"),
          "negative policy noise": (["--policy-noise", "-0.1"], "--policy-noise"),
          "negative noise clip": (["--noise-clip", "-1"], "--noise-clip"),
          "negative exploration noise": (["--exploration-noise", "-0.1"], "--exploration-noise")},
     ),
+    "sac_atari": (
+        dict(env_id="CartPole-v1", learning_starts=100, update_frequency=1, target_network_frequency=50),
+        ("Pendulum-v1", "sac_continuous_action.py"),
+        {"zero policy lr": (["--policy-lr", "0"], "--policy-lr"),
+         "zero adam eps": (["--adam-eps", "0"], "--adam-eps"),
+         "entropy scale above one": (["--target-entropy-scale", "1.5"], "--target-entropy-scale"),
+         "zero update frequency": (["--update-frequency", "0"], "--update-frequency"),
+         "Atari id without a game": (["--env-id", "ALE/NoSuchGame-v5"], "unknown env id")},
+    ),
 }
+CONTINUOUS = ["sac_continuous_action", "td3_continuous_action"]
 COMMON_BAD_INPUT = {
-    "discrete actions": (["--env-id", "CartPole-v1"], "sac_atari.py"),
+    "wrong action space": None,  # SCRIPTS[name][1]
     "unknown env id": (["--env-id", "NoSuchEnv-v0"], "unknown env id"),
     "batch above buffer": (["--batch-size", "512", "--buffer-size", "256"], "--buffer-size"),
     "learning never starts": (["--learning-starts", "1000", "--total-timesteps", "1000"], "--learning-starts"),
@@ -45,7 +58,7 @@ COMMON_BAD_INPUT = {
     "missing checkpoint": (["--resume", "nowhere/checkpoint.pt"], "no such file"),
     "corrupt checkpoint": (["--resume", "corrupt.pt"], "not a readable checkpoint"),
 }
-BAD_INPUT = [(name, case) for name, (_, own) in SCRIPTS.items() for case in [*COMMON_BAD_INPUT, *own]]
+BAD_INPUT = [(name, case) for name, (_, _, own) in SCRIPTS.items() for case in [*COMMON_BAD_INPUT, *own]]
 
 
 @pytest.fixture(params=list(SCRIPTS))
@@ -53,10 +66,19 @@ def script(request):
     return importlib.import_module(request.param)
 
 
+@pytest.fixture(params=CONTINUOUS)
+def continuous_script(request):
+    return importlib.import_module(request.param)
+
+
+def tiny_env(module) -> str:
+    return SCRIPTS[module.__name__][0].get("env_id", "Pendulum-v1")
+
+
 def tiny(module, **overrides):
-    """A Pendulum run of a few hundred steps that reaches about 200 critic updates in a second or two."""
-    base = dict(env_id="Pendulum-v1", total_timesteps=300, batch_size=32, buffer_size=1_000, eval_freq=0,
-                eval_episodes=1, log_freq=50, cuda=False, **SCRIPTS[module.__name__][0])
+    """A Pendulum run (CartPole for sac_atari) of a few hundred steps that reaches about 200 updates in a few seconds."""
+    base = dict(total_timesteps=300, batch_size=32, buffer_size=1_000, eval_freq=0, eval_episodes=1, log_freq=50,
+                cuda=False, **{"env_id": "Pendulum-v1", **SCRIPTS[module.__name__][0]})
     return module.Args(**{**base, **overrides})
 
 
@@ -85,9 +107,10 @@ def test_final_observations_replaces_reset_rows_only(script):
 
 
 @pytest.mark.parametrize("env_id,num_envs,total", [("Pendulum-v1", 2, 460), ("InvertedPendulum-v5", 1, 300)])
-def test_stored_transitions_replay_exactly_in_a_fresh_env(in_tmp, script, env_id, num_envs, total):
+def test_stored_transitions_replay_exactly_in_a_fresh_env(in_tmp, continuous_script, env_id, num_envs, total):
     """Every stored (s, a, r, s', terminated) is what a fresh env seeded alike gives; s' at an episode end is the true
     final observation, and no transition runs from a final observation into a reset."""
+    script = continuous_script
     summary = script.main(tiny(script, env_id=env_id, num_envs=num_envs, total_timesteps=total,
                                learning_starts=total - 40, checkpoint_freq=total, seed=3))
     checkpoint = torch.load(f"{summary['run_dir']}/checkpoint.pt", weights_only=False)
@@ -127,7 +150,8 @@ def test_env_snapshot_restores_mujoco_state_exactly(script):
     np.testing.assert_array_equal(np.stack(original), np.stack(restored))
 
 
-def test_replay_buffer_wraps_samples_only_stored_rows_and_round_trips(script):
+def test_replay_buffer_wraps_samples_only_stored_rows_and_round_trips(continuous_script):
+    script = continuous_script
     rb = script.ReplayBuffer(capacity=5, obs_dim=2, act_dim=1, device="cpu")
     for start in (0, 3, 6):  # three sub-envs per step: rows 0..8 land at (row mod 5)
         rows = np.arange(start, start + 3, dtype=np.float32)
@@ -160,15 +184,16 @@ def test_same_seed_gives_identical_logged_losses(in_tmp, script):
     assert different["losses/qf_loss"] != runs[0]["losses/qf_loss"]
 
 
-RESUME_FLAGS = ["--env-id", "Pendulum-v1", "--total-timesteps", "1500", "--learning-starts", "300", "--batch-size", "64",
+RESUME_FLAGS = ["--total-timesteps", "1500", "--learning-starts", "300", "--batch-size", "64",
                 "--eval-freq", "500", "--eval-episodes", "1", "--save-model", "--log-freq", "50", "--no-cuda"]
 
 
 def test_interrupted_and_resumed_run_ends_identical(tmp_path, script):
     (tmp_path / "a").mkdir(), (tmp_path / "b").mkdir()
-    assert run_cli(script, RESUME_FLAGS, tmp_path / "a").returncode == 0
+    flags = ["--env-id", tiny_env(script), *RESUME_FLAGS]
+    assert run_cli(script, flags, tmp_path / "a").returncode == 0
     # Run b: SIGTERM as soon as its first periodic checkpoint exists, then resume it to the end.
-    proc = subprocess.Popen([sys.executable, script_path(script), *RESUME_FLAGS, "--checkpoint-freq", "400"],
+    proc = subprocess.Popen([sys.executable, script_path(script), *flags, "--checkpoint-freq", "400"],
                             cwd=tmp_path / "b", stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 300
     while not glob.glob(f"{tmp_path}/b/runs/*/checkpoint.pt") and time.time() < deadline:
@@ -202,7 +227,8 @@ def test_interrupted_and_resumed_run_ends_identical(tmp_path, script):
 @pytest.mark.parametrize("name,case", BAD_INPUT)
 def test_bad_input_one_line_exit_2_nothing_written(in_tmp, capsys, name, case):
     module = importlib.import_module(name)
-    argv, needle = {**COMMON_BAD_INPUT, **SCRIPTS[name][1]}[case]
+    argv, needle = {**COMMON_BAD_INPUT, "wrong action space": (["--env-id", SCRIPTS[name][1][0]], SCRIPTS[name][1][1]),
+                    **SCRIPTS[name][2]}[case]
     (in_tmp / "corrupt.pt").write_bytes(b"PK\x03\x04 this is not a checkpoint")
     with pytest.raises(SystemExit) as exit_info:
         module.cli(argv)
@@ -213,9 +239,10 @@ def test_bad_input_one_line_exit_2_nothing_written(in_tmp, capsys, name, case):
 
 
 def test_bad_input_from_the_shell_prints_no_traceback(tmp_path, script):
-    result = run_cli(script, ["--env-id", "CartPole-v1"], tmp_path)
+    env_id, other_script = SCRIPTS[script.__name__][1]
+    result = run_cli(script, ["--env-id", env_id], tmp_path)
     assert result.returncode == 2 and result.stdout == ""
-    assert result.stderr.strip().count("\n") == 0 and "sac_atari.py" in result.stderr
+    assert result.stderr.strip().count("\n") == 0 and other_script in result.stderr
     assert os.listdir(tmp_path) == []
 
 
@@ -255,9 +282,10 @@ def test_help_lists_every_flag_and_the_readme_documents_them(script):
 def test_smoke_capture_video_and_track(tmp_path, script):
     """--capture-video writes an mp4 of an evaluation episode; --track logs to W&B (offline) without error."""
     env = {**os.environ, "WANDB_MODE": "offline", "WANDB_DIR": str(tmp_path), "WANDB_SILENT": "true"}
-    result = run_cli(script, ["--env-id", "InvertedPendulum-v5", "--total-timesteps", "300", "--learning-starts", "100",
+    video_env = "BreakoutNoFrameskip-v4" if script.__name__ == "sac_atari" else "InvertedPendulum-v5"  # no pygame
+    result = run_cli(script, ["--env-id", video_env, "--total-timesteps", "300", "--learning-starts", "100",
                               "--batch-size", "32", "--eval-episodes", "1", "--capture-video", "--track", "--no-cuda"],
                      tmp_path, env=env)
     assert result.returncode == 0, result.stderr
-    assert glob.glob(f"{tmp_path}/runs/*/videos/*.mp4")
+    assert glob.glob(f"{tmp_path}/runs/*/videos/step_*/*.mp4")
     assert glob.glob(f"{tmp_path}/wandb/offline-run-*")
