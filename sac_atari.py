@@ -341,7 +341,9 @@ class ReplayBuffer:
         dtype = torch.uint8 if obs_space.dtype == np.uint8 else torch.float32
         self.slots, self.num_envs, self.device = -(-capacity // num_envs), num_envs, device  # ceil(capacity / envs)
         shape = (num_envs, self.slots)
-        self.frames = torch.zeros(shape + tuple(frame_shape), dtype=dtype)  # pages are committed as they are written
+        # torch.empty: memory pages are committed as frames are written (torch.zeros would commit all 7 GB at once);
+        # a slot is read only once written, as `valid`, `first` and `size` ensure
+        self.frames = torch.empty(shape + tuple(frame_shape), dtype=dtype)
         self.actions = torch.zeros(shape, dtype=torch.long)
         self.rewards = torch.zeros(shape)
         self.terminations = torch.zeros(shape)
