@@ -17,8 +17,8 @@ Deviations from the papers (each marked `# DEVIATION(n)` in the code):
        `target_network_frequency` env steps (CleanRL's schedule); the paper updates every step with Polyak averaging.
     4. The critic loss is the plain mean squared error summed over the two critics, without the 1/2 (as CleanRL).
     5. Training starts with `learning_starts` env steps of uniformly random actions (as CleanRL).
-    6. The replay buffer stores each frame once and rebuilds the frame stacks when it samples (CleanRL stores both
-       stacks of every transition, 14x the memory); the sampled stacks are byte-identical.
+    6. The replay buffer stores each frame once and rebuilds the frame stacks when it samples; the sampled stacks are
+       byte-identical. CleanRL's SB3 buffer stores both 4-frame stacks of every transition: 8 frames where we store 1.
 """
 
 import os

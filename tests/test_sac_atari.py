@@ -223,11 +223,12 @@ def test_compile_cartpole(in_tmp):
     assert summary["critic_updates"] == 201
 
 
-# CartPole-v1, 20k steps, these flags: final evaluation (10 episodes) of seeds 1-5 measured as MEASURED below.
-CARTPOLE = dict(env_id="CartPole-v1", total_timesteps=20_000, learning_starts=1_000, update_frequency=1,
-                target_network_frequency=1, tau=0.005, batch_size=64, buffer_size=20_000, eval_freq=0, cuda=False)
+# CartPole-v1, 6k steps with these flags, one thread: the final evaluation (10 greedy episodes) of seeds 1-5 measured
+# 500.0, 336.4, 353.4, 372.8, 336.5 (a random policy scores about 22). The threshold sits below the worst seed.
+CARTPOLE = dict(env_id="CartPole-v1", total_timesteps=6_000, learning_starts=1_000, update_frequency=1,
+                target_network_frequency=1, tau=0.005, batch_size=64, buffer_size=6_000, eval_freq=0, cuda=False)
 
 
 def test_learns_cartpole(in_tmp):
     summary = sa.main(sa.Args(seed=1, **CARTPOLE))
-    assert summary["eval_return"] > 150
+    assert summary["eval_return"] > 250
