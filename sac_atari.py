@@ -290,28 +290,24 @@ class Scale(nn.Module):
         return x.float() * self.factor
 
 
-class SoftQNetwork(nn.Module):
+class PerAction(nn.Module):
+    """An encoder and a linear layer with one output per action: (B, *obs_shape) -> (B, |A|)."""
+
+    def __init__(self, envs):
+        super().__init__()
+        self.encoder = encoder(envs.single_observation_space.shape)
+        self.head = layer_init(nn.Linear(self.encoder[-2].out_features, int(envs.single_action_space.n)))
+
+    def forward(self, obs):
+        return self.head(self.encoder(obs))
+
+
+class SoftQNetwork(PerAction):
     """Q(s, .): one soft Q value per action, (B, |A|)."""
 
-    def __init__(self, envs):
-        super().__init__()
-        self.encoder = encoder(envs.single_observation_space.shape)
-        self.fc_q = layer_init(nn.Linear(self.encoder[-2].out_features, int(envs.single_action_space.n)))
 
-    def forward(self, obs):
-        return self.fc_q(self.encoder(obs))
-
-
-class Actor(nn.Module):
-    """Categorical policy with CleanRL's interface: Actor(envs), forward(obs) -> logits, get_action."""
-
-    def __init__(self, envs):
-        super().__init__()
-        self.encoder = encoder(envs.single_observation_space.shape)
-        self.fc_logits = layer_init(nn.Linear(self.encoder[-2].out_features, int(envs.single_action_space.n)))
-
-    def forward(self, obs):
-        return self.fc_logits(self.encoder(obs))
+class Actor(PerAction):
+    """Categorical policy with CleanRL's interface: Actor(envs), forward(obs) -> logits (B, |A|), get_action."""
 
     def get_action(self, obs):
         """Returns (action (B,), log pi(.|s) (B, |A|), pi(.|s) (B, |A|)); log_softmax, never log(softmax)."""

@@ -198,24 +198,30 @@ def final_observations(next_obs: np.ndarray, infos: dict) -> np.ndarray:
 def env_snapshot(envs: gym.vector.SyncVectorEnv) -> bytes:
     """Pickle the sub-envs with their simulator state and RNG, for an exact resume.
 
-    MuJoCo envs pickle through EzPickle, which rebuilds them from their constructor arguments; their MjData and
-    np_random are stored beside them and copied back by `env_restore`.
+    MuJoCo and ALE envs pickle through EzPickle, which rebuilds them from their constructor arguments; their np_random
+    and simulator state (MjData, or the ALE state with its RNG) are stored beside them and put back by `env_restore`.
     """
-    extras = [(env.unwrapped.np_random, getattr(env.unwrapped, "data", None)) for env in envs.envs]
-    exact = all(data is not None or not isinstance(env.unwrapped, gym.utils.EzPickle)
-                for env, (_, data) in zip(envs.envs, extras))
+    extras = []
+    for env in envs.envs:
+        base = env.unwrapped
+        state = base.ale.cloneState(include_rng=True) if hasattr(base, "ale") else getattr(base, "data", None)
+        extras.append((base.np_random, state))
+    exact = all(state is not None or not isinstance(env.unwrapped, gym.utils.EzPickle)
+                for env, (_, state) in zip(envs.envs, extras))
     return pickle.dumps((envs.envs, extras, exact))
 
 
 def env_restore(snapshot: bytes):
     """Inverse of `env_snapshot`: returns (sub-envs, exact), exact=False where an env's state could not be saved."""
     sub_envs, extras, exact = pickle.loads(snapshot)
-    for env, (np_random, data) in zip(sub_envs, extras):
+    for env, (np_random, state) in zip(sub_envs, extras):
         env.unwrapped.np_random = np_random
-        if data is not None:
+        if hasattr(env.unwrapped, "ale"):
+            env.unwrapped.ale.restoreState(state)
+        elif state is not None:
             import mujoco
 
-            mujoco.mj_copyData(env.unwrapped.data, env.unwrapped.model, data)
+            mujoco.mj_copyData(env.unwrapped.data, env.unwrapped.model, state)
     return sub_envs, exact
 
 

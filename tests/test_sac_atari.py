@@ -62,7 +62,7 @@ def test_actor_matches_torch_categorical_and_stays_finite_at_extreme_logits():
     torch.testing.assert_close(reference.log_prob(action), log_probs.gather(1, action[:, None]).squeeze(1))
     torch.testing.assert_close(probs.sum(1), torch.ones(64))
     with torch.no_grad():
-        actor.fc_logits.weight.mul_(1e4)  # logits in the 1e4s: log(softmax) would give -inf, log_softmax does not
+        actor.head.weight.mul_(1e4)  # logits in the 1e4s: log(softmax) would give -inf, log_softmax does not
         _, log_probs, _ = actor.get_action(obs * 100)
     assert torch.isfinite(log_probs).all()
 
