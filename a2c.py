@@ -332,19 +332,28 @@ class Agent(nn.Module):
     def value(self, obs):
         return self.critic_head(self.critic_trunk(obs)).squeeze(-1)
 
-    def distribution(self, obs):
-        out = self.actor_head(self.actor_trunk(obs))
+    def _policy(self, features):
+        out = self.actor_head(features)
         if self.discrete:
             return torch.distributions.Categorical(logits=out)
         return torch.distributions.Normal(out, self.log_std.exp().expand_as(out))
 
+    def distribution(self, obs):
+        return self._policy(self.actor_trunk(obs))
+
+    def forward(self, obs):
+        """(pi(.|s), V(s) (B,)), with one pass through a shared trunk."""
+        features = self.actor_trunk(obs)
+        critic_features = features if self.critic_trunk is self.actor_trunk else self.critic_trunk(obs)
+        return self._policy(features), self.critic_head(critic_features).squeeze(-1)
+
     def evaluate_actions(self, obs, actions):
         """(log pi(a|s) (B,), entropy (B,), V(s) (B,)) for a batch of actions already taken."""
-        dist = self.distribution(obs)
+        dist, values = self(obs)
         log_prob, entropy = dist.log_prob(actions), dist.entropy()
         if not self.discrete:
             log_prob, entropy = log_prob.sum(-1), entropy.sum(-1)
-        return log_prob, entropy, self.value(obs)
+        return log_prob, entropy, values
 
     def greedy_action(self, obs):
         """argmax_a pi(a|s) for Discrete actions, the mean for Box actions."""
@@ -596,12 +605,12 @@ def main(args: Args) -> dict:
     try:
         while updates < num_updates and not stop_signal:
             previous_step = global_step
-            # COLLECT a rollout of T steps in each of the N envs
+            # COLLECT a rollout of T steps in each of the N envs, all stepped in lockstep (DEVIATION(1))
             for t in range(T):
                 obs_t = as_tensor(obs, device)
                 with torch.no_grad():
-                    actions = agent.distribution(obs_t).sample()
-                    rollout_values[t] = agent.value(obs_t)
+                    dist, rollout_values[t] = agent(obs_t)
+                    actions = dist.sample()
                 rollout_obs[t], rollout_actions[t] = obs_t, actions
                 actions = actions.cpu().numpy()
                 next_obs, rewards, terminations, truncations, infos = envs.step(

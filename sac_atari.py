@@ -538,6 +538,11 @@ def load_checkpoint(path: str) -> dict:
     return checkpoint
 
 
+def as_tensor(obs: np.ndarray, device) -> torch.Tensor:
+    """Atari frames stay uint8 (the encoder scales them); other observations become float32."""
+    return torch.as_tensor(obs, dtype=torch.uint8 if obs.dtype == np.uint8 else torch.float32, device=device)
+
+
 @torch.no_grad()
 def evaluate(actor: Actor, env_id: str, episodes: int, seed: int, device="cpu", video_dir: str | None = None):
     """Returns of `episodes` real episodes (whole Atari games, unclipped) with the greedy action argmax_a pi(a|s);
@@ -557,11 +562,6 @@ def evaluate(actor: Actor, env_id: str, episodes: int, seed: int, device="cpu", 
                 obs, _ = env.reset()
     env.close()
     return np.array(returns)
-
-
-def as_tensor(obs: np.ndarray, device) -> torch.Tensor:
-    """Atari frames stay uint8 (the encoder scales them); other observations become float32."""
-    return torch.as_tensor(obs, dtype=torch.uint8 if obs.dtype == np.uint8 else torch.float32, device=device)
 
 
 def crossed(before: int, now: int, every: int) -> bool:

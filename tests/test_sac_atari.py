@@ -7,6 +7,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from conftest import scalars
 
 import sac_atari as sa
 
@@ -175,8 +176,6 @@ def test_ale_snapshot_restores_the_game_exactly():
 # ---------------------------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("env_id", ["BreakoutNoFrameskip-v4", "ALE/Pong-v5"])
 def test_smoke_atari_reaches_updates(in_tmp, env_id):
-    from conftest import scalars
-
     summary = sa.main(sa.Args(env_id=env_id, total_timesteps=260, learning_starts=100, batch_size=16, buffer_size=500,
                               target_network_frequency=50, eval_freq=0, eval_episodes=1, log_freq=20, cuda=False))
     assert summary["critic_updates"] == 41  # every 4th step from step 100 to 260
