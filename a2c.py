@@ -102,11 +102,14 @@ class Args:
     """decay the learning rate linearly to 0 over the run (A3C paper)"""
     shared_network: bool = False
     """one trunk with a policy head and a value head (baselines' Atari model); otherwise separate networks"""
+    log_interval: int = 100
+    """log the losses, averaged over this many updates, every this many updates (SB3's A2C logs every 100)"""
 
 
 HIDDEN = 64  # units per hidden layer of the MLPs (SB3's A2C)
 CNN_FEATURES = 512  # NatureCNN's last hidden layer (Mnih et al. 2015)
 FRAME_STACK, FRAME_SIZE, NOOP_MAX, FRAME_SKIP = 4, 84, 30, 4  # Atari preprocessing (Mnih et al. 2015; seed 000)
+HALF_LOG_2PI = 0.5 * float(np.log(2 * np.pi))
 EVAL_SEED_OFFSET = 1_000_000  # evaluation episode k is reset with seed + EVAL_SEED_OFFSET + k
 PROGRESS_SECONDS = 0.5, 30.0  # progress refresh interval on a terminal, and between plain lines otherwise
 
@@ -124,10 +127,11 @@ def nstep_returns(rewards, dones, last_values, gamma: float):
     Shapes: rewards, dones (T, N); last_values (N,), V(s_T). dones[t] = 1: the episode ended at step t.
     R[T-1] = r[T-1] + gamma * (1 - d[T-1]) * V(s_T);  R[t] = r[t] + gamma * (1 - d[t]) * R[t+1]   [arXiv:1602.01783 Alg. S3]
     """
-    returns = torch.zeros_like(rewards)
+    discounts = gamma * (1.0 - dones)
+    returns = torch.empty_like(rewards)
     future = last_values
     for t in reversed(range(len(rewards))):
-        future = returns[t] = rewards[t] + gamma * (1.0 - dones[t]) * future
+        future = returns[t] = rewards[t] + discounts[t] * future
     return returns
 
 
@@ -138,13 +142,12 @@ def gae_advantages(rewards, values, dones, last_values, gamma: float, gae_lambda
     delta[t] = r[t] + gamma * (1 - d[t]) * V[t+1] - V[t];  A[t] = delta[t] + gamma * lambda * (1 - d[t]) * A[t+1]
     [arXiv:1506.02438 eq. 16]
     """
-    advantages = torch.zeros_like(rewards)
-    next_values, future = last_values, torch.zeros_like(last_values)
+    discounts = gamma * (1.0 - dones)
+    deltas = rewards + discounts * torch.cat((values[1:], last_values.unsqueeze(0))) - values
+    advantages = torch.empty_like(rewards)
+    future = torch.zeros_like(last_values)
     for t in reversed(range(len(rewards))):
-        not_done = 1.0 - dones[t]
-        delta = rewards[t] + gamma * not_done * next_values - values[t]
-        future = advantages[t] = delta + gamma * gae_lambda * not_done * future
-        next_values = values[t]
+        future = advantages[t] = deltas[t] + gae_lambda * discounts[t] * future
     return advantages
 
 
@@ -314,6 +317,8 @@ class Agent(nn.Module):
 
     Discrete actions: Categorical(logits). Box actions: Normal(mean(s), exp(log_std)) with a state-independent log_std;
     the env receives the sample clipped to the bounds, the log-probability is of the unclipped sample.
+    The log-probabilities, entropies and samples are written out instead of built from torch.distributions, whose
+    argument checks cost more than the whole network on CartPole; the tests compare them with torch.distributions.
     """
 
     def __init__(self, envs, shared: bool):
@@ -332,33 +337,66 @@ class Agent(nn.Module):
     def value(self, obs):
         return self.critic_head(self.critic_trunk(obs)).squeeze(-1)
 
-    def _policy(self, features):
-        out = self.actor_head(features)
-        if self.discrete:
-            return torch.distributions.Categorical(logits=out)
-        return torch.distributions.Normal(out, self.log_std.exp().expand_as(out))
-
-    def distribution(self, obs):
-        return self._policy(self.actor_trunk(obs))
-
     def forward(self, obs):
-        """(pi(.|s), V(s) (B,)), with one pass through a shared trunk."""
+        """(policy statistics (B, A): the logits, or the Gaussian's mean; V(s) (B,)), one pass through a shared trunk."""
         features = self.actor_trunk(obs)
         critic_features = features if self.critic_trunk is self.actor_trunk else self.critic_trunk(obs)
-        return self._policy(features), self.critic_head(critic_features).squeeze(-1)
+        return self.actor_head(features), self.critic_head(critic_features).squeeze(-1)
+
+    def log_prob_entropy(self, stats, actions):
+        """(log pi(a|s) (B,), H[pi(.|s)] (B,)) from forward's statistics.
+
+        Categorical: log softmax(logits)[a], H = -sum_a p log p.
+        Normal: log pi(a|s) = sum_i -(a_i - mu_i)^2 / (2 sigma_i^2) - log sigma_i - log(2 pi) / 2,
+                H = sum_i 1/2 + log(2 pi) / 2 + log sigma_i.
+        """
+        if self.discrete:
+            log_probs = stats.log_softmax(-1)
+            return log_probs.gather(-1, actions.unsqueeze(-1)).squeeze(-1), -(log_probs.exp() * log_probs).sum(-1)
+        z = (actions - stats) * torch.exp(-self.log_std)
+        log_prob = (-0.5 * z.pow(2) - self.log_std - HALF_LOG_2PI).sum(-1)
+        return log_prob, (0.5 + HALF_LOG_2PI + self.log_std).sum().expand(len(stats))
 
     def evaluate_actions(self, obs, actions):
         """(log pi(a|s) (B,), entropy (B,), V(s) (B,)) for a batch of actions already taken."""
-        dist, values = self(obs)
-        log_prob, entropy = dist.log_prob(actions), dist.entropy()
-        if not self.discrete:
-            log_prob, entropy = log_prob.sum(-1), entropy.sum(-1)
-        return log_prob, entropy, values
+        stats, values = self(obs)
+        return *self.log_prob_entropy(stats, actions), values
 
+    @torch.no_grad()
+    def act(self, obs):
+        """(a ~ pi(.|s) (B,) or (B, A), V(s) (B,)) for the rollout. A Box action is the unclipped Gaussian sample.
+
+        Categorical by the Gumbel-max trick: argmax_a (logits_a + g_a), g_a = -log(-log u_a), u_a ~ U[0, 1).
+        """
+        stats, values = self(obs)
+        if self.discrete:
+            return (stats - torch.rand_like(stats).log_().neg_().log_()).argmax(-1), values
+        return stats + self.log_std.exp() * torch.randn_like(stats), values
+
+    @torch.no_grad()
     def greedy_action(self, obs):
         """argmax_a pi(a|s) for Discrete actions, the mean for Box actions."""
-        dist = self.distribution(obs)
-        return dist.probs.argmax(-1) if self.discrete else dist.mean
+        stats = self.actor_head(self.actor_trunk(obs))
+        return stats.argmax(-1) if self.discrete else stats
+
+
+def flatten_parameters(module: nn.Module) -> nn.Parameter:
+    """Make every parameter of `module` a view into one flat parameter, and every gradient a view into its gradient.
+
+    The optimizer and the gradient clipping then each run a handful of kernels on one tensor instead of a handful per
+    layer: on CartPole's 12 small tensors that is most of an update's cost. Backward accumulates into the existing
+    `.grad` views in place, so clear them with `flat.grad.zero_()`, never by setting them to None. Call it after
+    `.to(device)`, which would make new tensors.
+    """
+    params = list(module.parameters())
+    flat = nn.Parameter(torch.cat([p.detach().reshape(-1) for p in params]))
+    flat.grad = torch.zeros_like(flat)
+    offset = 0
+    for p in params:
+        p.data = flat.data[offset: offset + p.numel()].view_as(p)
+        p.grad = flat.grad[offset: offset + p.numel()].view_as(p)
+        offset += p.numel()
+    return flat
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -400,6 +438,7 @@ def check_args(args: Args) -> None:
         (args.eval_freq < 0, "--eval-freq must be non-negative (0: evaluate only at the end)"),
         (args.eval_episodes < 1, "--eval-episodes must be at least 1"),
         (args.checkpoint_freq < 0, "--checkpoint-freq must be non-negative (0: only on SIGINT/SIGTERM)"),
+        (args.log_interval < 1, "--log-interval must be at least 1"),
     ]
     for bad, message in problems:
         if bad:
@@ -539,11 +578,11 @@ def main(args: Args) -> dict:
     obs_shape, action_space = envs.single_observation_space.shape, envs.single_action_space
 
     agent = Agent(envs, args.shared_network).to(device)
+    flat_params = flatten_parameters(agent)
     if args.optimizer == "rmsprop":
-        optimizer = torch.optim.RMSprop(agent.parameters(), lr=args.learning_rate, alpha=args.rms_alpha,
-                                        eps=args.rms_eps)
+        optimizer = torch.optim.RMSprop([flat_params], lr=args.learning_rate, alpha=args.rms_alpha, eps=args.rms_eps)
     else:
-        optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=args.rms_eps)
+        optimizer = torch.optim.Adam([flat_params], lr=args.learning_rate, eps=args.rms_eps)
     low, high = (None, None) if agent.discrete else (action_space.low, action_space.high)
 
     # ROLLOUT STORAGE: (T, N) per quantity
@@ -552,11 +591,12 @@ def main(args: Args) -> dict:
     rollout_obs = torch.zeros((T, N, *obs_shape), dtype=obs_dtype, device=device)
     rollout_actions = torch.zeros((T, N) if agent.discrete else (T, N, *action_space.shape),
                                   dtype=torch.long if agent.discrete else torch.float32, device=device)
-    rollout_rewards = torch.zeros((T, N), device=device)
-    rollout_dones = torch.zeros((T, N), device=device)
+    rollout_rewards = np.zeros((T, N), dtype=np.float32)  # numpy until the rollout is complete: a row per step costs
+    rollout_dones = np.zeros((T, N), dtype=np.float32)  # no torch op, the whole rollout then moves in one copy each
     rollout_values = torch.zeros((T, N), device=device)
 
     num_updates = args.total_timesteps // (T * N)
+    loss_sums = torch.zeros(3, device=device)  # policy_loss, value_loss, entropy since the last log
     global_step = updates = 0
     last_return = None
     if checkpoint:
@@ -564,6 +604,7 @@ def main(args: Args) -> dict:
         optimizer.load_state_dict(checkpoint["optimizer"])
         global_step, updates = checkpoint["counters"]
         last_return = checkpoint["last_return"]
+        loss_sums = checkpoint["loss_sums"].to(device)
         obs = checkpoint["obs"]
         torch.set_rng_state(checkpoint["rng"]["torch"])
         np.random.set_state(checkpoint["rng"]["numpy"])
@@ -579,7 +620,7 @@ def main(args: Args) -> dict:
 
     def save_checkpoint():
         state = dict(agent=agent.state_dict(), optimizer=optimizer.state_dict(), args=asdict(args), run_name=run_name,
-                     obs=obs, counters=(global_step, updates), last_return=last_return, envs=env_snapshot(envs),
+                     obs=obs, counters=(global_step, updates), last_return=last_return, loss_sums=loss_sums, envs=env_snapshot(envs),
                      rng={"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "random": random.getstate(),
                           "cuda": torch.cuda.get_rng_state_all() if device.type == "cuda" else []})
         path = f"{run_dir}/checkpoint.pt"
@@ -608,9 +649,7 @@ def main(args: Args) -> dict:
             # COLLECT a rollout of T steps in each of the N envs, all stepped in lockstep (DEVIATION(1))
             for t in range(T):
                 obs_t = as_tensor(obs, device)
-                with torch.no_grad():
-                    dist, rollout_values[t] = agent(obs_t)
-                    actions = dist.sample()
+                actions, rollout_values[t] = agent.act(obs_t)
                 rollout_obs[t], rollout_actions[t] = obs_t, actions
                 actions = actions.cpu().numpy()
                 next_obs, rewards, terminations, truncations, infos = envs.step(
@@ -627,24 +666,23 @@ def main(args: Args) -> dict:
                 # A truncation bootstraps: r += gamma * V(final obs), then the step ends the episode like a termination
                 # (DEVIATION(2)). SAME_STEP autoreset: next_obs already starts the next episode, so nothing bootstraps
                 # across a reset and no reset step enters the rollout.
-                rewards = torch.as_tensor(rewards, dtype=torch.float32, device=device)
                 if truncations.any():
                     with torch.no_grad():
-                        final_values = agent.value(as_tensor(final_observations(next_obs, infos), device))
-                    rewards = bootstrap_truncations(rewards, torch.as_tensor(truncations, device=device).float(),
-                                                    final_values, args.gamma)
+                        final_values = agent.value(as_tensor(final_observations(next_obs, infos), device)).cpu().numpy()
+                    rewards = bootstrap_truncations(rewards, truncations, final_values, args.gamma)
                 rollout_rewards[t] = rewards
-                rollout_dones[t] = torch.as_tensor(terminations | truncations, dtype=torch.float32, device=device)
+                rollout_dones[t] = terminations | truncations
                 obs = next_obs
 
             # ADVANTAGES, detached
             with torch.no_grad():
                 last_values = agent.value(as_tensor(obs, device))
+                rewards, dones = (torch.as_tensor(x, device=device) for x in (rollout_rewards, rollout_dones))
                 if args.advantage == "nstep":
-                    value_targets = nstep_returns(rollout_rewards, rollout_dones, last_values, args.gamma)
+                    value_targets = nstep_returns(rewards, dones, last_values, args.gamma)
                     advantages = value_targets - rollout_values
                 else:
-                    advantages = gae_advantages(rollout_rewards, rollout_values, rollout_dones, last_values,
+                    advantages = gae_advantages(rewards, rollout_values, dones, last_values,
                                                 args.gamma, args.gae_lambda)
                     value_targets = advantages + rollout_values
                     if args.norm_adv:  # DEVIATION(3)
@@ -655,19 +693,24 @@ def main(args: Args) -> dict:
                 optimizer.param_groups[0]["lr"] = args.learning_rate * (1.0 - updates / num_updates)
             loss, metrics = compute_loss(agent, rollout_obs.flatten(0, 1), rollout_actions.flatten(0, 1),
                                          advantages.flatten(), value_targets.flatten(), args.vf_coef, args.ent_coef)
-            optimizer.zero_grad(set_to_none=True)
+            flat_params.grad.zero_()
             loss.backward()
-            nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)  # DEVIATION(4)
+            nn.utils.clip_grad_norm_(flat_params, args.max_grad_norm)  # DEVIATION(4)
             optimizer.step()
             updates += 1
 
-            # LOG (every update: one rollout is a few env steps per env)
-            for key, value in metrics.items():
-                writer.add_scalar(f"losses/{key}", value.item(), global_step)
-            writer.add_scalar("losses/explained_variance",
-                              explained_variance(rollout_values.flatten(), value_targets.flatten()), global_step)
-            writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
-            writer.add_scalar("charts/SPS", int((global_step - start_step) / (time.time() - start_time)), global_step)
+            # LOG the losses averaged over the last `log_interval` updates: summed on the device, read once per window
+            loss_sums += torch.stack(tuple(metrics.values()))
+            if updates % args.log_interval == 0 or updates == num_updates:
+                window = (updates - 1) % args.log_interval + 1
+                for key, value in zip(metrics, (loss_sums / window).tolist()):
+                    writer.add_scalar(f"losses/{key}", value, global_step)
+                loss_sums.zero_()
+                writer.add_scalar("losses/explained_variance",
+                                  explained_variance(rollout_values.flatten(), value_targets.flatten()), global_step)
+                writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
+                writer.add_scalar("charts/SPS", int((global_step - start_step) / (time.time() - start_time)),
+                                  global_step)
 
             # EVALUATE
             if crossed(previous_step, global_step, args.eval_freq):

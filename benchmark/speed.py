@@ -1,0 +1,118 @@
+"""Training-phase throughput of our scripts against Stable-Baselines3 on the same machine, with matched hyperparameters.
+
+    python benchmark/speed.py                          # a2c vs SB3 A2C on CartPole-v1, 3 alternating pairs
+    python benchmark/speed.py --pairs a2c --repeats 5 --steps 200000 --threads 1 --out speed.md
+
+Every run is a fresh process with torch, OpenMP and MKL pinned to `--threads` threads. The runs alternate (ours, SB3,
+ours, SB3, ...) so that a slow spell of the machine hits both sides; the ratio of each (ours, SB3) pair is reported as
+min / median / max. Env steps per second are counted over the training phase: for A2C that is the whole run (it learns
+from the first rollout), with env stepping, action sampling, updates and logging all included; env construction is not.
+Peak memory is the process's maximum resident set size. Prints a Markdown table and writes it to --out.
+"""
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# name: (env id, our script, its flags, what SB3 runs). The hyperparameters match the script's defaults:
+# A2C: 8 envs, n_steps 5, gamma 0.99, n-step returns (SB3: gae_lambda 1.0), no advantage normalization, vf 0.5,
+# entropy 0.01, grad norm 0.5, RMSprop lr 7e-4 alpha 0.99 eps 1e-5, separate 64-64 tanh actor and critic.
+PAIRS = {
+    "a2c": ("CartPole-v1", "a2c.py", ["--num-envs", "8", "--num-steps", "5", "--eval-freq", "0", "--eval-episodes", "1"],
+            "A2C"),
+}
+
+
+def run_ours(pair: str, steps: int, seed: int) -> float:
+    env_id, script, flags, _ = PAIRS[pair]
+    sys.path.insert(0, ROOT)
+    module = __import__(script[: -len(".py")])
+    with tempfile.TemporaryDirectory() as tmp:
+        os.chdir(tmp)
+        summary = module.cli(["--env-id", env_id, "--total-timesteps", str(steps), "--seed", str(seed), *flags])
+    return summary["train_sps"]
+
+
+def run_sb3(pair: str, steps: int, seed: int) -> float:
+    env_id, _, _, algo = PAIRS[pair]
+    from stable_baselines3 import A2C
+    from stable_baselines3.common.env_util import make_vec_env
+
+    if algo == "A2C":
+        env = make_vec_env(env_id, n_envs=8, seed=seed)
+        model = A2C("MlpPolicy", env, learning_rate=7e-4, n_steps=5, gamma=0.99, gae_lambda=1.0, ent_coef=0.01,
+                    vf_coef=0.5, max_grad_norm=0.5, rms_prop_eps=1e-5, use_rms_prop=True, normalize_advantage=False,
+                    seed=seed, device="cpu")
+    start = time.perf_counter()
+    model.learn(total_timesteps=steps)
+    return model.num_timesteps / (time.perf_counter() - start)
+
+
+def child(side: str, pair: str, steps: int, seed: int, threads: int) -> None:
+    import torch
+
+    torch.set_num_threads(threads)
+    sps = (run_ours if side == "ours" else run_sb3)(pair, steps, seed)
+    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print("RESULT " + json.dumps({"sps": sps, "peak_mb": peak_mb}))
+
+
+def measure(side: str, pair: str, steps: int, seed: int, threads: int) -> dict:
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+    cmd = [sys.executable, os.path.abspath(__file__), "--child", side, "--pairs", pair, "--steps", str(steps),
+           "--seed", str(seed), "--threads", str(threads)]
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    lines = [line for line in out.stdout.splitlines() if line.startswith("RESULT ")]
+    if out.returncode != 0 or not lines:
+        sys.exit(f"error: {side} {pair} failed (exit {out.returncode}):\n{out.stderr[-2000:]}")
+    return json.loads(lines[-1][len("RESULT "):])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--pairs", nargs="+", default=["a2c"], choices=sorted(PAIRS))
+    parser.add_argument("--repeats", type=int, default=3, help="alternating (ours, SB3) pairs per script")
+    parser.add_argument("--steps", type=int, default=100_000, help="env steps per run")
+    parser.add_argument("--threads", type=int, default=1, help="torch/OpenMP/MKL threads per process")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--out", default=None, help="write the Markdown table here as well")
+    parser.add_argument("--child", choices=["ours", "sb3"], help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        return child(args.child, args.pairs[0], args.steps, args.seed, args.threads)
+    if args.repeats < 1 or args.steps < 1000 or args.threads < 1:
+        sys.exit("error: --repeats and --threads must be at least 1 and --steps at least 1000")
+
+    rows = ["| script | env | ours SPS (median) | SB3 SPS (median) | ratio min / median / max | peak MB ours / SB3 |",
+            "|---|---|---|---|---|---|"]
+    for pair in args.pairs:
+        results = {"ours": [], "sb3": []}
+        for k in range(args.repeats):
+            for side in ("ours", "sb3"):
+                results[side].append(measure(side, pair, args.steps, args.seed + k, args.threads))
+                print(f"{pair} {side} run {k + 1}/{args.repeats}: {results[side][-1]['sps']:.0f} SPS, "
+                      f"peak {results[side][-1]['peak_mb']:.0f} MB", file=sys.stderr, flush=True)
+        ratios = [o["sps"] / s["sps"] for o, s in zip(results["ours"], results["sb3"])]
+        ours_sps, sb3_sps = (statistics.median(r["sps"] for r in results[side]) for side in ("ours", "sb3"))
+        ours_mb, sb3_mb = (max(r["peak_mb"] for r in results[side]) for side in ("ours", "sb3"))
+        env_id, script, _, _ = PAIRS[pair]
+        rows.append(f"| `{script}` | {env_id} | {ours_sps:,.0f} | {sb3_sps:,.0f} | {min(ratios):.2f} / "
+                    f"{statistics.median(ratios):.2f} / {max(ratios):.2f} | {ours_mb:.0f} / {sb3_mb:.0f} |")
+    table = "\n".join(rows) + (f"\n\n{args.repeats} alternating pairs of {args.steps:,} env steps, {args.threads} "
+                               f"thread(s) per process, {os.cpu_count()} CPUs.\n")
+    print(table)
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(table)
+
+
+if __name__ == "__main__":
+    main()
