@@ -1,19 +1,14 @@
 """a2c.py: n-step returns and GAE against brute-force loops and SB3's RolloutBuffer, truncation bootstrapping, smoke
 runs of every flag that reach updates, resume, bad input, and short CartPole learning runs with both advantages."""
 
-import glob
 import os
-import signal
-import subprocess
-import sys
-import time
 
 import gymnasium as gym
 import numpy as np
 import pytest
 import torch
 from conftest import scalars
-from test_common_block import run_cli, script_path
+from test_common_block import check_sigterm_resume_is_exact
 from test_common_block import test_help_lists_every_flag_and_the_readme_documents_them as check_help
 from test_common_block import test_import_does_nothing as check_import
 
@@ -226,28 +221,9 @@ def test_smoke_atari_reaches_updates(in_tmp):
 
 def test_same_seed_gives_identical_logged_losses_and_resume_is_exact(tmp_path):
     flags = ["--total-timesteps", "3000", "--eval-freq", "1000", "--eval-episodes", "1", "--save-model", "--no-cuda",
-             "--advantage", "gae"]
-    for d in "abc":
-        (tmp_path / d).mkdir()
-    for d in "ab":
-        assert run_cli(a2c, flags, tmp_path / d).returncode == 0
-    proc = subprocess.Popen([sys.executable, script_path(a2c), *flags, "--checkpoint-freq", "400"], cwd=tmp_path / "c",
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 300
-    while not glob.glob(f"{tmp_path}/c/runs/*/checkpoint.pt") and time.time() < deadline:
-        time.sleep(0.02)
-    proc.send_signal(signal.SIGTERM)
-    out, err = proc.communicate(timeout=300)
-    assert proc.returncode == 128 + signal.SIGTERM and "checkpoint written" in out, err
-    checkpoint = glob.glob(f"{tmp_path}/c/runs/*/checkpoint.pt")[0]
-    assert 400 <= torch.load(checkpoint, weights_only=False)["counters"][0] < 3000
-    assert run_cli(a2c, ["--resume", checkpoint], tmp_path).returncode == 0
-    models = [torch.load(glob.glob(f"{tmp_path}/{d}/runs/*/model.pt")[0], weights_only=False) for d in "abc"]
-    for name, tensor in models[0]["agent"].items():
-        assert torch.equal(tensor, models[1]["agent"][name]) and torch.equal(tensor, models[2]["agent"][name]), name
-    logged = [scalars(glob.glob(f"{tmp_path}/{d}/runs/*")[0]) for d in "abc"]
-    for tag in ("losses/policy_loss", "losses/value_loss", "eval/episodic_return"):
-        assert logged[0][tag] == logged[1][tag] == logged[2][tag], tag
+             "--advantage", "gae", "--log-interval", "5"]
+    check_sigterm_resume_is_exact(tmp_path, a2c, flags, 400, 3000, ("agent",),
+                                  ("losses/policy_loss", "losses/value_loss", "eval/episodic_return"))
 
 
 BAD_INPUT = {

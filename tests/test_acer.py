@@ -4,17 +4,12 @@ buffer, smoke runs that reach on-policy and replay updates, resume, bad input, a
 
 import glob
 import os
-import signal
-import subprocess
-import sys
-import time
 
 import gymnasium as gym
-import numpy as np
 import pytest
 import torch
 from conftest import scalars
-from test_common_block import run_cli, script_path
+from test_common_block import check_sigterm_resume_is_exact, run_cli
 from test_common_block import test_help_lists_every_flag_and_the_readme_documents_them as check_help
 from test_common_block import test_import_does_nothing as check_import
 
@@ -275,28 +270,8 @@ def test_smoke_atari_reaches_replay_updates(in_tmp):
 def test_same_seed_gives_identical_logged_losses_and_resume_is_exact(tmp_path):
     flags = ["--total-timesteps", "3200", "--eval-freq", "1600", "--eval-episodes", "1", "--save-model", "--no-cuda",
              "--replay-start", "800", "--buffer-size", "1600", "--log-interval", "2"]
-    for d in "abc":
-        (tmp_path / d).mkdir()
-    for d in "ab":
-        assert run_cli(acer, flags, tmp_path / d).returncode == 0
-    proc = subprocess.Popen([sys.executable, script_path(acer), *flags, "--checkpoint-freq", "1000"],
-                            cwd=tmp_path / "c", stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 300
-    while not glob.glob(f"{tmp_path}/c/runs/*/checkpoint.pt") and time.time() < deadline:
-        time.sleep(0.02)
-    proc.send_signal(signal.SIGTERM)
-    out, err = proc.communicate(timeout=300)
-    assert proc.returncode == 128 + signal.SIGTERM and "checkpoint written" in out, err
-    checkpoint = glob.glob(f"{tmp_path}/c/runs/*/checkpoint.pt")[0]
-    assert 1000 <= torch.load(checkpoint, weights_only=False)["counters"][0] < 3200
-    assert run_cli(acer, ["--resume", checkpoint], tmp_path).returncode == 0
-    models = [torch.load(glob.glob(f"{tmp_path}/{d}/runs/*/model.pt")[0], weights_only=False) for d in "abc"]
-    for key in ("agent", "avg_agent"):
-        for name, tensor in models[0][key].items():
-            assert torch.equal(tensor, models[1][key][name]) and torch.equal(tensor, models[2][key][name]), name
-    logged = [scalars(glob.glob(f"{tmp_path}/{d}/runs/*")[0]) for d in "abc"]
-    for tag in ("losses/policy_loss", "losses/q_loss", "losses/rho_mean", "eval/episodic_return"):
-        assert logged[0][tag] == logged[1][tag] == logged[2][tag], tag
+    check_sigterm_resume_is_exact(tmp_path, acer, flags, 1000, 3200, ("agent", "avg_agent"),
+                                  ("losses/policy_loss", "losses/q_loss", "losses/rho_mean", "eval/episodic_return"))
 
 
 BAD_INPUT = {

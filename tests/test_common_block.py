@@ -91,6 +91,33 @@ def run_cli(module, args, cwd, **kwargs):
                           timeout=600, **kwargs)
 
 
+def check_sigterm_resume_is_exact(tmp_path, module, flags, checkpoint_freq: int, total: int, model_keys, tags):
+    """Runs a and b with the same flags, and run c stopped by SIGTERM at its first checkpoint and resumed, end with equal
+    networks (model.pt's `model_keys`) and equal logged `tags`: determinism and exact resume in one."""
+    for d in "abc":
+        (tmp_path / d).mkdir()
+    for d in "ab":
+        assert run_cli(module, flags, tmp_path / d).returncode == 0
+    proc = subprocess.Popen([sys.executable, script_path(module), *flags, "--checkpoint-freq", str(checkpoint_freq)],
+                            cwd=tmp_path / "c", stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 300
+    while not glob.glob(f"{tmp_path}/c/runs/*/checkpoint.pt") and time.time() < deadline:
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 128 + signal.SIGTERM and "checkpoint written" in out, err
+    checkpoint = glob.glob(f"{tmp_path}/c/runs/*/checkpoint.pt")[0]
+    assert checkpoint_freq <= torch.load(checkpoint, weights_only=False)["counters"][0] < total
+    assert run_cli(module, ["--resume", checkpoint], tmp_path).returncode == 0
+    models = [torch.load(glob.glob(f"{tmp_path}/{d}/runs/*/model.pt")[0], weights_only=False) for d in "abc"]
+    for key in model_keys:
+        for name, tensor in models[0][key].items():
+            assert torch.equal(tensor, models[1][key][name]) and torch.equal(tensor, models[2][key][name]), name
+    logged = [scalars(glob.glob(f"{tmp_path}/{d}/runs/*")[0]) for d in "abc"]
+    for tag in tags:
+        assert logged[0][tag] == logged[1][tag] == logged[2][tag], tag
+
+
 # ---------------------------------------------------------------------------------------------------------------------
 # EPISODE ENDS
 # ---------------------------------------------------------------------------------------------------------------------
