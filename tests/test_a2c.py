@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import scalars
-from test_common_block import check_sigterm_resume_is_exact
+from test_common_block import check_capture_video_and_track, check_sigterm_resume_is_exact
 from test_common_block import test_help_lists_every_flag_and_the_readme_documents_them as check_help
 from test_common_block import test_import_does_nothing as check_import
 
@@ -258,6 +258,10 @@ def test_saved_model_loads_and_evaluates_as_the_readme_shows(in_tmp):
     exec(snippet.replace("runs/RUN_NAME/model.pt", f"{summary['run_dir']}/model.pt"), namespace)
     assert namespace["returns"].shape == (10,)
     assert namespace["returns"][:2].mean() == pytest.approx(summary["eval_return"])
+
+
+def test_smoke_capture_video_and_track(tmp_path):
+    check_capture_video_and_track(tmp_path, a2c, ["--env-id", "InvertedPendulum-v5", "--total-timesteps", "80", "--num-envs", "2"])
 
 
 def test_help_matches_the_readme():

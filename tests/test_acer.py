@@ -9,7 +9,7 @@ import gymnasium as gym
 import pytest
 import torch
 from conftest import scalars
-from test_common_block import check_sigterm_resume_is_exact, run_cli
+from test_common_block import check_capture_video_and_track, check_sigterm_resume_is_exact, run_cli
 from test_common_block import test_help_lists_every_flag_and_the_readme_documents_them as check_help
 from test_common_block import test_import_does_nothing as check_import
 
@@ -315,6 +315,11 @@ def test_saved_model_loads_and_evaluates_as_the_readme_shows(in_tmp):
     exec(snippet.replace("runs/RUN_NAME/model.pt", f"{summary['run_dir']}/model.pt"), namespace)
     assert namespace["returns"].shape == (10,)
     assert namespace["returns"][:2].mean() == pytest.approx(summary["eval_return"])
+
+
+def test_smoke_capture_video_and_track(tmp_path):
+    check_capture_video_and_track(tmp_path, acer, ["--env-id", "BreakoutNoFrameskip-v4", "--total-timesteps", "40",
+                                          "--num-envs", "2", "--num-steps", "5", "--buffer-size", "20", "--replay-start", "10"])
 
 
 def test_help_matches_the_readme():

@@ -306,13 +306,17 @@ def test_help_lists_every_flag_and_the_readme_documents_them(script):
         assert "--" + field.replace("_", "-") in result.stdout, field
 
 
-def test_smoke_capture_video_and_track(tmp_path, script):
+def check_capture_video_and_track(tmp_path, module, flags):
     """--capture-video writes an mp4 of an evaluation episode; --track logs to W&B (offline) without error."""
     env = {**os.environ, "WANDB_MODE": "offline", "WANDB_DIR": str(tmp_path), "WANDB_SILENT": "true"}
-    video_env = "BreakoutNoFrameskip-v4" if script.__name__ == "sac_atari" else "InvertedPendulum-v5"  # no pygame
-    result = run_cli(script, ["--env-id", video_env, "--total-timesteps", "300", "--learning-starts", "100",
-                              "--batch-size", "32", "--eval-episodes", "1", "--capture-video", "--track", "--no-cuda"],
-                     tmp_path, env=env)
+    result = run_cli(module, [*flags, "--eval-episodes", "1", "--capture-video", "--track", "--no-cuda"], tmp_path,
+                     env=env)
     assert result.returncode == 0, result.stderr
     assert glob.glob(f"{tmp_path}/runs/*/videos/step_*/*.mp4")
     assert glob.glob(f"{tmp_path}/wandb/offline-run-*")
+
+
+def test_smoke_capture_video_and_track(tmp_path, script):
+    video_env = "BreakoutNoFrameskip-v4" if script.__name__ == "sac_atari" else "InvertedPendulum-v5"  # no pygame
+    check_capture_video_and_track(tmp_path, script, ["--env-id", video_env, "--total-timesteps", "300",
+                                                     "--learning-starts", "100", "--batch-size", "32"])
