@@ -11,7 +11,7 @@ Example:
 The update, for a segment of T steps in each of N envs (on-policy, or replayed with its behaviour policy mu):
     V(s) = sum_a pi(a|s) Q(s, a)                                          Q and V from one network with two heads
     Q_ret(s_t, a_t) = r_t + gamma * [rho_bar_{t+1} (Q_ret(s_{t+1}, a_{t+1}) - Q(s_{t+1}, a_{t+1})) + V(s_{t+1})],
-        rho_bar = min(1, pi(a|s) / mu(a|s))                                                            [eq. 5, lambda = 1]
+        rho_bar = min(1, pi(a|s) / mu(a|s))                                                         [eq. 5, lambda = 1]
     g = min(c, rho_t) grad log pi(a_t|s_t) (Q_ret - V(s_t))
         + E_{a~pi}[ relu(1 - c / rho_t(a)) grad log pi(a|s_t) (Q(s_t, a) - V(s_t)) ]                         [eq. 9]
     trust region on the logits z: g' = g - max(0, (k.g - delta) / ||k||^2) k, k = grad_z KL(pi_avg || pi)   [eq. 12]
@@ -72,7 +72,7 @@ class Args:
     eval_episodes: int = 10
     """episodes per evaluation"""
     checkpoint_freq: int = 0
-    """write runs/<run_name>/checkpoint.pt (with the replay buffer) every this many env steps (0: only on SIGINT/SIGTERM)"""
+    """write runs/<run_name>/checkpoint.pt, with the replay buffer, every this many env steps (0: only on SIGINT/SIGTERM)"""
     resume: str | None = None
     """continue the run saved in this checkpoint.pt; the run's saved configuration is used and other flags ignored"""
 
@@ -159,8 +159,8 @@ def retrace_targets(rewards, dones, q_taken, values, rho_bar, last_values, gamma
 
 
 def trust_region_project(g, k, delta: float):
-    """g' = g - max(0, (k.g - delta) / ||k||^2) k, row by row: the gradient g of the objective with respect to the policy
-    statistics, projected so that the linearised KL change k.g' stays within delta.   [arXiv:1611.01224 eq. 12]
+    """g' = g - max(0, (k.g - delta) / ||k||^2) k, row by row: the gradient g of the objective with respect to the
+    policy statistics, projected so that the linearised KL change k.g' stays within delta.   [arXiv:1611.01224 eq. 12]
 
     Shapes: g, k (B, A). Rows with k.g <= delta come back unchanged; the others satisfy k.g' = delta. A zero row of k
     (pi = pi_avg) leaves g unchanged.
@@ -495,7 +495,7 @@ def acer_loss(agent: Agent, avg_agent: Agent, segment: dict, args: Args):
 
 @torch.no_grad()
 def update_average(avg_agent: nn.Module, agent: nn.Module, decay: float) -> None:
-    """theta_avg <- alpha * theta_avg + (1 - alpha) * theta, in place, for every parameter   [arXiv:1611.01224 Sec. 3.3]"""
+    """theta_avg <- alpha * theta_avg + (1 - alpha) * theta, in place, for every parameter  [arXiv:1611.01224 Sec. 3.3]"""
     for average, param in zip(avg_agent.parameters(), agent.parameters()):
         average.lerp_(param, 1.0 - decay)
 
