@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# SAC on the MuJoCo v5 tasks of CleanRL's benchmark (seed 000), 3 seeds, 1M steps each, run one after another.
-#   bash benchmark/sac_continuous_action.sh                 # the full grid (about 3 h per run on a 2-core CPU)
-#   ENVS="InvertedPendulum-v5" STEPS=30000 SEEDS="1 2 3" JOBS=2 bash benchmark/sac_continuous_action.sh
-# ENVS, SEEDS, STEPS, JOBS and EXTRA override the grid (see benchmark/run.sh).
-# Then: python benchmark/summarize.py runs --exp-name sac_continuous_action
-ENVS=${ENVS:-"HalfCheetah-v5 Walker2d-v5 Hopper-v5 InvertedPendulum-v5 Humanoid-v5 Pusher-v5"} STEPS=${STEPS:-1000000} \
-  exec bash "$(dirname "$0")/run.sh" sac_continuous_action
+# SAC on the MuJoCo grid of CleanRL's benchmark (seed 000): 6 envs, 3 seeds, 1M steps each.
+#   bash benchmark/sac_continuous_action.sh                 # the full grid
+#   ENVS=InvertedPendulum-v5 TOTAL_TIMESTEPS=30000 WORKERS=2 EXTRA="--eval-freq 5000" bash benchmark/sac_continuous_action.sh
+# ENVS, SEEDS, TOTAL_TIMESTEPS, WORKERS, EXTRA (flags for every run) and OUT override the grid; further
+# arguments go to benchmark/run.py (--dry-run, --checkpoint-freq). Then: python benchmark/report.py benchmark_runs
+: "${ENVS:=HalfCheetah-v5 Walker2d-v5 Hopper-v5 InvertedPendulum-v5 Humanoid-v5 Pusher-v5}" "${SEEDS:=1 2 3}" "${TOTAL_TIMESTEPS:=1000000}" "${WORKERS:=1}"
+: "${EXTRA=}" "${OUT:=benchmark_runs}"
+# shellcheck disable=SC2086  # ENVS and SEEDS are lists
+exec python "$(dirname "$0")/run.py" --script sac_continuous_action --envs $ENVS --seeds $SEEDS \
+  --total-timesteps "$TOTAL_TIMESTEPS" --workers "$WORKERS" --extra "$EXTRA" --out "$OUT" "$@"

@@ -2,8 +2,8 @@
 K training episodes (10, or --last-episodes K; the PPO paper's A2C/ACER table uses 100), each as mean +- standard
 deviation over seeds.
 
-    python benchmark/summarize.py runs --exp-name sac_continuous_action
-    python benchmark/summarize.py runs --exp-name a2c --last-episodes 100
+    python benchmark/summarize.py benchmark_runs --exp-name sac_continuous_action   # run dirs anywhere below
+    python benchmark/summarize.py benchmark_runs --exp-name a2c --last-episodes 100
 """
 
 import glob
@@ -28,7 +28,7 @@ def last_values(run_dir: str, last_episodes: int = 10):
 
 def main(root: str, exp_name: str, last_episodes: int = 10) -> None:
     table = defaultdict(list)
-    for run_dir in sorted(glob.glob(os.path.join(root, f"*__{exp_name}__*"))):
+    for run_dir in sorted(glob.glob(os.path.join(root, "**", f"*__{exp_name}__*"), recursive=True)):
         env_id = os.path.basename(run_dir).split("__")[0]
         values = last_values(run_dir, last_episodes)
         if values:

@@ -1,0 +1,126 @@
+"""Learning curves and a results table from a grid's TensorBoard event files, offline, in one command.
+
+    python benchmark/report.py benchmark_runs                       # writes benchmark_runs/report/
+    python benchmark/report.py benchmark_runs --out report --reference benchmark/reference_results.csv
+
+Reads every run under the grid root (benchmark/run.py's layout, OUT/<script>/<env>/seed_<seed>/runs/<run_name>/, or
+any folder of run directories named <env>__<script>__<seed>__<time>) with tensorboard's own event reader, groups the
+runs by script and env across seeds, and writes:
+    <env>.png   eval/episodic_return (greedy policy) against env steps: the mean over seeds with a band of one standard
+                deviation, one line per script;
+    results.md  the final return of each (script, env): the last evaluation of each seed, as mean ± std and the
+                interquartile mean (IQM: the mean of the middle half of the seeds, a quarter trimmed from each end,
+                rounded down, as scipy.stats.trim_mean(x, 0.25)), with the published numbers of --reference beside them.
+"""
+
+import argparse
+import csv
+import glob
+import os
+import sys
+from collections import defaultdict
+
+import numpy as np
+
+EVAL_TAG = "eval/episodic_return"
+
+
+def read_scalars(run_dir: str, tag: str) -> list:
+    """[(step, value)] of one tag, with tensorboard's event reader (purged steps of a resumed run dropped)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(run_dir, size_guidance={"scalars": 0})
+    acc.Reload()
+    return [(e.step, e.value) for e in acc.Scalars(tag)] if tag in acc.Tags()["scalars"] else []
+
+
+def find_runs(root: str) -> dict:
+    """{(script, env): {seed: run_dir}} for every run directory below root that holds event files."""
+    runs = defaultdict(dict)
+    for events in sorted(glob.glob(os.path.join(root, "**", "events.out.tfevents.*"), recursive=True)):
+        run_dir = os.path.dirname(events)
+        parts = os.path.basename(run_dir).split("__")
+        if len(parts) == 4:
+            env_id, script, seed, _ = parts
+            runs[(script, env_id)][int(seed)] = run_dir
+    return runs
+
+
+def iqm(values) -> float:
+    """Interquartile mean: the mean after trimming int(n / 4) values from each end (scipy.stats.trim_mean(x, 0.25))."""
+    values = np.sort(np.asarray(values, dtype=float))
+    cut = len(values) // 4
+    return float(values[cut: len(values) - cut].mean())
+
+
+def read_reference(path: str | None) -> dict:
+    """{(script, env): ["value (source)", ...]} from a CSV with columns script, env, steps, value, source."""
+    if not path:
+        return {}
+    table = defaultdict(list)
+    with open(path, newline="") as f:
+        for row in csv.DictReader(f):
+            table[(row["script"], row["env"])].append(f"{row['value']} at {row['steps']} ({row['source']})")
+    return table
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("root", help="the grid's root directory (benchmark/run.py --out)")
+    parser.add_argument("--out", default=None, help="where to write the PNGs and results.md (default: ROOT/report)")
+    parser.add_argument("--reference", default=os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                                            "reference_results.csv"),
+                        help="published numbers to place beside ours ('' for none)")
+    args = parser.parse_args(argv)
+    runs = find_runs(args.root)
+    if not runs:
+        print(f"error: no TensorBoard runs under {args.root}", file=sys.stderr)
+        return 2
+    out = args.out or os.path.join(args.root, "report")
+    os.makedirs(out, exist_ok=True)
+    reference = read_reference(args.reference)
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = ["| script | env | seeds | steps | final return: mean ± std | IQM | published |", "|---|---|---|---|---|---|---|"]
+    by_env = defaultdict(list)
+    for (script, env_id), seeds in sorted(runs.items()):
+        curves = {seed: read_scalars(run_dir, EVAL_TAG) for seed, run_dir in sorted(seeds.items())}
+        curves = {seed: curve for seed, curve in curves.items() if curve}
+        if not curves:
+            continue
+        finals = [curve[-1][1] for curve in curves.values()]
+        steps = max(curve[-1][0] for curve in curves.values())
+        rows.append(f"| `{script}` | {env_id} | {len(finals)} | {steps:,} | {np.mean(finals):.1f} ± "
+                    f"{np.std(finals):.1f} | {iqm(finals):.1f} | {'; '.join(reference.get((script, env_id), [])) or '-'} |")
+        by_env[env_id].append((script, curves))
+
+    for env_id, entries in by_env.items():
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for script, curves in entries:
+            # the evaluation steps every seed reached; each seed evaluates at the same steps (every --eval-freq)
+            common = sorted(set.intersection(*(set(s for s, _ in curve) for curve in curves.values())))
+            values = np.array([[dict(curve)[s] for s in common] for curve in curves.values()])
+            mean, std = values.mean(0), values.std(0)
+            ax.plot(common, mean, label=f"{script} ({len(curves)} seeds)")
+            ax.fill_between(common, mean - std, mean + std, alpha=0.25)
+        ax.set(title=env_id, xlabel="env steps", ylabel="eval/episodic_return (mean ± std over seeds)")
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(os.path.join(out, f"{env_id.replace('/', '-')}.png"), dpi=100)
+        plt.close(fig)
+
+    table = "\n".join(rows) + ("\n\nFinal return: the last `eval/episodic_return` of each seed (greedy policy). IQM: "
+                               "the mean of the middle half of the seeds.\n")
+    with open(os.path.join(out, "results.md"), "w") as f:
+        f.write(table)
+    print(table)
+    print(f"wrote {out}/results.md and {len(by_env)} learning-curve PNG(s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,152 @@
+"""Run an env x seed grid of one script with N local worker processes; a grid stopped halfway resumes where it was.
+
+    python benchmark/run.py --script sac_continuous_action --envs Hopper-v5 Walker2d-v5 --seeds 1 2 3 --workers 2
+    python benchmark/run.py --script a2c --envs CartPole-v1 --seeds 1 2 --total-timesteps 20000 --dry-run
+    python benchmark/run.py --script acer --envs CartPole-v1 --extra "--ent-coef 0"      # flags passed to every run
+
+Each run lives in its own directory, OUT/<script>/<env>/seed_<seed>/, and runs there: the script's runs/<run_name>/
+(TensorBoard events, checkpoint, model) is inside it, its output in log.txt. A run that exits 0 leaves a DONE file and is
+skipped next time; one that left a checkpoint (the runner passes --checkpoint-freq, and a stopped runner SIGTERMs its
+runs, which write one) is continued with --resume; the others start afresh. A lock file held while a run is going keeps
+a second runner out of its directory. A failed run is reported by name with the tail of its log, and the others go on.
+With more than one worker each run gets one torch/OpenMP/MKL thread (oversubscribed threads are ruinous).
+Then: python benchmark/report.py OUT
+"""
+
+import argparse
+import fcntl
+import glob
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SCRIPTS = ("sac_continuous_action", "td3_continuous_action", "sac_atari", "a2c", "acer")
+
+
+def run_dir(out: str, script: str, env_id: str, seed: int) -> str:
+    return os.path.join(out, script, env_id.replace("/", "-"), f"seed_{seed}")
+
+
+def command(args, env_id: str, seed: int, directory: str) -> list:
+    """The script's command line for this run: --resume from its checkpoint if it left one, a fresh start otherwise."""
+    checkpoints = glob.glob(os.path.join(directory, "runs", "*", "checkpoint.pt"))
+    if checkpoints:
+        return [sys.executable, os.path.join(ROOT, f"{args.script}.py"), "--resume", os.path.abspath(checkpoints[0])]
+    every = args.checkpoint_freq if args.checkpoint_freq is not None else max(args.total_timesteps // 10, 1)
+    return [sys.executable, os.path.join(ROOT, f"{args.script}.py"), "--env-id", env_id, "--seed", str(seed),
+            "--total-timesteps", str(args.total_timesteps), "--checkpoint-freq", str(every), *shlex.split(args.extra)]
+
+
+class Run:
+    """One grid cell going in a subprocess, holding its directory's lock."""
+
+    def __init__(self, name: str, directory: str, cmd: list, threads: int | None):
+        self.name, self.directory, self.started = name, directory, time.time()
+        self.lock = open(os.path.join(directory, ".lock"), "w")
+        fcntl.flock(self.lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # raises BlockingIOError if another runner has it
+        env = dict(os.environ)
+        if threads:
+            env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
+        self.log = open(os.path.join(directory, "log.txt"), "a")
+        self.log.write(f"$ {shlex.join(cmd)}\n")
+        self.log.flush()
+        self.proc = subprocess.Popen(cmd, cwd=directory, stdout=self.log, stderr=subprocess.STDOUT, env=env)
+
+    def finish(self) -> int:
+        code = self.proc.wait()
+        self.log.close()
+        if code == 0:
+            open(os.path.join(self.directory, "DONE"), "w").close()
+        self.lock.close()
+        return code
+
+
+def tail(path: str, lines: int = 15) -> str:
+    with open(path, errors="replace") as f:
+        return "".join(f.readlines()[-lines:])
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--script", required=True, choices=SCRIPTS)
+    parser.add_argument("--envs", nargs="+", required=True)
+    parser.add_argument("--seeds", nargs="+", type=int, default=[1, 2, 3])
+    parser.add_argument("--total-timesteps", type=int, required=True)
+    parser.add_argument("--workers", type=int, default=1, help="runs at a time")
+    parser.add_argument("--extra", default="", help="flags passed to every run, as one string")
+    parser.add_argument("--checkpoint-freq", type=int, default=None,
+                        help="passed to every run (default: a tenth of --total-timesteps)")
+    parser.add_argument("--out", default="benchmark_runs", help="the grid's root directory")
+    parser.add_argument("--dry-run", action="store_true", help="print the commands of the runs still to do, run nothing")
+    args = parser.parse_args(argv)
+    if args.workers < 1 or args.total_timesteps < 1 or (args.checkpoint_freq is not None and args.checkpoint_freq < 0):
+        parser.error("--workers and --total-timesteps must be at least 1, --checkpoint-freq non-negative")
+
+    grid = [(env_id, seed) for env_id in args.envs for seed in args.seeds]
+    todo = [(env_id, seed) for env_id, seed in grid
+            if not os.path.exists(os.path.join(run_dir(args.out, args.script, env_id, seed), "DONE"))]
+    print(f"{args.script}: {len(grid)} runs in the grid, {len(grid) - len(todo)} finished before, {len(todo)} to run",
+          flush=True)
+    if args.dry_run:
+        for env_id, seed in todo:
+            directory = run_dir(args.out, args.script, env_id, seed)
+            print(f"cd {shlex.quote(directory)} && {shlex.join(command(args, env_id, seed, directory))}")
+        return 0
+
+    stop = []
+    previous = {sig: signal.signal(sig, lambda signum, frame: stop.append(signum))
+                for sig in (signal.SIGINT, signal.SIGTERM)}
+    threads = 1 if args.workers > 1 else None
+    running, failed, done, start = [], [], 0, time.time()
+    queue = list(todo)
+    try:
+        while (queue and not stop) or running:
+            while queue and not stop and len(running) < args.workers:
+                env_id, seed = queue.pop(0)
+                directory = run_dir(args.out, args.script, env_id, seed)
+                os.makedirs(directory, exist_ok=True)
+                try:
+                    running.append(Run(f"{args.script} {env_id} seed {seed}", directory,
+                                       command(args, env_id, seed, directory), threads))
+                except BlockingIOError:
+                    failed.append(f"{env_id} seed {seed}")
+                    print(f"skipped {env_id} seed {seed}: another runner holds {directory}", flush=True)
+            if stop:
+                for run in running:
+                    if run.proc.poll() is None:
+                        run.proc.send_signal(signal.SIGTERM)  # each writes a checkpoint and exits
+            for run in [r for r in running if r.proc.poll() is not None]:
+                running.remove(run)
+                code = run.finish()
+                if code == 0:
+                    done += 1
+                    left = len(queue) + len(running)
+                    eta = (time.time() - start) / done * left  # at the rate runs have finished so far
+                    print(f"[{done + len(grid) - len(todo)}/{len(grid)}] {run.name} finished in "
+                          f"{time.time() - run.started:.0f} s; about {eta / 60:.1f} min left", flush=True)
+                elif stop:
+                    print(f"{run.name} stopped (exit {code}); it resumes from its checkpoint next time", flush=True)
+                else:
+                    failed.append(run.name)
+                    print(f"FAILED {run.name} (exit {code}); the end of {run.directory}/log.txt:\n"
+                          f"{tail(os.path.join(run.directory, 'log.txt'))}", flush=True)
+            time.sleep(0.2)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if stop:
+        print(f"stopped by signal {stop[0]}: run the same command again to finish the grid", flush=True)
+        return 128 + stop[0]
+    if failed:
+        print(f"{len(failed)} of {len(todo)} runs failed: {', '.join(failed)}", flush=True)
+        return 1
+    print(f"all {len(grid)} runs finished; report: python benchmark/report.py {args.out}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,132 @@
+"""benchmark/run.py and benchmark/report.py: a tiny a2c grid runs to the end, a second run does nothing, a runner stopped
+mid-grid finishes the rest when started again, failures are reported and do not stop the others, a locked run is
+left alone, and the report's PNG and table match values read straight from the event files."""
+
+import fcntl
+import glob
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+from conftest import ROOT
+
+GRID = ["--script", "a2c", "--envs", "CartPole-v1", "--total-timesteps", "400",
+        "--extra", "--eval-freq 200 --eval-episodes 2 --num-envs 4"]
+
+
+def runner(tmp_path, *args, **kwargs):
+    return subprocess.run([sys.executable, str(ROOT / "benchmark" / "run.py"), *GRID, "--out", str(tmp_path / "grid"),
+                           *args], capture_output=True, text=True, timeout=600, **kwargs)
+
+
+def event_files(tmp_path):
+    return sorted(glob.glob(f"{tmp_path}/grid/**/events.out.tfevents.*", recursive=True))
+
+
+def test_grid_runs_to_the_end_and_a_second_invocation_runs_nothing(tmp_path):
+    first = runner(tmp_path, "--seeds", "1", "2", "--workers", "2")
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert "[2/2]" in first.stdout and "min left" in first.stdout
+    for seed in (1, 2):
+        run = tmp_path / "grid" / "a2c" / "CartPole-v1" / f"seed_{seed}"
+        assert (run / "DONE").exists() and "final eval/episodic_return" in (run / "log.txt").read_text()
+        assert len(glob.glob(f"{run}/runs/*")) == 1
+    before = [(path, os.path.getmtime(path)) for path in event_files(tmp_path)]
+    second = runner(tmp_path, "--seeds", "1", "2", "--workers", "2")
+    assert second.returncode == 0 and "0 to run" in second.stdout
+    assert [(path, os.path.getmtime(path)) for path in event_files(tmp_path)] == before
+
+
+def test_dry_run_prints_the_commands_and_runs_nothing(tmp_path):
+    result = runner(tmp_path, "--seeds", "1", "2", "--dry-run")
+    assert result.returncode == 0 and result.stdout.count("a2c.py --env-id CartPole-v1") == 2
+    assert "--seed 2 --total-timesteps 400" in result.stdout and not (tmp_path / "grid").exists()
+
+
+def test_a_runner_stopped_mid_grid_finishes_the_rest_when_started_again(tmp_path):
+    args = [sys.executable, str(ROOT / "benchmark" / "run.py"), "--script", "a2c", "--envs", "CartPole-v1",
+            "--seeds", "1", "2", "3", "--total-timesteps", "60000", "--checkpoint-freq", "2000", "--out",
+            str(tmp_path / "grid"), "--extra", "--eval-freq 0 --eval-episodes 1"]
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 300
+    while not glob.glob(f"{tmp_path}/grid/a2c/CartPole-v1/seed_1/runs/*/checkpoint.pt") and time.time() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 128 + signal.SIGTERM, out + err
+    assert "resumes from its checkpoint" in out
+    assert not glob.glob(f"{tmp_path}/grid/a2c/CartPole-v1/seed_*/DONE")
+    resumed = subprocess.run(args, capture_output=True, text=True, timeout=600)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert "3 to run" in resumed.stdout and "[3/3]" in resumed.stdout
+    assert len(glob.glob(f"{tmp_path}/grid/a2c/CartPole-v1/seed_*/DONE")) == 3
+    log = (tmp_path / "grid" / "a2c" / "CartPole-v1" / "seed_1" / "log.txt").read_text()
+    assert "--resume" in log and "resumed" in log and "step 60,000: final eval" in log
+    assert len(glob.glob(f"{tmp_path}/grid/a2c/CartPole-v1/seed_1/runs/*")) == 1  # the same run continued
+
+
+def test_a_failed_run_is_reported_and_the_others_finish(tmp_path):
+    result = subprocess.run([sys.executable, str(ROOT / "benchmark" / "run.py"), "--script", "a2c", "--envs",
+                             "NoSuchEnv-v0", "CartPole-v1", "--seeds", "1", "--total-timesteps", "400", "--out",
+                             str(tmp_path / "grid"), "--extra", "--eval-freq 0 --eval-episodes 1"],
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 1
+    assert "FAILED a2c NoSuchEnv-v0 seed 1 (exit 2)" in result.stdout and "unknown env id" in result.stdout
+    assert (tmp_path / "grid" / "a2c" / "CartPole-v1" / "seed_1" / "DONE").exists()
+    assert "1 of 2 runs failed" in result.stdout
+
+
+def test_a_run_locked_by_another_runner_is_left_alone(tmp_path):
+    directory = tmp_path / "grid" / "a2c" / "CartPole-v1" / "seed_1"
+    directory.mkdir(parents=True)
+    with open(directory / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        result = runner(tmp_path, "--seeds", "1", "2")
+    assert result.returncode == 1 and "another runner holds" in result.stdout
+    assert not (directory / "log.txt").exists() and (directory.parent / "seed_2" / "DONE").exists()
+
+
+def final_evaluations_from_the_event_files(root) -> list:
+    """The last eval/episodic_return of each run, read record by record with tensorboard's raw event file loader."""
+    from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+
+    finals = []
+    for path in sorted(glob.glob(f"{root}/**/events.out.tfevents.*", recursive=True)):
+        values = [(event.step, value.tensor.float_val[0] if value.tensor.float_val else value.simple_value)
+                  for event in EventFileLoader(path).Load() if event.HasField("summary")
+                  for value in event.summary.value if value.tag == "eval/episodic_return"]
+        finals.append(max(values)[1] if values else None)
+    return finals
+
+
+def test_report_writes_a_png_and_a_table_of_the_event_files_numbers(tmp_path):
+    import matplotlib.image
+
+    assert runner(tmp_path, "--seeds", "1", "2", "3", "4", "--workers", "2").returncode == 0
+    result = subprocess.run([sys.executable, str(ROOT / "benchmark" / "report.py"), str(tmp_path / "grid")],
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr
+    png = tmp_path / "grid" / "report" / "CartPole-v1.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    height, width, _ = matplotlib.image.imread(png).shape
+    assert height > 100 and width > 100
+    finals = final_evaluations_from_the_event_files(tmp_path / "grid")
+    assert len(finals) == 4 and None not in finals
+    iqm = np.sort(finals)[1:3].mean()  # 4 seeds: the middle two
+    row = [line for line in (tmp_path / "grid" / "report" / "results.md").read_text().splitlines()
+           if line.startswith("| `a2c` | CartPole-v1 |")]
+    assert len(row) == 1
+    assert f"| 4 | 400 | {np.mean(finals):.1f} ± {np.std(finals):.1f} | {iqm:.1f} |" in row[0]
+    assert "496.68 at 200k frames (SLM Lab" in row[0]
+
+
+@pytest.mark.parametrize("values, expected", [([1, 2, 3], 2.0), ([1, 2, 3, 100], 2.5), ([5, 1, 2, 3, 4], 3.0)])
+def test_iqm_trims_a_quarter_from_each_end(values, expected):
+    sys.path.insert(0, str(ROOT / "benchmark"))
+    import report
+
+    assert report.iqm(values) == expected
