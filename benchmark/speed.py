@@ -1,13 +1,14 @@
 """Training-phase throughput of our scripts against Stable-Baselines3 on the same machine, with matched hyperparameters.
 
     python benchmark/speed.py                          # a2c vs SB3 A2C on CartPole-v1, 3 alternating pairs
-    python benchmark/speed.py --pairs a2c --repeats 5 --steps 200000 --threads 1 --out speed.md
+    python benchmark/speed.py --pairs a2c acer --repeats 5 --steps 200000 --threads 1 --out speed.md
 
 Every run is a fresh process with torch, OpenMP and MKL pinned to `--threads` threads. The runs alternate (ours, SB3,
 ours, SB3, ...) so that a slow spell of the machine hits both sides; the ratio of each (ours, SB3) pair is reported as
 min / median / max. Env steps per second are counted over the training phase: for A2C that is the whole run (it learns
 from the first rollout), with env stepping, action sampling, updates and logging all included; env construction is not.
-Peak memory is the process's maximum resident set size. Prints a Markdown table and writes it to --out.
+Peak memory is the process's maximum resident set size. ACER has no SB3 peer: its runs give absolute figures, and a
+per-update time breakdown follows the table. Prints a Markdown table and writes it to --out.
 """
 
 import argparse
@@ -25,9 +26,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # name: (env id, our script, its flags, what SB3 runs). The hyperparameters match the script's defaults:
 # A2C: 8 envs, n_steps 5, gamma 0.99, n-step returns (SB3: gae_lambda 1.0), no advantage normalization, vf 0.5,
 # entropy 0.01, grad norm 0.5, RMSprop lr 7e-4 alpha 0.99 eps 1e-5, separate 64-64 tanh actor and critic.
+# ACER has no SB3 peer (SB3 dropped it): absolute figures and a per-update breakdown instead.
 PAIRS = {
     "a2c": ("CartPole-v1", "a2c.py", ["--num-envs", "8", "--num-steps", "5", "--eval-freq", "0", "--eval-episodes", "1"],
             "A2C"),
+    "acer": ("CartPole-v1", "acer.py", ["--eval-freq", "0", "--eval-episodes", "1", "--replay-start", "1000"], None),
 }
 
 
@@ -56,10 +59,52 @@ def run_sb3(pair: str, steps: int, seed: int) -> float:
     return model.num_timesteps / (time.perf_counter() - start)
 
 
+def acer_breakdown(repeats: int = 200) -> dict:
+    """Median milliseconds of the parts of one ACER update on a CartPole segment of the defaults (T 20, 8 envs), and of
+    one collection step (act + env step of 8 envs)."""
+    import torch
+
+    sys.path.insert(0, ROOT)
+    import acer
+
+    args = acer.Args()
+    envs = acer.vector_env([acer.make_env("CartPole-v1") for _ in range(args.num_envs)])
+    agent, avg_agent = acer.Agent(envs), acer.Agent(envs).requires_grad_(False)
+    flat = acer.flatten_parameters(agent)
+    optimizer = torch.optim.RMSprop([flat], lr=args.learning_rate, alpha=args.rms_alpha, eps=args.rms_eps)
+    T, N = args.num_steps, args.num_envs
+    segment = dict(obs=torch.randn(T + 1, N, 4), actions=torch.randint(0, 2, (T, N)), rewards=torch.ones(T, N),
+                   dones=torch.zeros(T, N), truncations=torch.zeros(T, N), mu=torch.full((T, N, 2), 0.5), final_obs={})
+    obs, _ = envs.reset(seed=0)
+    times = {"collect step (act + 8 env steps)": [], "loss (forward, Retrace, trust region)": [], "backward": [],
+             "clip + RMSprop + average": []}
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        actions, _ = agent.act(acer.as_tensor(obs, "cpu"))
+        obs = envs.step(actions.numpy())[0]
+        t1 = time.perf_counter()
+        loss, _ = acer.acer_loss(agent, avg_agent, segment, args)
+        t2 = time.perf_counter()
+        flat.grad.zero_()
+        loss.backward()
+        t3 = time.perf_counter()
+        torch.nn.utils.clip_grad_norm_(flat, args.max_grad_norm)
+        optimizer.step()
+        acer.update_average(avg_agent, agent, args.avg_decay)
+        t4 = time.perf_counter()
+        for key, value in zip(times, (t1 - t0, t2 - t1, t3 - t2, t4 - t3)):
+            times[key].append(value * 1000)
+    envs.close()
+    return {key: statistics.median(values) for key, values in times.items()}
+
+
 def child(side: str, pair: str, steps: int, seed: int, threads: int) -> None:
     import torch
 
     torch.set_num_threads(threads)
+    if side == "breakdown":
+        print("RESULT " + json.dumps(acer_breakdown()))
+        return
     sps = (run_ours if side == "ours" else run_sb3)(pair, steps, seed)
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print("RESULT " + json.dumps({"sps": sps, "peak_mb": peak_mb}))
@@ -84,7 +129,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="torch/OpenMP/MKL threads per process")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--out", default=None, help="write the Markdown table here as well")
-    parser.add_argument("--child", choices=["ours", "sb3"], help=argparse.SUPPRESS)
+    parser.add_argument("--child", choices=["ours", "sb3", "breakdown"], help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         return child(args.child, args.pairs[0], args.steps, args.seed, args.threads)
@@ -93,8 +138,20 @@ def main() -> None:
 
     rows = ["| script | env | ours SPS (median) | SB3 SPS (median) | ratio min / median / max | peak MB ours / SB3 |",
             "|---|---|---|---|---|---|"]
+    notes = []
     for pair in args.pairs:
+        env_id, script, _, peer = PAIRS[pair]
         results = {"ours": [], "sb3": []}
+        if peer is None:
+            for k in range(args.repeats):
+                results["ours"].append(measure("ours", pair, args.steps, args.seed + k, args.threads))
+            sps = [r["sps"] for r in results["ours"]]
+            rows.append(f"| `{script}` | {env_id} | {statistics.median(sps):,.0f} (min {min(sps):,.0f}, max "
+                        f"{max(sps):,.0f}) | no SB3 peer | - | {max(r['peak_mb'] for r in results['ours']):.0f} / - |")
+            parts = measure("breakdown", pair, args.steps, args.seed, args.threads)
+            notes.append(f"`{script}` per update, CartPole-v1 defaults, median of 200 (ms): " +
+                         ", ".join(f"{key} {value:.2f}" for key, value in parts.items()))
+            continue
         for k in range(args.repeats):
             for side in ("ours", "sb3"):
                 results[side].append(measure(side, pair, args.steps, args.seed + k, args.threads))
@@ -103,11 +160,10 @@ def main() -> None:
         ratios = [o["sps"] / s["sps"] for o, s in zip(results["ours"], results["sb3"])]
         ours_sps, sb3_sps = (statistics.median(r["sps"] for r in results[side]) for side in ("ours", "sb3"))
         ours_mb, sb3_mb = (max(r["peak_mb"] for r in results[side]) for side in ("ours", "sb3"))
-        env_id, script, _, _ = PAIRS[pair]
         rows.append(f"| `{script}` | {env_id} | {ours_sps:,.0f} | {sb3_sps:,.0f} | {min(ratios):.2f} / "
                     f"{statistics.median(ratios):.2f} / {max(ratios):.2f} | {ours_mb:.0f} / {sb3_mb:.0f} |")
     table = "\n".join(rows) + (f"\n\n{args.repeats} alternating pairs of {args.steps:,} env steps, {args.threads} "
-                               f"thread(s) per process, {os.cpu_count()} CPUs.\n")
+                               f"thread(s) per process, {os.cpu_count()} CPUs.\n") + "".join(f"\n{n}\n" for n in notes)
     print(table)
     if args.out:
         with open(args.out, "w") as f:
