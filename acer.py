@@ -409,7 +409,7 @@ class SegmentBuffer:
         return self.size * self.T * self.N
 
     def add(self, segment: dict) -> None:
-        """Store a segment (the dict that `collect` fills), overwriting the oldest when full."""
+        """Store a segment (the tensors above and final_obs {(t, n): obs}), overwriting the oldest when full."""
         slot = self.pos
         for name in ("obs", "actions", "rewards", "dones", "truncations", "mu"):
             getattr(self, name)[slot] = segment[name]
