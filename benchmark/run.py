@@ -70,6 +70,93 @@ def tail(path: str, lines: int = 15) -> str:
         return "".join(f.readlines()[-lines:])
 
 
+def run_one(args, env_id: str, seed: int) -> int:
+    """One grid cell in the foreground (a Slurm array task): skipped if DONE, refused if locked, continued from its
+    checkpoint if it left one; SIGTERM (scancel, or the time limit) makes the run write a checkpoint and stop."""
+    directory = run_dir(args.out, args.script, env_id, seed)
+    if os.path.exists(os.path.join(directory, "DONE")):
+        print(f"{env_id} seed {seed} finished before", flush=True)
+        return 0
+    os.makedirs(directory, exist_ok=True)
+    try:
+        run = Run(f"{args.script} {env_id} seed {seed}", directory, command(args, env_id, seed, directory), None)
+    except BlockingIOError:
+        print(f"error: another runner holds {directory}", file=sys.stderr)
+        return 1
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: run.proc.send_signal(signal.SIGTERM))
+    try:
+        code = run.finish()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    print(f"{run.name}: exit {code}; log in {directory}/log.txt", flush=True)
+    return code
+
+
+def shell(cmd: list) -> subprocess.CompletedProcess:
+    """Run a Slurm command, echoing it and its output."""
+    print(f"$ {shlex.join(cmd)}", flush=True)
+    result = subprocess.run(cmd, capture_output=True, text=True)
+    print(result.stdout + result.stderr, end="", flush=True)
+    return result
+
+
+def submit_slurm(args, grid: list, todo: list, argv: list) -> int:
+    """Write a job-array batch script with one task per unfinished run and submit it with sbatch (--wait: then follow
+    it with squeue until it ends, and write the report)."""
+    print(f"{args.script}: {len(grid)} runs in the grid, {len(grid) - len(todo)} finished before, {len(todo)} to submit",
+          flush=True)
+    if not todo:
+        print("nothing to submit", flush=True)
+        return 0
+    indices = ",".join(str(grid.index(cell)) for cell in todo)
+    keep = [a for a in argv if a not in ("--dry-run", "--wait")]
+    task = [sys.executable, os.path.abspath(__file__), *keep, "--run-index", "$SLURM_ARRAY_TASK_ID"]
+    logs = os.path.abspath(os.path.join(args.out, args.script))
+    options = [f"--job-name={args.script}-grid", f"--array={indices}", f"--cpus-per-task={args.cpus_per_task}",
+               f"--output={logs}/slurm-%A_%a.out", f"--chdir={os.getcwd()}"]
+    options += [f"--partition={args.partition}"] * bool(args.partition) + [f"--time={args.time}"] * bool(args.time)
+    options += [f"--mem={args.mem}"] * bool(args.mem) + [f"--gres=gpu:{args.gpus_per_task}"] * (args.gpus_per_task > 0)
+    batch = "\n".join(["#!/usr/bin/env bash",
+                       f"# {args.script} grid: written by benchmark/run.py --backend slurm; one task per unfinished run",
+                       *[f"#SBATCH {option}" for option in options],
+                       "export OMP_NUM_THREADS=$SLURM_CPUS_PER_TASK MKL_NUM_THREADS=$SLURM_CPUS_PER_TASK",
+                       "exec " + " ".join(shlex.quote(a) if a != "$SLURM_ARRAY_TASK_ID" else a for a in task), ""])
+    if args.dry_run:
+        print(batch, end="")
+        return 0
+    os.makedirs(logs, exist_ok=True)
+    path = os.path.join(logs, f"grid_{time.strftime('%Y%m%d-%H%M%S')}.sbatch")
+    with open(path, "w") as f:
+        f.write(batch)
+    result = shell(["sbatch", "--parsable", path])
+    if result.returncode != 0:
+        print(f"error: sbatch failed (exit {result.returncode}); the batch script is {path}", file=sys.stderr)
+        return 1
+    job = result.stdout.strip().split(";")[0]
+    print(f"submitted job array {job}: {len(todo)} tasks; follow with squeue -j {job}", flush=True)
+    if not args.wait:
+        return 0
+    last = None
+    while True:
+        queue = subprocess.run(["squeue", "-h", "-j", job, "-o", "%i %T"], capture_output=True, text=True).stdout
+        if queue != last:
+            shell(["squeue", "-j", job])
+            last = queue
+        if not queue.strip():
+            break
+        time.sleep(2)
+    missing = [f"{env_id} seed {seed}" for env_id, seed in todo
+               if not os.path.exists(os.path.join(run_dir(args.out, args.script, env_id, seed), "DONE"))]
+    if missing:
+        print(f"{len(missing)} runs did not finish: {', '.join(missing)}; see {logs}/slurm-{job}_*.out", flush=True)
+        return 1
+    print(f"all {len(grid)} runs finished", flush=True)
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import report
+
+    return report.main([args.out])
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--script", required=True, choices=SCRIPTS)
@@ -81,14 +168,29 @@ def main(argv=None) -> int:
     parser.add_argument("--checkpoint-freq", type=int, default=None,
                         help="passed to every run (default: a tenth of --total-timesteps)")
     parser.add_argument("--out", default="benchmark_runs", help="the grid's root directory")
-    parser.add_argument("--dry-run", action="store_true", help="print the commands of the runs still to do, run nothing")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="print the commands of the runs still to do (slurm: the batch script), run nothing")
+    parser.add_argument("--backend", choices=["local", "slurm"], default="local",
+                        help="local worker processes, or one Slurm job array with a task per unfinished run")
+    slurm = parser.add_argument_group("slurm backend")
+    slurm.add_argument("--partition", default=None, help="sbatch --partition (default: the cluster's default)")
+    slurm.add_argument("--cpus-per-task", type=int, default=1, help="CPUs of each task; the run gets as many threads")
+    slurm.add_argument("--gpus-per-task", type=int, default=0, help="GPUs of each task (sbatch --gres=gpu:N)")
+    slurm.add_argument("--time", default=None, help="time limit of each task, e.g. 2-00:00:00 (sbatch --time)")
+    slurm.add_argument("--mem", default=None, help="memory of each task, e.g. 8G (sbatch --mem)")
+    slurm.add_argument("--wait", action="store_true", help="wait for the array to end, then write the report")
+    slurm.add_argument("--run-index", type=int, default=None, help=argparse.SUPPRESS)  # what each array task runs
     args = parser.parse_args(argv)
     if args.workers < 1 or args.total_timesteps < 1 or (args.checkpoint_freq is not None and args.checkpoint_freq < 0):
         parser.error("--workers and --total-timesteps must be at least 1, --checkpoint-freq non-negative")
 
     grid = [(env_id, seed) for env_id in args.envs for seed in args.seeds]
+    if args.run_index is not None:
+        return run_one(args, *grid[args.run_index])
     todo = [(env_id, seed) for env_id, seed in grid
             if not os.path.exists(os.path.join(run_dir(args.out, args.script, env_id, seed), "DONE"))]
+    if args.backend == "slurm":
+        return submit_slurm(args, grid, todo, argv if argv is not None else sys.argv[1:])
     print(f"{args.script}: {len(grid)} runs in the grid, {len(grid) - len(todo)} finished before, {len(todo)} to run",
           flush=True)
     if args.dry_run:

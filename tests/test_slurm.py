@@ -1,0 +1,80 @@
+"""benchmark/run.py --backend slurm against a real single-node Slurm (benchmark/slurm/local_cluster.sh): a tiny a2c grid
+submitted as a job array, followed with squeue and reported; a resubmission submitting nothing; a task cancelled with
+scancel finishing, from its checkpoint, when the grid is submitted again. Skipped where the cluster cannot be started:
+not root, or neither Slurm nor apt-get to install it."""
+
+import glob
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+from conftest import ROOT
+
+CLUSTER = str(ROOT / "benchmark" / "slurm" / "local_cluster.sh")
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    if os.geteuid() != 0:
+        pytest.skip("starting the Slurm daemons needs root")
+    if not shutil.which("slurmctld") and not shutil.which("apt-get"):
+        pytest.skip("Slurm is not installed and there is no apt-get to install slurm-wlm and munge")
+    started = subprocess.run(["bash", CLUSTER, "start"], capture_output=True, text=True, timeout=900)
+    assert started.returncode == 0, started.stdout + started.stderr
+    yield
+    subprocess.run(["bash", CLUSTER, "stop"], capture_output=True, timeout=120)
+
+
+def grid(tmp_path, *args, seeds=("1", "2"), steps="400", extra="--eval-freq 200 --eval-episodes 2 --num-envs 4"):
+    return subprocess.run([sys.executable, str(ROOT / "benchmark" / "run.py"), "--script", "a2c", "--envs",
+                           "CartPole-v1", "--seeds", *seeds, "--total-timesteps", steps, f"--extra={extra}",
+                           "--out", str(tmp_path / "grid"), "--backend", "slurm", *args],
+                          capture_output=True, text=True, timeout=600, cwd=tmp_path)
+
+
+def test_dry_run_prints_the_batch_script(tmp_path):
+    result = grid(tmp_path, "--dry-run", "--partition", "big", "--time", "1:00:00", "--mem", "4G", "--gpus-per-task",
+                  "1", "--cpus-per-task", "2")
+    assert result.returncode == 0, result.stderr
+    for line in ("#SBATCH --array=0,1", "#SBATCH --cpus-per-task=2", "#SBATCH --partition=big",
+                 "#SBATCH --time=1:00:00", "#SBATCH --mem=4G", "#SBATCH --gres=gpu:1", "--run-index $SLURM_ARRAY_TASK_ID"):
+        assert line in result.stdout, line
+    assert not (tmp_path / "grid").exists()
+
+
+def test_grid_on_slurm_finishes_reports_and_resubmits_nothing(cluster, tmp_path):
+    result = grid(tmp_path, "--wait")
+    print(result.stdout)  # shows sbatch and squeue from the real Slurm in the test log
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "$ sbatch --parsable" in result.stdout and "$ squeue -j" in result.stdout and "JOBID" in result.stdout
+    for seed in (1, 2):
+        assert (tmp_path / "grid" / "a2c" / "CartPole-v1" / f"seed_{seed}" / "DONE").exists()
+    assert (tmp_path / "grid" / "report" / "CartPole-v1.png").exists()
+    assert "| `a2c` | CartPole-v1 | 2 | 400 |" in (tmp_path / "grid" / "report" / "results.md").read_text()
+    again = grid(tmp_path, "--wait")
+    assert again.returncode == 0 and "nothing to submit" in again.stdout and "sbatch" not in again.stdout
+
+
+def test_a_task_cancelled_with_scancel_finishes_when_resubmitted(cluster, tmp_path):
+    long = dict(seeds=("1",), steps="200000", extra="--eval-freq 0 --eval-episodes 1")
+    submitted = grid(tmp_path, "--checkpoint-freq", "4000", **long)
+    assert submitted.returncode == 0, submitted.stdout + submitted.stderr
+    job = re.search(r"submitted job array (\d+)", submitted.stdout).group(1)
+    run = tmp_path / "grid" / "a2c" / "CartPole-v1" / "seed_1"
+    deadline = time.time() + 300
+    while not glob.glob(f"{run}/runs/*/checkpoint.pt") and time.time() < deadline:
+        time.sleep(0.1)
+    assert subprocess.run(["scancel", job]).returncode == 0
+    while subprocess.run(["squeue", "-h", "-j", job], capture_output=True, text=True).stdout.strip():
+        assert time.time() < deadline
+        time.sleep(0.5)
+    assert not (run / "DONE").exists() and "stopped by signal 15" in (run / "log.txt").read_text()
+    resumed = grid(tmp_path, "--checkpoint-freq", "4000", "--wait", **long)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert "1 to submit" in resumed.stdout and (run / "DONE").exists()
+    log = (run / "log.txt").read_text()
+    assert "--resume" in log and "resumed" in log and "step 200,000: final eval" in log
