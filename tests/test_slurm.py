@@ -15,6 +15,7 @@ import pytest
 from conftest import ROOT
 
 CLUSTER = str(ROOT / "benchmark" / "slurm" / "local_cluster.sh")
+pytestmark = pytest.mark.xdist_group("slurm")  # one worker holds the cluster from start to stop
 
 
 @pytest.fixture(scope="module")
