@@ -15,11 +15,12 @@ import pytest
 from conftest import ROOT
 
 CLUSTER = str(ROOT / "benchmark" / "slurm" / "local_cluster.sh")
-pytestmark = pytest.mark.xdist_group("slurm")  # one worker holds the cluster from start to stop
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def cluster():
+    """The cluster, for one test: pytest-xdist may run tests of a module on different workers, and a second test's
+    teardown would stop the daemons under the first, so everything that needs Slurm is one test."""
     if os.geteuid() != 0:
         pytest.skip("starting the Slurm daemons needs root")
     if not shutil.which("slurmctld") and not shutil.which("apt-get"):
@@ -47,7 +48,8 @@ def test_dry_run_prints_the_batch_script(tmp_path):
     assert not (tmp_path / "grid").exists()
 
 
-def test_grid_on_slurm_finishes_reports_and_resubmits_nothing(cluster, tmp_path):
+def test_grid_on_slurm_finishes_reports_resubmits_nothing_and_survives_scancel(cluster, tmp_path):
+    # a 2-seed grid, followed with squeue to the end, then reported
     result = grid(tmp_path, "--wait")
     print(result.stdout)  # shows sbatch and squeue from the real Slurm in the test log
     assert result.returncode == 0, result.stdout + result.stderr
@@ -59,22 +61,24 @@ def test_grid_on_slurm_finishes_reports_and_resubmits_nothing(cluster, tmp_path)
     again = grid(tmp_path, "--wait")
     assert again.returncode == 0 and "nothing to submit" in again.stdout and "sbatch" not in again.stdout
 
-
-def test_a_task_cancelled_with_scancel_finishes_when_resubmitted(cluster, tmp_path):
+    # a run cancelled with scancel stops with a checkpoint and finishes from it when the grid is submitted again
+    (tmp_path / "cancel").mkdir()
     long = dict(seeds=("1",), steps="200000", extra="--eval-freq 0 --eval-episodes 1")
-    submitted = grid(tmp_path, "--checkpoint-freq", "4000", **long)
+    submitted = grid(tmp_path / "cancel", "--checkpoint-freq", "4000", **long)
     assert submitted.returncode == 0, submitted.stdout + submitted.stderr
     job = re.search(r"submitted job array (\d+)", submitted.stdout).group(1)
-    run = tmp_path / "grid" / "a2c" / "CartPole-v1" / "seed_1"
+    run = tmp_path / "cancel" / "grid" / "a2c" / "CartPole-v1" / "seed_1"
     deadline = time.time() + 300
     while not glob.glob(f"{run}/runs/*/checkpoint.pt") and time.time() < deadline:
         time.sleep(0.1)
-    assert subprocess.run(["scancel", job]).returncode == 0
+    cancel = subprocess.run(["scancel", job], capture_output=True, text=True)
+    assert cancel.returncode == 0, (cancel.stderr, subprocess.run(["squeue"], capture_output=True, text=True).stdout,
+                                   (run / "log.txt").read_text())
     while subprocess.run(["squeue", "-h", "-j", job], capture_output=True, text=True).stdout.strip():
         assert time.time() < deadline
         time.sleep(0.5)
     assert not (run / "DONE").exists() and "stopped by signal 15" in (run / "log.txt").read_text()
-    resumed = grid(tmp_path, "--checkpoint-freq", "4000", "--wait", **long)
+    resumed = grid(tmp_path / "cancel", "--checkpoint-freq", "4000", "--wait", **long)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     assert "1 to submit" in resumed.stdout and (run / "DONE").exists()
     log = (run / "log.txt").read_text()
