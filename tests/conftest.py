@@ -30,3 +30,13 @@ def scalars(run_dir) -> dict:
     acc = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
     acc.Reload()
     return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Print what a passing test recorded with record_property("shown_in_summary", text): the Slurm test's sbatch and
+    squeue output, which would otherwise stay in the captured output of a pytest-xdist worker."""
+    for report in terminalreporter.stats.get("passed", []):
+        for name, text in getattr(report, "user_properties", []):
+            if name == "shown_in_summary":
+                terminalreporter.write_sep("-", f"output of {report.nodeid}")
+                terminalreporter.write_line(text.rstrip())

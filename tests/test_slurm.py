@@ -42,16 +42,16 @@ def test_dry_run_prints_the_batch_script(tmp_path):
     result = grid(tmp_path, "--dry-run", "--partition", "big", "--time", "1:00:00", "--mem", "4G", "--gpus-per-task",
                   "1", "--cpus-per-task", "2")
     assert result.returncode == 0, result.stderr
-    for line in ("#SBATCH --array=0,1", "#SBATCH --cpus-per-task=2", "#SBATCH --partition=big",
-                 "#SBATCH --time=1:00:00", "#SBATCH --mem=4G", "#SBATCH --gres=gpu:1", "--run-index $SLURM_ARRAY_TASK_ID"):
+    for line in ("#SBATCH --array=0,1", "#SBATCH --cpus-per-task=2", "#SBATCH --partition=big", "#SBATCH --mem=4G",
+                 "#SBATCH --time=1:00:00", "#SBATCH --gres=gpu:1", "--run-index $SLURM_ARRAY_TASK_ID"):
         assert line in result.stdout, line
     assert not (tmp_path / "grid").exists()
 
 
-def test_grid_on_slurm_finishes_reports_resubmits_nothing_and_survives_scancel(cluster, tmp_path):
+def test_grid_on_slurm_finishes_reports_resubmits_nothing_and_survives_scancel(cluster, tmp_path, record_property):
     # a 2-seed grid, followed with squeue to the end, then reported
     result = grid(tmp_path, "--wait")
-    print(result.stdout)  # shows sbatch and squeue from the real Slurm in the test log
+    record_property("shown_in_summary", result.stdout)  # conftest prints it: sbatch and squeue of the real Slurm
     assert result.returncode == 0, result.stdout + result.stderr
     assert "$ sbatch --parsable" in result.stdout and "$ squeue -j" in result.stdout and "JOBID" in result.stdout
     for seed in (1, 2):
