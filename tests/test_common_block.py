@@ -91,24 +91,33 @@ def run_cli(module, args, cwd, **kwargs):
                           timeout=600, **kwargs)
 
 
-def check_sigterm_resume_is_exact(tmp_path, module, flags, checkpoint_freq: int, total: int, model_keys, tags):
-    """Runs a and b with the same flags, and run c stopped by SIGTERM at its first checkpoint and resumed, end with equal
-    networks (model.pt's `model_keys`) and equal logged `tags`: determinism and exact resume in one."""
-    for d in "abc":
-        (tmp_path / d).mkdir()
-    for d in "ab":
-        assert run_cli(module, flags, tmp_path / d).returncode == 0
+def stop_with_sigterm_and_resume(tmp_path, module, flags, checkpoint_freq: int, total: int, name: str) -> None:
+    """Run `name`: SIGTERM as soon as its first periodic checkpoint exists (one line, no traceback, a checkpoint), then
+    resume it from elsewhere to the end: it writes beside the checkpoint."""
+    (tmp_path / name).mkdir()
     proc = subprocess.Popen([sys.executable, script_path(module), *flags, "--checkpoint-freq", str(checkpoint_freq)],
-                            cwd=tmp_path / "c", stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            cwd=tmp_path / name, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 300
-    while not glob.glob(f"{tmp_path}/c/runs/*/checkpoint.pt") and time.time() < deadline:
+    while not glob.glob(f"{tmp_path}/{name}/runs/*/checkpoint.pt") and time.time() < deadline:
         time.sleep(0.02)
     proc.send_signal(signal.SIGTERM)
     out, err = proc.communicate(timeout=300)
-    assert proc.returncode == 128 + signal.SIGTERM and "checkpoint written" in out, err
-    checkpoint = glob.glob(f"{tmp_path}/c/runs/*/checkpoint.pt")[0]
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    assert "checkpoint written" in out and "Traceback" not in err
+    checkpoint = glob.glob(f"{tmp_path}/{name}/runs/*/checkpoint.pt")[0]
     assert checkpoint_freq <= torch.load(checkpoint, weights_only=False)["counters"][0] < total
-    assert run_cli(module, ["--resume", checkpoint], tmp_path).returncode == 0
+    resumed = run_cli(module, ["--resume", checkpoint], tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    assert not (tmp_path / "runs").exists()
+
+
+def check_sigterm_resume_is_exact(tmp_path, module, flags, checkpoint_freq: int, total: int, model_keys, tags):
+    """Runs a and b with the same flags, and run c stopped by SIGTERM at its first checkpoint and resumed, end with equal
+    networks (model.pt's `model_keys`) and equal logged `tags`: determinism and exact resume in one."""
+    for d in "ab":
+        (tmp_path / d).mkdir()
+        assert run_cli(module, flags, tmp_path / d).returncode == 0
+    stop_with_sigterm_and_resume(tmp_path, module, flags, checkpoint_freq, total, "c")
     models = [torch.load(glob.glob(f"{tmp_path}/{d}/runs/*/model.pt")[0], weights_only=False) for d in "abc"]
     for key in model_keys:
         for name, tensor in models[0][key].items():
@@ -216,25 +225,10 @@ RESUME_FLAGS = ["--total-timesteps", "1500", "--learning-starts", "300", "--batc
 
 
 def test_interrupted_and_resumed_run_ends_identical(tmp_path, script):
-    (tmp_path / "a").mkdir(), (tmp_path / "b").mkdir()
+    (tmp_path / "a").mkdir()
     flags = ["--env-id", tiny_env(script), *RESUME_FLAGS]
     assert run_cli(script, flags, tmp_path / "a").returncode == 0
-    # Run b: SIGTERM as soon as its first periodic checkpoint exists, then resume it to the end.
-    proc = subprocess.Popen([sys.executable, script_path(script), *flags, "--checkpoint-freq", "400"],
-                            cwd=tmp_path / "b", stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 300
-    while not glob.glob(f"{tmp_path}/b/runs/*/checkpoint.pt") and time.time() < deadline:
-        time.sleep(0.05)
-    proc.send_signal(signal.SIGTERM)
-    out, err = proc.communicate(timeout=300)
-    assert proc.returncode == 128 + signal.SIGTERM, err
-    assert "checkpoint written" in out and "Traceback" not in err
-    checkpoint = glob.glob(f"{tmp_path}/b/runs/*/checkpoint.pt")[0]
-    stopped_at = torch.load(checkpoint, weights_only=False)["counters"][0]
-    assert 400 <= stopped_at < 1500
-    resumed = run_cli(script, ["--resume", checkpoint], tmp_path)  # from elsewhere: it writes beside the checkpoint
-    assert resumed.returncode == 0, resumed.stderr
-    assert not (tmp_path / "runs").exists()
+    stop_with_sigterm_and_resume(tmp_path, script, flags, 400, 1500, "b")
 
     a, b = (torch.load(glob.glob(f"{tmp_path}/{d}/runs/*/model.pt")[0], weights_only=False) for d in "ab")
     assert a.keys() == b.keys()
