@@ -64,7 +64,7 @@ stop() {
     pkill -x "$daemon" 2> /dev/null || true
   done
   for _ in $(seq 20); do
-    pgrep -x 'slurmd|slurmctld|munged' > /dev/null || return 0
+    pgrep -x slurmd > /dev/null || pgrep -x slurmctld > /dev/null || pgrep -x munged > /dev/null || return 0
     sleep 0.5
   done
 }
