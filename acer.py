@@ -433,7 +433,8 @@ class SegmentBuffer:
     def load_state_dict(self, state: dict) -> None:
         for name in ("obs", "actions", "rewards", "dones", "truncations", "mu"):
             getattr(self, name)[: state["size"]] = state[name]
-        self.final_obs, self.pos, self.size = state["final_obs"], state["pos"], state["size"]
+        self.final_obs = {key: value.to(self.obs.device) for key, value in state["final_obs"].items()}
+        self.pos, self.size = state["pos"], state["size"]
 
 
 # ---------------------------------------------------------------------------------------------------------------------
