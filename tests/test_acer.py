@@ -217,6 +217,20 @@ def test_segment_buffer_keeps_the_newest_segments_and_their_final_observations()
     assert seen == {2, 3, 4}
 
 
+def test_segment_buffer_round_trips_through_its_state_dict():
+    space = gym.spaces.Box(-1, 1, (4,))
+    buffer, restored = (acer.SegmentBuffer(40, 5, 2, space, 2, "cpu") for _ in range(2))
+    for k in range(3):
+        buffer.add(cartpole_segment(T=5, N=2, seed=k, truncate=True))
+    restored.load_state_dict(buffer.state_dict())
+    assert (restored.pos, restored.size, restored.transitions) == (buffer.pos, buffer.size, buffer.transitions)
+    for name in ("obs", "actions", "rewards", "dones", "truncations", "mu"):
+        assert torch.equal(getattr(restored, name), getattr(buffer, name)), name
+    assert restored.final_obs.keys() == buffer.final_obs.keys()
+    for key, value in buffer.final_obs.items():
+        assert torch.equal(restored.final_obs[key], value)
+
+
 # ---------------------------------------------------------------------------------------------------------------------
 # SMOKE, RESUME, BAD INPUT
 # ---------------------------------------------------------------------------------------------------------------------
