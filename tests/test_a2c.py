@@ -287,3 +287,11 @@ def test_learns_cartpole(in_tmp, advantage):
     summary = a2c.main(a2c.Args(seed=1, total_timesteps=50_000, advantage=advantage, eval_freq=25_000, cuda=False))
     evaluations = [v for _, v in scalars(summary["run_dir"])["eval/episodic_return"]]
     assert len(evaluations) == 2 and max(evaluations) > 100, evaluations
+
+
+# InvertedPendulum-v5 (Box actions), --advantage gae, defaults otherwise, one thread: the greedy evaluation (10 episodes)
+# scored 1000.0 at 50k and at 100k steps on seeds 1, 2 and 3; untrained greedy policies scored 24.1, 26.0 and 25.4.
+def test_learns_inverted_pendulum(in_tmp):
+    summary = a2c.main(a2c.Args(env_id="InvertedPendulum-v5", seed=1, total_timesteps=50_000, advantage="gae",
+                                eval_freq=0, cuda=False))
+    assert summary["eval_return"] > 500
