@@ -451,6 +451,7 @@ def acer_loss(agent: Agent, avg_agent: Agent, segment: dict, args: Args):
     logits, q = agent(segment["obs"].flatten(0, 1))
     logits, q = logits.view(T + 1, N, -1), q.view(T + 1, N, -1)
     actions = segment["actions"].unsqueeze(-1)
+    q_taken = q[:T].gather(-1, actions).squeeze(-1)  # Q(s_t, a_t), with the Q head's gradient
     with torch.no_grad():
         pi = logits.softmax(-1)
         values = (pi * q).sum(-1)  # V(s) = sum_a pi(a|s) Q(s, a), (T + 1, N)
@@ -463,8 +464,7 @@ def acer_loss(agent: Agent, avg_agent: Agent, segment: dict, args: Args):
             rewards = bootstrap_truncations(rewards, segment["truncations"], final_values, args.gamma)
         rho_all = pi[:T] / segment["mu"].clamp(min=MU_FLOOR)  # rho(a) = pi(a|s) / mu(a|s) for every a, DEVIATION(4)
         rho = rho_all.gather(-1, actions).squeeze(-1)
-        q_taken_d = q[:T].gather(-1, actions).squeeze(-1)
-        q_ret = retrace_targets(rewards, segment["dones"], q_taken_d, values[:T], rho.clamp(max=1.0), values[T],
+        q_ret = retrace_targets(rewards, segment["dones"], q_taken.detach(), values[:T], rho.clamp(max=1.0), values[T],
                                 args.gamma)
         pi_avg = avg_agent.logits(segment["obs"][:T].flatten(0, 1)).view(T, N, -1).softmax(-1)
 
@@ -485,7 +485,6 @@ def acer_loss(agent: Agent, avg_agent: Agent, segment: dict, args: Args):
         g = trust_region_project(g.flatten(0, 1), k.flatten(0, 1), args.max_kl).view_as(g)
     policy_surrogate = -(logits[:T] * g).sum(-1).mean()
 
-    q_taken = q[:T].gather(-1, actions).squeeze(-1)
     q_loss = (q_ret - q_taken).pow(2).mean()  # DEVIATION(3)
     loss = policy_surrogate + args.q_coef * q_loss
     with torch.no_grad():
