@@ -23,11 +23,21 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
+LEARNING_STARTS = 2_000  # SAC and TD3 on both sides: random-action steps before the timed training phase
+
 # name: (env id, our script, its flags, what SB3 runs). The hyperparameters match the script's defaults:
 # A2C: 8 envs, n_steps 5, gamma 0.99, n-step returns (SB3: gae_lambda 1.0), no advantage normalization, vf 0.5,
 # entropy 0.01, grad norm 0.5, RMSprop lr 7e-4 alpha 0.99 eps 1e-5, separate 64-64 tanh actor and critic.
+# SAC: 256-256 ReLU actor and twin critics, batch 256, buffer 1M, tau 0.005, gamma 0.99, one critic update per env
+# step and one actor and alpha update per env step on average, automatic alpha with target entropy -|A|, target
+# update every step; one learning rate of 3e-4 (SB3's default) for everything.
+# TD3: 256-256 ReLU actor and twin critics, batch 256, buffer 1M, tau 0.005, gamma 0.99, lr 3e-4, policy delay 2,
+# target noise 0.2 clipped at 0.5, Gaussian exploration noise 0.1.
 # ACER has no SB3 peer (SB3 dropped it): absolute figures and a per-update breakdown instead.
+OFF_POLICY_FLAGS = ["--eval-freq", "0", "--eval-episodes", "1", "--learning-starts", str(LEARNING_STARTS)]
 PAIRS = {
+    "sac": ("Hopper-v5", "sac_continuous_action.py", [*OFF_POLICY_FLAGS, "--q-lr", "3e-4"], "SAC"),
+    "td3": ("Hopper-v5", "td3_continuous_action.py", OFF_POLICY_FLAGS, "TD3"),
     "a2c": ("CartPole-v1", "a2c.py", ["--num-envs", "8", "--num-steps", "5", "--eval-freq", "0", "--eval-episodes", "1"],
             "A2C"),
     "acer": ("CartPole-v1", "acer.py", ["--eval-freq", "0", "--eval-episodes", "1", "--replay-start", "1000"], None),
@@ -46,17 +56,55 @@ def run_ours(pair: str, steps: int, seed: int) -> float:
 
 def run_sb3(pair: str, steps: int, seed: int) -> float:
     env_id, _, _, algo = PAIRS[pair]
-    from stable_baselines3 import A2C
+    import numpy as np
+    from stable_baselines3 import A2C, SAC, TD3
+    from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.noise import NormalActionNoise
 
+    class TrainingPhaseClock(BaseCallback):
+        """Notes the time and step count when the first update is due (after learning_starts)."""
+
+        def __init__(self, learning_starts: int):
+            super().__init__()
+            self.learning_starts, self.start = learning_starts, None
+
+        def _on_step(self) -> bool:
+            if self.start is None and self.num_timesteps >= self.learning_starts:
+                self.start = (time.perf_counter(), self.num_timesteps)
+            return True
+
+    off_policy = dict(buffer_size=1_000_000, batch_size=256, tau=0.005, gamma=0.99, learning_rate=3e-4,
+                      learning_starts=LEARNING_STARTS, train_freq=1, gradient_steps=1,
+                      policy_kwargs=dict(net_arch=[256, 256]), seed=seed, device="cpu")
     if algo == "A2C":
         env = make_vec_env(env_id, n_envs=8, seed=seed)
         model = A2C("MlpPolicy", env, learning_rate=7e-4, n_steps=5, gamma=0.99, gae_lambda=1.0, ent_coef=0.01,
                     vf_coef=0.5, max_grad_norm=0.5, rms_prop_eps=1e-5, use_rms_prop=True, normalize_advantage=False,
                     seed=seed, device="cpu")
-    start = time.perf_counter()
-    model.learn(total_timesteps=steps)
-    return model.num_timesteps / (time.perf_counter() - start)
+    elif algo == "SAC":
+        model = SAC("MlpPolicy", env_id, ent_coef="auto", target_update_interval=1, **off_policy)
+    else:
+        act_dim = model_act_dim(env_id)
+        noise = NormalActionNoise(np.zeros(act_dim), 0.1 * np.ones(act_dim))  # Hopper's bounds are [-1, 1]
+        model = TD3("MlpPolicy", env_id, policy_delay=2, target_policy_noise=0.2, target_noise_clip=0.5,
+                    action_noise=noise, **off_policy)
+    clock = TrainingPhaseClock(0 if algo == "A2C" else LEARNING_STARTS)
+    model.learn(total_timesteps=steps, callback=clock)
+    return (model.num_timesteps - clock.start[1]) / (time.perf_counter() - clock.start[0])
+
+
+def model_act_dim(env_id: str) -> int:
+    """|A| of env_id, whose Box bounds must be [-1, 1] (the exploration noise is given in those units)."""
+    import gymnasium as gym
+    import numpy as np
+
+    env = gym.make(env_id)
+    space = env.action_space
+    env.close()
+    if not (np.all(space.high == 1) and np.all(space.low == -1)):
+        sys.exit(f"error: {env_id}'s action bounds are not [-1, 1]; scale TD3's exploration noise for it")
+    return space.shape[0]
 
 
 def acer_breakdown(repeats: int = 200) -> dict:
