@@ -260,11 +260,10 @@ class QEnsemble(nn.Module):
         if detach_params:
             ws, bs = [w.detach() for w in ws], [b.detach() for b in bs]
         x = x.expand(ws[0].shape[0], *x.shape)
-        for i, (w, b) in enumerate(zip(ws, bs)):
-            x = torch.baddbmm(b, x, w)
-            if i < len(ws) - 1:
-                x = F.relu(x)
-        return x.squeeze(-1)
+        for w, b in zip(ws[:-1], bs[:-1]):
+            x = F.relu(torch.baddbmm(b, x, w))
+        # the output layer as multiply-and-sum: a batched matmul with one output column takes a slow path on the CPU
+        return (x * ws[-1].transpose(1, 2)).sum(-1) + bs[-1].squeeze(-1)
 
 
 class Actor(nn.Module):
@@ -289,48 +288,86 @@ class Actor(nn.Module):
         log_std = LOG_STD_MIN + 0.5 * (LOG_STD_MAX - LOG_STD_MIN) * (log_std + 1)  # DEVIATION(3)
         return self.fc_mean(x), log_std
 
-    def get_action(self, obs):
-        """Returns (action, log_prob (B, 1), deterministic action), actions rescaled to the Box bounds."""
+    def sample(self, obs):
+        """Returns (action, u, mean, log_std): a = tanh(u) * scale + bias with u ~ N(mean, std^2), rescaled to the Box."""
         mean, log_std = self(obs)
         # a = tanh(mean + std * eps) * scale + bias, eps ~ N(0, I): the reparameterization trick   [arXiv:1801.01290 eq. 11]
         u = mean + log_std.exp() * torch.randn_like(mean)
-        action = torch.tanh(u) * self.action_scale + self.action_bias
+        return torch.tanh(u) * self.action_scale + self.action_bias, u, mean, log_std
+
+    def get_action(self, obs):
+        """Returns (action, log_prob (B, 1), deterministic action), actions rescaled to the Box bounds."""
+        action, u, mean, log_std = self.sample(obs)
         log_prob = tanh_gaussian_log_prob(u, mean, log_std, self.action_scale)
         return action, log_prob, torch.tanh(mean) * self.action_scale + self.action_bias
+
+
+def flatten_parameters(module: nn.Module, grad: bool = True) -> torch.Tensor:
+    """Make every parameter of `module` a view into one flat tensor (and, with grad=True, every gradient a view into
+    its gradient); returns the flat parameter.
+
+    Adam, gradient clipping and the Polyak update then each run one kernel on one tensor instead of one per layer.
+    Backward accumulates into the existing `.grad` views in place, so clear them with `flat.grad.zero_()`, never by
+    setting them to None. Call it after `.to(device)`, which would make new tensors.
+    """
+    params = list(module.parameters())
+    flat = nn.Parameter(torch.cat([p.detach().reshape(-1) for p in params]), requires_grad=grad)
+    if grad:
+        flat.grad = torch.zeros_like(flat)
+    offset = 0
+    for p in params:
+        p.data = flat.data[offset: offset + p.numel()].view_as(p)
+        if grad:
+            p.grad = flat.grad[offset: offset + p.numel()].view_as(p)
+        offset += p.numel()
+    return flat
 
 
 # ---------------------------------------------------------------------------------------------------------------------
 # REPLAY BUFFER
 # ---------------------------------------------------------------------------------------------------------------------
 class ReplayBuffer:
-    """Preallocated circular storage of (s, a, r, s', terminated), sampled uniformly with torch indices."""
+    """Preallocated circular storage of (s, a, r, s', terminated), sampled uniformly with torch indices.
+
+    The five fields are column blocks of one (capacity, 2 |S| + |A| + 2) tensor, so storing a step is one copy and
+    drawing a minibatch is one gather; `obs`, `actions`, ... are views of it.
+    """
 
     def __init__(self, capacity: int, obs_dim: int, act_dim: int, device):
         self.capacity, self.pos, self.size, self.device = capacity, 0, 0, device
-        self.obs = torch.zeros((capacity, obs_dim), device=device)
-        self.next_obs = torch.zeros((capacity, obs_dim), device=device)
-        self.actions = torch.zeros((capacity, act_dim), device=device)
-        self.rewards = torch.zeros(capacity, device=device)
-        self.terminations = torch.zeros(capacity, device=device)
+        self.widths = (obs_dim, act_dim, 1, obs_dim, 1)
+        self.storage = torch.empty((capacity, sum(self.widths)), device=device)  # rows >= size are never read
+        self.obs, self.actions, self.rewards, self.next_obs, self.terminations = self.split(self.storage)
+
+    def split(self, rows: torch.Tensor):
+        """The (obs, actions, rewards, next_obs, terminations) column views of rows of the storage."""
+        obs, actions, rewards, next_obs, terminations = rows.split(self.widths, dim=-1)
+        return obs, actions, rewards.squeeze(-1), next_obs, terminations.squeeze(-1)
 
     def fields(self):
         return self.obs, self.actions, self.rewards, self.next_obs, self.terminations
 
     def add(self, obs, actions, rewards, next_obs, terminations):
         """Store one row per sub-env; arrays are (num_envs, ...)."""
-        idx = torch.arange(self.pos, self.pos + len(obs), device=self.device) % self.capacity
-        for storage, value in zip(self.fields(), (obs, actions, rewards, next_obs, terminations)):
-            storage[idx] = torch.as_tensor(value, dtype=torch.float32, device=self.device)
-        self.pos = (self.pos + len(obs)) % self.capacity
-        self.size = min(self.size + len(obs), self.capacity)
+        n = len(obs)
+        rows = np.concatenate([np.asarray(obs, np.float32), np.asarray(actions, np.float32),
+                               np.asarray(rewards, np.float32)[:, None], np.asarray(next_obs, np.float32),
+                               np.asarray(terminations, np.float32)[:, None]], axis=1)
+        rows = torch.from_numpy(rows).to(self.device)
+        if self.pos + n <= self.capacity:
+            self.storage[self.pos: self.pos + n] = rows
+        else:
+            self.storage[torch.arange(self.pos, self.pos + n, device=self.device) % self.capacity] = rows
+        self.pos = (self.pos + n) % self.capacity
+        self.size = min(self.size + n, self.capacity)
 
     def sample(self, batch_size: int):
         """Returns (obs, actions, rewards, next_obs, terminations) for `batch_size` uniformly drawn transitions."""
-        idx = torch.randint(0, self.size, (batch_size,), device=self.device)
-        return tuple(storage[idx] for storage in self.fields())
+        return self.split(self.storage[torch.randint(0, self.size, (batch_size,), device=self.device)])
 
     def state_dict(self):
-        return {"pos": self.pos, "size": self.size, "fields": [f[: self.size].cpu() for f in self.fields()]}
+        # contiguous copies: a view would pickle the whole preallocated storage
+        return {"pos": self.pos, "size": self.size, "fields": [f[: self.size].contiguous().cpu() for f in self.fields()]}
 
     def load_state_dict(self, state):
         self.pos, self.size = state["pos"], state["size"]
@@ -547,12 +584,15 @@ def main(args: Args) -> dict:
     qf_target = QEnsemble(envs, args.num_critics).to(device)
     qf_target.load_state_dict(qf.state_dict())
     qf_target.requires_grad_(False)
-    q_optimizer = torch.optim.Adam(qf.parameters(), lr=args.q_lr)
-    actor_optimizer = torch.optim.Adam(actor.parameters(), lr=args.policy_lr)
+    qf_flat, qf_target_flat, actor_flat = flatten_parameters(qf), flatten_parameters(qf_target, grad=False), \
+        flatten_parameters(actor)
+    fused = {"fused": True} if device.type in ("cpu", "cuda") else {}  # one Adam kernel for all tensors
+    q_optimizer = torch.optim.Adam([qf_flat], lr=args.q_lr, **fused)
+    actor_optimizer = torch.optim.Adam([actor_flat], lr=args.policy_lr, **fused)
     # H-bar = -|A| (arXiv:1812.05905, Sec. 5)
     target_entropy = -float(act_dim) if args.target_entropy is None else args.target_entropy
     log_alpha = torch.zeros(1, device=device, requires_grad=True)
-    a_optimizer = torch.optim.Adam([log_alpha], lr=args.q_lr)
+    a_optimizer = torch.optim.Adam([log_alpha], lr=args.q_lr, **fused)
     if not args.autotune:
         log_alpha.data.fill_(math.log(args.alpha) if args.alpha > 0 else -math.inf)
     rb = ReplayBuffer(args.buffer_size, obs_dim, act_dim, device)
@@ -563,20 +603,20 @@ def main(args: Args) -> dict:
     def update_critic(batch):
         loss, metrics = compute_loss_q(actor, qf, qf_target, batch, log_alpha.exp().detach(), args.gamma,
                                        args.backup_entropy, num_subsample)
-        q_optimizer.zero_grad(set_to_none=True)
+        qf_flat.grad.zero_()
         loss.backward()
         if grad_clip is not None:
-            nn.utils.clip_grad_norm_(qf.parameters(), grad_clip)
+            nn.utils.clip_grad_norm_(qf_flat, grad_clip)
         q_optimizer.step()
         return metrics
 
     def update_actor(obs):
         alpha = log_alpha.exp().detach()
         actor_loss, log_prob = compute_loss_pi(actor, qf, obs, alpha)
-        actor_optimizer.zero_grad(set_to_none=True)
+        actor_flat.grad.zero_()
         actor_loss.backward()
         if grad_clip is not None:
-            nn.utils.clip_grad_norm_(actor.parameters(), grad_clip)
+            nn.utils.clip_grad_norm_(actor_flat, grad_clip)
         actor_optimizer.step()
         metrics = {"actor_loss": actor_loss.detach(), "alpha": alpha[0], "entropy": -log_prob.mean()}
         if args.autotune:
@@ -590,8 +630,7 @@ def main(args: Args) -> dict:
     @torch.no_grad()
     def update_targets():
         # theta' <- tau * theta + (1 - tau) * theta'   [arXiv:1801.01290 Algorithm 1]
-        for target_param, param in zip(qf_target.parameters(), qf.parameters()):
-            target_param.lerp_(param, args.tau)
+        qf_target_flat.lerp_(qf_flat, args.tau)
 
     if args.compile:
         update_critic, update_actor = torch.compile(update_critic), torch.compile(update_actor)
@@ -656,8 +695,7 @@ def main(args: Args) -> dict:
                 actions = (u * actor.action_scale + actor.action_bias).cpu().numpy()
             else:
                 with torch.no_grad():
-                    actions, _, _ = actor.get_action(torch.as_tensor(obs, dtype=torch.float32, device=device))
-                actions = actions.cpu().numpy()
+                    actions = actor.sample(torch.as_tensor(obs, dtype=torch.float32, device=device))[0].cpu().numpy()
             next_obs, rewards, terminations, truncations, infos = envs.step(actions)
             previous_step, global_step = global_step, global_step + args.num_envs
 
