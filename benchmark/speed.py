@@ -1,18 +1,23 @@
 """Training-phase throughput of our scripts against Stable-Baselines3 on the same machine, with matched hyperparameters.
 
-    python benchmark/speed.py                          # a2c vs SB3 A2C on CartPole-v1, 3 alternating pairs
-    python benchmark/speed.py --pairs a2c acer --repeats 5 --steps 200000 --threads 1 --out speed.md
+    python benchmark/speed.py --pairs sac td3 a2c --out speed.md    # the README's Performance table (about 15 min)
+    python benchmark/speed.py --pairs acer sac_atari                 # no SB3 peer: absolute figures
+    python benchmark/speed.py --pairs a2c --repeats 5 --steps 200000 --threads 1
 
-Every run is a fresh process with torch, OpenMP and MKL pinned to `--threads` threads. The runs alternate (ours, SB3,
-ours, SB3, ...) so that a slow spell of the machine hits both sides; the ratio of each (ours, SB3) pair is reported as
-min / median / max. Env steps per second are counted over the training phase: for A2C that is the whole run (it learns
-from the first rollout), with env stepping, action sampling, updates and logging all included; env construction is not.
-Peak memory is the process's maximum resident set size. ACER has no SB3 peer: its runs give absolute figures, and a
-per-update time breakdown follows the table. Prints a Markdown table and writes it to --out.
+Every run is a fresh process with torch, OpenMP and MKL pinned to `--threads` threads (by default 2 for SAC, TD3 and
+SAC-discrete, 1 for A2C and ACER; the same on both sides of a pair). The runs alternate (ours, SB3, ours, SB3, ...) so
+that a slow spell of the machine hits both sides; the ratio of each (ours, SB3) pair is reported as min / median / max.
+Env steps per second are counted over the training phase: for A2C that is the whole run (it learns from the first
+rollout); for SAC and TD3 it starts when updates start (LEARNING_STARTS random steps on both sides) and has env
+stepping, action sampling, replay sampling, updates and logging in it; env construction is not. Peak memory is the
+process's maximum resident set size. After the table: for SAC and TD3 the time of each part of an env step, the
+matrix-product FLOPs of its updates (torch's FlopCounterMode) and the arithmetic floor they give at the measured
+256x256x256 matmul rate; for ACER, which has no SB3 peer, a per-update breakdown. Prints Markdown; --out saves it.
 """
 
 import argparse
 import json
+import math
 import os
 import resource
 import statistics
@@ -34,6 +39,9 @@ LEARNING_STARTS = 2_000  # SAC and TD3 on both sides: random-action steps before
 # TD3: 256-256 ReLU actor and twin critics, batch 256, buffer 1M, tau 0.005, gamma 0.99, lr 3e-4, policy delay 2,
 # target noise 0.2 clipped at 0.5, Gaussian exploration noise 0.1.
 # ACER has no SB3 peer (SB3 dropped it): absolute figures and a per-update breakdown instead.
+# Torch/OpenMP threads per process unless --threads is given, on both sides of a pair: SAC's and TD3's 256-unit matrix
+# products run about 1.7 times faster on two threads than on one; A2C's and ACER's 64-unit ones are measured at one.
+DEFAULT_THREADS = {"a2c": 1, "acer": 1, "sac": 2, "td3": 2, "sac_atari": 2}
 OFF_POLICY_FLAGS = ["--eval-freq", "0", "--eval-episodes", "1", "--learning-starts", str(LEARNING_STARTS)]
 PAIRS = {
     "sac": ("Hopper-v5", "sac_continuous_action.py", [*OFF_POLICY_FLAGS, "--q-lr", "3e-4"], "SAC"),
@@ -41,7 +49,10 @@ PAIRS = {
     "a2c": ("CartPole-v1", "a2c.py", ["--num-envs", "8", "--num-steps", "5", "--eval-freq", "0", "--eval-episodes", "1"],
             "A2C"),
     "acer": ("CartPole-v1", "acer.py", ["--eval-freq", "0", "--eval-episodes", "1", "--replay-start", "1000"], None),
+    "sac_atari": ("BreakoutNoFrameskip-v4", "sac_atari.py", [*OFF_POLICY_FLAGS, "--buffer-size", "100000"], None),
 }
+# env steps per run unless --steps is given: the off-policy scripts' training phase starts at LEARNING_STARTS
+DEFAULT_STEPS = {"a2c": 100_000, "acer": 100_000, "sac": 5_000, "td3": 6_000, "sac_atari": 3_000}
 
 
 def run_ours(pair: str, steps: int, seed: int) -> float:
@@ -146,12 +157,139 @@ def acer_breakdown(repeats: int = 200) -> dict:
     return {key: statistics.median(values) for key, values in times.items()}
 
 
+def matmul_gflops(size: int = 256, repeats: int = 2000) -> float:
+    """The measured float32 matrix-product rate: a (size x size) @ (size x size) product, best of 5 timed blocks."""
+    import torch
+
+    a, b = torch.randn(size, size), torch.randn(size, size)
+    for _ in range(200):
+        a @ b
+    best = math.inf
+    for _ in range(5):
+        start = time.perf_counter()
+        for _ in range(repeats // 5):
+            a @ b
+        best = min(best, (time.perf_counter() - start) / (repeats // 5))
+    return 2 * size ** 3 / best / 1e9
+
+
+def off_policy_breakdown(pair: str, repeats: int = 300) -> dict:
+    """Median milliseconds of the parts of one env step of the training phase (SAC or TD3, Hopper-v5, the script's
+    defaults), the matmul FLOPs of the updates one env step brings (counted by torch's FlopCounterMode, forward and
+    backward), and the floor those FLOPs give at the measured matrix-product rate."""
+    import numpy as np
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    env_id, script, _, _ = PAIRS[pair]
+    sys.path.insert(0, ROOT)
+    m = __import__(script[: -len(".py")])
+    args = m.Args(env_id=env_id)
+    envs = m.vector_env([m.make_env(env_id)])
+    obs_dim, act_dim = envs.single_observation_space.shape[0], envs.single_action_space.shape[0]
+    actor, qf, qf_target = m.Actor(envs), m.QEnsemble(envs), m.QEnsemble(envs).requires_grad_(False)
+    actor_flat, qf_flat = m.flatten_parameters(actor), m.flatten_parameters(qf)
+    qf_target_flat = m.flatten_parameters(qf_target, grad=False)
+    actor_optimizer = torch.optim.Adam([actor_flat], lr=3e-4, fused=True)
+    q_optimizer = torch.optim.Adam([qf_flat], lr=3e-4, fused=True)
+    rb = m.ReplayBuffer(10_000, obs_dim, act_dim, "cpu")
+    obs, _ = envs.reset(seed=0)
+    for _ in range(1_000):
+        actions = np.random.uniform(-1, 1, (1, act_dim)).astype(np.float32)
+        next_obs, rewards, terminations, _, infos = envs.step(actions)
+        rb.add(obs, actions, rewards, m.final_observations(next_obs, infos), terminations)
+        obs = next_obs
+    if pair == "sac":
+        actor_target, log_alpha = None, torch.zeros(1, requires_grad=True)
+        a_optimizer = torch.optim.Adam([log_alpha], lr=3e-4, fused=True)
+        actor_updates_per_step = 1.0  # policy_frequency updates every policy_frequency steps
+
+        def act(x):
+            return actor.sample(x)[0]
+
+        def critic_loss(batch):
+            return m.compute_loss_q(actor, qf, qf_target, batch, log_alpha.exp().detach(), args.gamma, True, 2)[0]
+
+        def actor_step(batch):
+            loss, log_prob = m.compute_loss_pi(actor, qf, batch[0], log_alpha.exp().detach())
+            actor_flat.grad.zero_()
+            loss.backward()
+            actor_optimizer.step()
+            alpha_loss = m.compute_loss_alpha(log_alpha, log_prob, -float(act_dim))
+            a_optimizer.zero_grad()
+            alpha_loss.backward()
+            a_optimizer.step()
+    else:
+        actor_target = m.Actor(envs).requires_grad_(False)
+        actor_target_flat = m.flatten_parameters(actor_target, grad=False)
+        actor_updates_per_step = 1.0 / args.policy_frequency
+
+        def act(x):
+            return torch.clamp(actor(x) + 0.1 * torch.randn(1, act_dim), -1, 1)
+
+        def critic_loss(batch):
+            return m.compute_loss_q(actor_target, qf, qf_target, batch, args.gamma, args.policy_noise,
+                                    args.noise_clip)[0]
+
+        def actor_step(batch):
+            loss = m.compute_loss_pi(actor, qf, batch[0])
+            actor_flat.grad.zero_()
+            loss.backward()
+            actor_optimizer.step()
+
+    def critic_step(batch):
+        loss = critic_loss(batch)
+        qf_flat.grad.zero_()
+        loss.backward()
+        q_optimizer.step()
+
+    def target_step():
+        with torch.no_grad():
+            qf_target_flat.lerp_(qf_flat, args.tau)
+            if actor_target is not None:
+                actor_target_flat.lerp_(actor_flat, args.tau)
+
+    times = {"act + env step + store": [], "sample": [], "critic update": [], "actor update": [],
+             "target update": []}
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        with torch.no_grad():
+            actions = act(torch.as_tensor(obs, dtype=torch.float32)).numpy()
+        next_obs, rewards, terminations, _, infos = envs.step(actions)
+        rb.add(obs, actions, rewards, m.final_observations(next_obs, infos), terminations)
+        obs = next_obs
+        t1 = time.perf_counter()
+        batch = rb.sample(args.batch_size)
+        t2 = time.perf_counter()
+        critic_step(batch)
+        t3 = time.perf_counter()
+        actor_step(batch)
+        t4 = time.perf_counter()
+        target_step()
+        t5 = time.perf_counter()
+        for key, value in zip(times, (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4)):
+            times[key].append(value * 1000)
+    envs.close()
+    parts = {key: statistics.median(values) for key, values in times.items()}
+    parts["actor update"] *= actor_updates_per_step  # per env step
+    parts["target update"] *= 1.0 if pair == "sac" else 1.0 / args.policy_frequency
+    flops = {}
+    for name, step in (("critic", critic_step), ("actor", actor_step)):
+        with FlopCounterMode(display=False) as counter:
+            step(rb.sample(args.batch_size))
+        flops[name] = counter.get_total_flops()
+    gflop = (flops["critic"] + actor_updates_per_step * flops["actor"]) / 1e9
+    rate = matmul_gflops()
+    update_ms = parts["sample"] + parts["critic update"] + parts["actor update"] + parts["target update"]
+    return {"parts": parts, "gflop": gflop, "gflops": rate, "floor_ms": gflop / rate * 1000, "update_ms": update_ms}
+
+
 def child(side: str, pair: str, steps: int, seed: int, threads: int) -> None:
     import torch
 
     torch.set_num_threads(threads)
     if side == "breakdown":
-        print("RESULT " + json.dumps(acer_breakdown()))
+        print("RESULT " + json.dumps(acer_breakdown() if pair == "acer" else off_policy_breakdown(pair)))
         return
     sps = (run_ours if side == "ours" else run_sb3)(pair, steps, seed)
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -173,45 +311,62 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--pairs", nargs="+", default=["a2c"], choices=sorted(PAIRS))
     parser.add_argument("--repeats", type=int, default=3, help="alternating (ours, SB3) pairs per script")
-    parser.add_argument("--steps", type=int, default=100_000, help="env steps per run")
-    parser.add_argument("--threads", type=int, default=1, help="torch/OpenMP/MKL threads per process")
+    parser.add_argument("--steps", type=int, default=None,
+                        help="env steps per run (default: 100,000 for a2c and acer, 5,000 sac, 6,000 td3, 3,000 sac_atari)")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch/OpenMP/MKL threads per process (default: 1 for a2c and acer, 2 for sac and td3)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--out", default=None, help="write the Markdown table here as well")
     parser.add_argument("--child", choices=["ours", "sb3", "breakdown"], help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         return child(args.child, args.pairs[0], args.steps, args.seed, args.threads)
-    if args.repeats < 1 or args.steps < 1000 or args.threads < 1:
+    if args.repeats < 1 or (args.steps is not None and args.steps < 1000) or (args.threads is not None and
+                                                                               args.threads < 1):
         sys.exit("error: --repeats and --threads must be at least 1 and --steps at least 1000")
+    if args.steps is not None and args.steps <= LEARNING_STARTS and {"sac", "td3", "sac_atari"} & set(args.pairs):
+        sys.exit(f"error: sac, td3 and sac_atari need --steps above their learning_starts ({LEARNING_STARTS:,})")
 
-    rows = ["| script | env | ours SPS (median) | SB3 SPS (median) | ratio min / median / max | peak MB ours / SB3 |",
-            "|---|---|---|---|---|---|"]
+    rows = ["| script | env | threads | ours SPS (median) | SB3 SPS (median) | ratio min / median / max | "
+            "peak MB ours / SB3 |", "|---|---|---|---|---|---|---|"]
     notes = []
     for pair in args.pairs:
         env_id, script, _, peer = PAIRS[pair]
+        threads, steps = args.threads or DEFAULT_THREADS[pair], args.steps or DEFAULT_STEPS[pair]
         results = {"ours": [], "sb3": []}
         if peer is None:
             for k in range(args.repeats):
-                results["ours"].append(measure("ours", pair, args.steps, args.seed + k, args.threads))
+                results["ours"].append(measure("ours", pair, steps, args.seed + k, threads))
             sps = [r["sps"] for r in results["ours"]]
-            rows.append(f"| `{script}` | {env_id} | {statistics.median(sps):,.0f} (min {min(sps):,.0f}, max "
+            rows.append(f"| `{script}` | {env_id} | {threads} | {statistics.median(sps):,.0f} (min {min(sps):,.0f}, max "
                         f"{max(sps):,.0f}) | no SB3 peer | - | {max(r['peak_mb'] for r in results['ours']):.0f} / - |")
-            parts = measure("breakdown", pair, args.steps, args.seed, args.threads)
+            if pair != "acer":
+                continue
+            parts = measure("breakdown", pair, steps, args.seed, threads)
             notes.append(f"`{script}` per update, CartPole-v1 defaults, median of 200 (ms): " +
                          ", ".join(f"{key} {value:.2f}" for key, value in parts.items()))
             continue
         for k in range(args.repeats):
             for side in ("ours", "sb3"):
-                results[side].append(measure(side, pair, args.steps, args.seed + k, args.threads))
+                results[side].append(measure(side, pair, steps, args.seed + k, threads))
                 print(f"{pair} {side} run {k + 1}/{args.repeats}: {results[side][-1]['sps']:.0f} SPS, "
                       f"peak {results[side][-1]['peak_mb']:.0f} MB", file=sys.stderr, flush=True)
         ratios = [o["sps"] / s["sps"] for o, s in zip(results["ours"], results["sb3"])]
         ours_sps, sb3_sps = (statistics.median(r["sps"] for r in results[side]) for side in ("ours", "sb3"))
         ours_mb, sb3_mb = (max(r["peak_mb"] for r in results[side]) for side in ("ours", "sb3"))
-        rows.append(f"| `{script}` | {env_id} | {ours_sps:,.0f} | {sb3_sps:,.0f} | {min(ratios):.2f} / "
+        rows.append(f"| `{script}` | {env_id} | {threads} | {ours_sps:,.0f} | {sb3_sps:,.0f} | {min(ratios):.2f} / "
                     f"{statistics.median(ratios):.2f} / {max(ratios):.2f} | {ours_mb:.0f} / {sb3_mb:.0f} |")
-    table = "\n".join(rows) + (f"\n\n{args.repeats} alternating pairs of {args.steps:,} env steps, {args.threads} "
-                               f"thread(s) per process, {os.cpu_count()} CPUs.\n") + "".join(f"\n{n}\n" for n in notes)
+        if pair in ("sac", "td3"):
+            b = measure("breakdown", pair, steps, args.seed, threads)
+            notes.append(f"`{script}` per env step of the training phase, {env_id} defaults, median of 300 (ms): " +
+                         ", ".join(f"{key} {value:.2f}" for key, value in b["parts"].items()) +
+                         f". Updates {b['update_ms']:.2f} ms for {b['gflop']:.3f} GFLOP of matrix products; at the "
+                         f"measured 256x256x256 float32 matmul rate of {b['gflops']:.0f} GFLOP/s the arithmetic floor "
+                         f"is {b['floor_ms']:.2f} ms ({b['update_ms'] / b['floor_ms']:.1f}x the floor). Whole env step "
+                         f"from the median SPS: {1000 / ours_sps:.2f} ms.")
+    table = "\n".join(rows) + (f"\n\n{args.repeats} alternating pairs per script (runs of "
+                               + ", ".join(f"{p} {args.steps or DEFAULT_STEPS[p]:,}" for p in args.pairs)
+                               + f" env steps), {os.cpu_count()} CPUs.\n") + "".join(f"\n{n}\n" for n in notes)
     print(table)
     if args.out:
         with open(args.out, "w") as f:

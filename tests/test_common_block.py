@@ -205,6 +205,42 @@ def test_replay_buffer_wraps_samples_only_stored_rows_and_round_trips(continuous
     for a, b in zip(rb.fields(), copy.fields()):
         assert torch.equal(a, b)
     assert (copy.pos, copy.size) == (rb.pos, rb.size)
+    # a checkpoint holds the stored rows only, not the whole preallocated storage
+    big = script.ReplayBuffer(capacity=10_000, obs_dim=2, act_dim=1, device="cpu")
+    big.add(np.ones((3, 2)), np.ones((3, 1)), np.ones(3), np.ones((3, 2)), np.zeros(3))
+    assert [f.untyped_storage().nbytes() for f in big.state_dict()["fields"]] == [3 * 2 * 4, 3 * 4, 3 * 4, 3 * 2 * 4,
+                                                                               3 * 4]
+
+
+def test_flat_parameters_and_fused_adam_step_like_per_layer_adam(continuous_script):
+    """flatten_parameters keeps each layer's parameters and gradients as views of one flat tensor through backward,
+    a fused Adam step and a Polyak update, and gives the per-layer, unfused result."""
+    script = continuous_script
+    envs = gym.vector.SyncVectorEnv([lambda: gym.make("Pendulum-v1")])
+    torch.manual_seed(0)
+    qf, reference, target = script.QEnsemble(envs), script.QEnsemble(envs), script.QEnsemble(envs)
+    reference.load_state_dict(qf.state_dict())
+    target.load_state_dict(qf.state_dict())
+    initial = {name: p.detach().clone() for name, p in qf.named_parameters()}
+    flat, target_flat = script.flatten_parameters(qf), script.flatten_parameters(target, grad=False)
+    assert flat.numel() == sum(p.numel() for p in reference.parameters()) and target_flat.grad is None
+    optimizers = [torch.optim.Adam([flat], lr=1e-2, fused=True), torch.optim.Adam(reference.parameters(), lr=1e-2)]
+    for _ in range(3):
+        obs, actions, y = torch.randn(16, 3), torch.randn(16, 1), torch.randn(16)
+        flat.grad.zero_()
+        optimizers[1].zero_grad(set_to_none=True)
+        for model, optimizer in zip((qf, reference), optimizers):
+            (model(obs, actions) - y).pow(2).mean().backward()
+            optimizer.step()
+        target_flat.lerp_(flat, 0.5)
+    for (name, p), q, t in zip(qf.named_parameters(), reference.parameters(), target.parameters()):
+        torch.testing.assert_close(p, q)
+        assert not torch.equal(p, initial[name]), name
+        assert p.untyped_storage().data_ptr() == flat.untyped_storage().data_ptr()
+        assert p.grad.untyped_storage().data_ptr() == flat.grad.untyped_storage().data_ptr()
+        assert t.untyped_storage().data_ptr() == target_flat.untyped_storage().data_ptr()
+        assert not torch.equal(t, initial[name]) and not torch.equal(t, p), name  # the Polyak update moved it
+    torch.testing.assert_close(flat.grad, torch.cat([q.grad.flatten() for q in reference.parameters()]))
 
 
 # ---------------------------------------------------------------------------------------------------------------------
