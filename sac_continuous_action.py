@@ -295,6 +295,11 @@ class Actor(nn.Module):
         u = mean + log_std.exp() * torch.randn_like(mean)
         return torch.tanh(u) * self.action_scale + self.action_bias, u, mean, log_std
 
+    def action_log_prob(self, obs):
+        """Returns (action, log_prob (B, 1)), the action reparameterized; what the losses need."""
+        action, u, mean, log_std = self.sample(obs)
+        return action, tanh_gaussian_log_prob(u, mean, log_std, self.action_scale)
+
     def get_action(self, obs):
         """Returns (action, log_prob (B, 1), deterministic action), actions rescaled to the Box bounds."""
         action, u, mean, log_std = self.sample(obs)
@@ -363,7 +368,8 @@ class ReplayBuffer:
 
     def sample(self, batch_size: int):
         """Returns (obs, actions, rewards, next_obs, terminations) for `batch_size` uniformly drawn transitions."""
-        return self.split(self.storage[torch.randint(0, self.size, (batch_size,), device=self.device)])
+        idx = torch.randint(0, self.size, (batch_size,), device=self.device)
+        return self.split(self.storage.index_select(0, idx))
 
     def state_dict(self):
         # contiguous copies: a view would pickle the whole preallocated storage
@@ -382,7 +388,7 @@ def compute_loss_q(actor, qf, qf_target, batch, alpha, gamma, backup_entropy, nu
     """J_Q = sum_i E[(Q_i(s, a) - y)^2], y from `soft_q_target`   [arXiv:1812.05905 eq. 5; DEVIATION(2)]. Returns (loss, metrics)."""
     obs, actions, rewards, next_obs, terminations = batch
     with torch.no_grad():
-        next_actions, next_log_prob, _ = actor.get_action(next_obs)
+        next_actions, next_log_prob = actor.action_log_prob(next_obs)
         idx = subsample_critics(qf.weights[0].shape[0], num_subsample, obs.device)
         next_q = qf_target(next_obs, next_actions, idx)
         y = soft_q_target(rewards, terminations, next_q, next_log_prob.squeeze(-1), alpha, gamma, backup_entropy)
@@ -398,7 +404,7 @@ def compute_loss_pi(actor, qf, obs, alpha):
 
     Gradients reach the actor only: the critics' parameters enter detached. Returns (loss, detached log_prob (B,)).
     """
-    actions, log_prob, _ = actor.get_action(obs)
+    actions, log_prob = actor.action_log_prob(obs)
     q = qf(obs, actions, detach_params=True).min(dim=0).values
     log_prob = log_prob.squeeze(-1)
     return (alpha * log_prob - q).mean(), log_prob.detach()
@@ -592,7 +598,8 @@ def main(args: Args) -> dict:
     # H-bar = -|A| (arXiv:1812.05905, Sec. 5)
     target_entropy = -float(act_dim) if args.target_entropy is None else args.target_entropy
     log_alpha = torch.zeros(1, device=device, requires_grad=True)
-    a_optimizer = torch.optim.Adam([log_alpha], lr=args.q_lr, **fused)
+    if args.autotune:  # log alpha's Adam: a parameter group of the actor's optimizer, with its own learning rate
+        actor_optimizer.add_param_group({"params": [log_alpha], "lr": args.q_lr})
     if not args.autotune:
         log_alpha.data.fill_(math.log(args.alpha) if args.alpha > 0 else -math.inf)
     rb = ReplayBuffer(args.buffer_size, obs_dim, act_dim, device)
@@ -613,18 +620,20 @@ def main(args: Args) -> dict:
     def update_actor(obs):
         alpha = log_alpha.exp().detach()
         actor_loss, log_prob = compute_loss_pi(actor, qf, obs, alpha)
+        metrics = {"actor_loss": actor_loss.detach(), "alpha": alpha[0], "entropy": -log_prob.mean()}
+        loss = actor_loss
+        if args.autotune:
+            alpha_loss = compute_loss_alpha(log_alpha, log_prob, target_entropy)  # DEVIATION(5)
+            metrics["alpha_loss"] = alpha_loss.detach()
+            # one backward and one Adam step for both: the two losses share no parameter (alpha enters the actor loss
+            # detached, log pi the alpha loss), so each parameter gets its own loss's gradient
+            loss = actor_loss + alpha_loss
+            log_alpha.grad = None
         actor_flat.grad.zero_()
-        actor_loss.backward()
+        loss.backward()
         if grad_clip is not None:
             nn.utils.clip_grad_norm_(actor_flat, grad_clip)
         actor_optimizer.step()
-        metrics = {"actor_loss": actor_loss.detach(), "alpha": alpha[0], "entropy": -log_prob.mean()}
-        if args.autotune:
-            alpha_loss = compute_loss_alpha(log_alpha, log_prob, target_entropy)  # DEVIATION(5)
-            a_optimizer.zero_grad(set_to_none=True)
-            alpha_loss.backward()
-            a_optimizer.step()
-            metrics["alpha_loss"] = alpha_loss.detach()
         return metrics
 
     @torch.no_grad()
@@ -638,7 +647,7 @@ def main(args: Args) -> dict:
     global_step = critic_updates = actor_updates = update_steps = 0
     last_return = None
     stateful = {"actor": actor, "qf": qf, "qf_target": qf_target, "q_optimizer": q_optimizer,
-                "actor_optimizer": actor_optimizer, "a_optimizer": a_optimizer, "rb": rb}
+                "actor_optimizer": actor_optimizer, "rb": rb}
     if checkpoint:
         for key, module in stateful.items():
             module.load_state_dict(checkpoint[key])

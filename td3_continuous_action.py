@@ -312,7 +312,8 @@ class ReplayBuffer:
 
     def sample(self, batch_size: int):
         """Returns (obs, actions, rewards, next_obs, terminations) for `batch_size` uniformly drawn transitions."""
-        return self.split(self.storage[torch.randint(0, self.size, (batch_size,), device=self.device)])
+        idx = torch.randint(0, self.size, (batch_size,), device=self.device)
+        return self.split(self.storage.index_select(0, idx))
 
     def state_dict(self):
         # contiguous copies: a view would pickle the whole preallocated storage
