@@ -20,6 +20,7 @@ import json
 import math
 import os
 import resource
+import shlex
 import statistics
 import subprocess
 import sys
@@ -55,13 +56,14 @@ PAIRS = {
 DEFAULT_STEPS = {"a2c": 100_000, "acer": 100_000, "sac": 5_000, "td3": 6_000, "sac_atari": 3_000}
 
 
-def run_ours(pair: str, steps: int, seed: int) -> float:
+def run_ours(pair: str, steps: int, seed: int, ours_flags: str = "") -> float:
     env_id, script, flags, _ = PAIRS[pair]
     sys.path.insert(0, ROOT)
     module = __import__(script[: -len(".py")])
     with tempfile.TemporaryDirectory() as tmp:
         os.chdir(tmp)
-        summary = module.cli(["--env-id", env_id, "--total-timesteps", str(steps), "--seed", str(seed), *flags])
+        summary = module.cli(["--env-id", env_id, "--total-timesteps", str(steps), "--seed", str(seed), *flags,
+                              *shlex.split(ours_flags)])
     return summary["train_sps"]
 
 
@@ -284,22 +286,22 @@ def off_policy_breakdown(pair: str, repeats: int = 300) -> dict:
     return {"parts": parts, "gflop": gflop, "gflops": rate, "floor_ms": gflop / rate * 1000, "update_ms": update_ms}
 
 
-def child(side: str, pair: str, steps: int, seed: int, threads: int) -> None:
+def child(side: str, pair: str, steps: int, seed: int, threads: int, ours_flags: str) -> None:
     import torch
 
     torch.set_num_threads(threads)
     if side == "breakdown":
         print("RESULT " + json.dumps(acer_breakdown() if pair == "acer" else off_policy_breakdown(pair)))
         return
-    sps = (run_ours if side == "ours" else run_sb3)(pair, steps, seed)
+    sps = run_ours(pair, steps, seed, ours_flags) if side == "ours" else run_sb3(pair, steps, seed)
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print("RESULT " + json.dumps({"sps": sps, "peak_mb": peak_mb}))
 
 
-def measure(side: str, pair: str, steps: int, seed: int, threads: int) -> dict:
+def measure(side: str, pair: str, steps: int, seed: int, threads: int, ours_flags: str = "") -> dict:
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
     cmd = [sys.executable, os.path.abspath(__file__), "--child", side, "--pairs", pair, "--steps", str(steps),
-           "--seed", str(seed), "--threads", str(threads)]
+           "--seed", str(seed), "--threads", str(threads), f"--ours-flags={ours_flags}"]
     out = subprocess.run(cmd, env=env, capture_output=True, text=True)
     lines = [line for line in out.stdout.splitlines() if line.startswith("RESULT ")]
     if out.returncode != 0 or not lines:
@@ -317,10 +319,11 @@ def main() -> None:
                         help="torch/OpenMP/MKL threads per process (default: 1 for a2c and acer, 2 for sac and td3)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--out", default=None, help="write the Markdown table here as well")
+    parser.add_argument("--ours-flags", default="", help="more flags for our scripts' runs, e.g. --ours-flags=--compile")
     parser.add_argument("--child", choices=["ours", "sb3", "breakdown"], help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        return child(args.child, args.pairs[0], args.steps, args.seed, args.threads)
+        return child(args.child, args.pairs[0], args.steps, args.seed, args.threads, args.ours_flags)
     if args.repeats < 1 or (args.steps is not None and args.steps < 1000) or (args.threads is not None and
                                                                                args.threads < 1):
         sys.exit("error: --repeats and --threads must be at least 1 and --steps at least 1000")
@@ -336,7 +339,7 @@ def main() -> None:
         results = {"ours": [], "sb3": []}
         if peer is None:
             for k in range(args.repeats):
-                results["ours"].append(measure("ours", pair, steps, args.seed + k, threads))
+                results["ours"].append(measure("ours", pair, steps, args.seed + k, threads, args.ours_flags))
             sps = [r["sps"] for r in results["ours"]]
             rows.append(f"| `{script}` | {env_id} | {threads} | {statistics.median(sps):,.0f} (min {min(sps):,.0f}, max "
                         f"{max(sps):,.0f}) | no SB3 peer | - | {max(r['peak_mb'] for r in results['ours']):.0f} / - |")
@@ -348,7 +351,7 @@ def main() -> None:
             continue
         for k in range(args.repeats):
             for side in ("ours", "sb3"):
-                results[side].append(measure(side, pair, steps, args.seed + k, threads))
+                results[side].append(measure(side, pair, steps, args.seed + k, threads, args.ours_flags))
                 print(f"{pair} {side} run {k + 1}/{args.repeats}: {results[side][-1]['sps']:.0f} SPS, "
                       f"peak {results[side][-1]['peak_mb']:.0f} MB", file=sys.stderr, flush=True)
         ratios = [o["sps"] / s["sps"] for o, s in zip(results["ours"], results["sb3"])]
@@ -366,7 +369,9 @@ def main() -> None:
                          f"from the median SPS: {1000 / ours_sps:.2f} ms.")
     table = "\n".join(rows) + (f"\n\n{args.repeats} alternating pairs per script (runs of "
                                + ", ".join(f"{p} {args.steps or DEFAULT_STEPS[p]:,}" for p in args.pairs)
-                               + f" env steps), {os.cpu_count()} CPUs.\n") + "".join(f"\n{n}\n" for n in notes)
+                               + f" env steps), {os.cpu_count()} CPUs"
+                               + (f"; our runs with `{args.ours_flags}`" if args.ours_flags else "") + ".\n")
+    table += "".join(f"\n{n}\n" for n in notes)
     print(table)
     if args.out:
         with open(args.out, "w") as f:

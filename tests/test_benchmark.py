@@ -130,3 +130,30 @@ def test_iqm_trims_a_quarter_from_each_end(values, expected):
     import report
 
     assert report.iqm(values) == expected
+
+
+def test_speed_compares_td3_with_sb3_and_breaks_a_step_down_against_the_floor(tmp_path):
+    """benchmark/speed.py on TD3: one (ours, SB3) pair that reaches updates on both sides, a ratio, peak memory, and a
+    per-step breakdown whose FLOP count is the hand count of one critic update plus half an actor update."""
+    out = tmp_path / "speed.md"
+    done = subprocess.run([sys.executable, str(ROOT / "benchmark" / "speed.py"), "--pairs", "td3", "--repeats", "1",
+                           "--steps", "2100", "--out", str(out)], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    row = next(line for line in out.read_text().splitlines() if line.startswith("| `td3_continuous_action.py`"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[1] == "Hopper-v5" and cells[2] == "2"  # env, threads
+    ours_sps, sb3_sps = (float(c.replace(",", "")) for c in cells[3:5])
+    ratio = float(cells[5].split("/")[1])
+    assert ours_sps > 0 and sb3_sps > 0 and abs(ratio - ours_sps / sb3_sps) < 0.02 * ratio + 0.01
+    assert all(float(mb) > 100 for mb in cells[6].split("/"))
+    # Hopper: |S| 11, |A| 3, batch 256, 256-unit layers. Matmul FLOPs = 2 * batch * sum(fan_in * fan_out) per forward;
+    # backward doubles it where weights and inputs both need gradients.
+    def fwd(dims, copies=1):
+        return 2 * 256 * copies * sum(a * b for a, b in zip(dims[:-1], dims[1:]))
+    actor, critic = [11, 256, 256, 3], [14, 256, 256]  # the critics' output layer is a multiply-and-sum, not a matmul
+    critic_update = fwd(actor) + fwd(critic, 2) + 3 * fwd(critic, 2) - 2 * 256 * 2 * 14 * 256  # no grad into (s, a)
+    actor_update = 3 * fwd(actor) - 2 * 256 * 11 * 256 + 2 * fwd(critic, 1)  # critic 1: forward, input gradients
+    note = out.read_text().split("per env step of the training phase")[1]
+    gflop = float(note.split(" GFLOP of matrix products")[0].split(" ms for ")[1])
+    assert gflop == pytest.approx((critic_update + actor_update / 2) / 1e9, abs=1.5e-3)
+    assert "arithmetic floor" in note and "critic update" in note
