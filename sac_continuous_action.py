@@ -261,7 +261,7 @@ class QEnsemble(nn.Module):
             ws, bs = [w.detach() for w in ws], [b.detach() for b in bs]
         x = x.expand(ws[0].shape[0], *x.shape)
         for w, b in zip(ws[:-1], bs[:-1]):
-            x = F.relu(torch.baddbmm(b, x, w))
+            x = F.relu(torch.baddbmm(b, x, w), inplace=True)
         # the output layer as multiply-and-sum: a batched matmul with one output column takes a slow path on the CPU
         return (x * ws[-1].transpose(1, 2)).sum(-1) + bs[-1].squeeze(-1)
 
@@ -283,7 +283,7 @@ class Actor(nn.Module):
 
     def forward(self, obs):
         """Returns (mean, log_std), each (B, |A|), log_std in [LOG_STD_MIN, LOG_STD_MAX]."""
-        x = F.relu(self.fc2(F.relu(self.fc1(obs))))
+        x = F.relu(self.fc2(F.relu(self.fc1(obs), inplace=True)), inplace=True)
         log_std = torch.tanh(self.fc_logstd(x))
         log_std = LOG_STD_MIN + 0.5 * (LOG_STD_MAX - LOG_STD_MIN) * (log_std + 1)  # DEVIATION(3)
         return self.fc_mean(x), log_std

@@ -224,7 +224,7 @@ class QEnsemble(nn.Module):
             ws, bs = [w.detach() for w in ws], [b.detach() for b in bs]
         x = x.expand(ws[0].shape[0], *x.shape)
         for w, b in zip(ws[:-1], bs[:-1]):
-            x = F.relu(torch.baddbmm(b, x, w))
+            x = F.relu(torch.baddbmm(b, x, w), inplace=True)
         # the output layer as multiply-and-sum: a batched matmul with one output column takes a slow path on the CPU
         return (x * ws[-1].transpose(1, 2)).sum(-1) + bs[-1].squeeze(-1)
 
@@ -247,7 +247,7 @@ class Actor(nn.Module):
 
     def forward(self, obs):
         """Returns the action (B, |A|) within the Box bounds."""
-        x = F.relu(self.fc2(F.relu(self.fc1(obs))))
+        x = F.relu(self.fc2(F.relu(self.fc1(obs), inplace=True)), inplace=True)
         return torch.tanh(self.fc_mu(x)) * self.action_scale + self.action_bias
 
 

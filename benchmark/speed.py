@@ -286,12 +286,58 @@ def off_policy_breakdown(pair: str, repeats: int = 300) -> dict:
     return {"parts": parts, "gflop": gflop, "gflops": rate, "floor_ms": gflop / rate * 1000, "update_ms": update_ms}
 
 
+def a2c_breakdown(repeats: int = 500) -> dict:
+    """Median milliseconds of one A2C iteration's parts with the defaults on CartPole-v1 (8 envs, 5 steps): a collection
+    step (act + 8 env steps) and the update (loss, backward, clipping, RMSprop on 40 transitions), with the update's
+    matmul FLOPs and the floor they give at the measured matrix-product rate."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    sys.path.insert(0, ROOT)
+    import a2c
+
+    args = a2c.Args()
+    envs = a2c.vector_env([a2c.make_env("CartPole-v1") for _ in range(args.num_envs)])
+    agent = a2c.Agent(envs, args.shared_network)
+    flat = a2c.flatten_parameters(agent)
+    optimizer = torch.optim.RMSprop([flat], lr=args.learning_rate, alpha=args.rms_alpha, eps=args.rms_eps)
+    n = args.num_envs * args.num_steps
+    obs_batch, actions = torch.randn(n, 4), torch.randint(0, 2, (n,))
+    advantages, targets = torch.randn(n), torch.randn(n)
+    obs, _ = envs.reset(seed=0)
+
+    def update():
+        loss, _ = a2c.compute_loss(agent, obs_batch, actions, advantages, targets, args.vf_coef, args.ent_coef)
+        flat.grad.zero_()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(flat, args.max_grad_norm)
+        optimizer.step()
+
+    times = {"collect step (act + 8 env steps)": [], "update (loss, backward, clip, RMSprop)": []}
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        sampled, _ = agent.act(torch.as_tensor(obs, dtype=torch.float32))
+        obs = envs.step(sampled.numpy())[0]
+        t1 = time.perf_counter()
+        update()
+        t2 = time.perf_counter()
+        for key, value in zip(times, (t1 - t0, t2 - t1)):
+            times[key].append(value * 1000)
+    envs.close()
+    with FlopCounterMode(display=False) as counter:
+        update()
+    gflop, rate = counter.get_total_flops() / 1e9, matmul_gflops()
+    return {"parts": {key: statistics.median(values) for key, values in times.items()}, "gflop": gflop,
+            "gflops": rate, "floor_ms": gflop / rate * 1000}
+
+
 def child(side: str, pair: str, steps: int, seed: int, threads: int, ours_flags: str) -> None:
     import torch
 
     torch.set_num_threads(threads)
     if side == "breakdown":
-        print("RESULT " + json.dumps(acer_breakdown() if pair == "acer" else off_policy_breakdown(pair)))
+        breakdown = {"acer": acer_breakdown, "a2c": a2c_breakdown}.get(pair, lambda: off_policy_breakdown(pair))
+        print("RESULT " + json.dumps(breakdown()))
         return
     sps = run_ours(pair, steps, seed, ours_flags) if side == "ours" else run_sb3(pair, steps, seed)
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -359,6 +405,15 @@ def main() -> None:
         ours_mb, sb3_mb = (max(r["peak_mb"] for r in results[side]) for side in ("ours", "sb3"))
         rows.append(f"| `{script}` | {env_id} | {threads} | {ours_sps:,.0f} | {sb3_sps:,.0f} | {min(ratios):.2f} / "
                     f"{statistics.median(ratios):.2f} / {max(ratios):.2f} | {ours_mb:.0f} / {sb3_mb:.0f} |")
+        if pair == "a2c":
+            b = measure("breakdown", pair, steps, args.seed, threads)
+            update_ms = b["parts"]["update (loss, backward, clip, RMSprop)"]
+            notes.append(f"`{script}` per iteration, {env_id} defaults, median of 500 (ms): " +
+                         ", ".join(f"{key} {value:.3f}" for key, value in b["parts"].items()) +
+                         f". The update's matrix products are {b['gflop'] * 1000:.2f} MFLOP: at the measured "
+                         f"256x256x256 float32 matmul rate of {b['gflops']:.0f} GFLOP/s the arithmetic floor is "
+                         f"{b['floor_ms'] * 1000:.1f} µs ({update_ms / b['floor_ms']:.0f}x the floor: the update is "
+                         f"overhead, not arithmetic).")
         if pair in ("sac", "td3"):
             b = measure("breakdown", pair, steps, args.seed, threads)
             notes.append(f"`{script}` per env step of the training phase, {env_id} defaults, median of 300 (ms): " +
