@@ -331,12 +331,91 @@ def a2c_breakdown(repeats: int = 500) -> dict:
             "gflops": rate, "floor_ms": gflop / rate * 1000}
 
 
+def sac_atari_breakdown(repeats: int = 20) -> dict:
+    """Median milliseconds of one SAC-discrete update on Breakout with the defaults (batch 64, NatureCNN actor and twin
+    critics), split into sampling, the critic step and the actor and alpha step, and of a collection step (act, env
+    step, store); with the update's matmul and convolution FLOPs and the floor they give at the measured matmul rate."""
+    import numpy as np
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    sys.path.insert(0, ROOT)
+    import sac_atari as m
+
+    args = m.Args(env_id=PAIRS["sac_atari"][0])
+    envs = m.vector_env([m.make_env(args.env_id)])
+    actor, qf1, qf2 = m.Actor(envs), m.SoftQNetwork(envs), m.SoftQNetwork(envs)
+    qf1_target, qf2_target = m.SoftQNetwork(envs).requires_grad_(False), m.SoftQNetwork(envs).requires_grad_(False)
+    q_optimizer = torch.optim.Adam([*qf1.parameters(), *qf2.parameters()], lr=args.q_lr, eps=args.adam_eps)
+    actor_optimizer = torch.optim.Adam(actor.parameters(), lr=args.policy_lr, eps=args.adam_eps)
+    log_alpha = torch.zeros(1, requires_grad=True)
+    a_optimizer = torch.optim.Adam([log_alpha], lr=args.q_lr, eps=args.adam_eps)
+    target_entropy = args.target_entropy_scale * float(np.log(envs.single_action_space.n))
+    rb = m.ReplayBuffer(10_000, 1, envs.single_observation_space, "cpu")
+    obs, _ = envs.reset(seed=0)
+    rb.start(obs)
+
+    def collect():
+        nonlocal obs
+        with torch.no_grad():
+            actions = actor.get_action(m.as_tensor(obs, "cpu"))[0].numpy()
+        next_obs, rewards, terminations, truncations, infos = envs.step(actions)
+        rb.add(actions, rewards, m.final_observations(next_obs, infos), terminations, terminations | truncations,
+               next_obs)
+        obs = next_obs
+
+    def critic_step(batch):
+        loss, _ = m.compute_loss_q(actor, qf1, qf2, qf1_target, qf2_target, batch, log_alpha.exp().detach(),
+                                   args.gamma)
+        q_optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        q_optimizer.step()
+
+    def actor_step(batch):
+        loss, probs, log_probs = m.compute_loss_pi(actor, qf1, qf2, batch[0], log_alpha.exp().detach())
+        actor_optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        actor_optimizer.step()
+        alpha_loss = m.discrete_alpha_loss(log_alpha, probs, log_probs, target_entropy)
+        a_optimizer.zero_grad(set_to_none=True)
+        alpha_loss.backward()
+        a_optimizer.step()
+
+    for _ in range(500):
+        collect()
+    times = {"collect step (act + env step + store)": [], "sample": [], "critic update": [],
+             "actor and alpha update": []}
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        collect()
+        t1 = time.perf_counter()
+        batch = rb.sample(args.batch_size)
+        t2 = time.perf_counter()
+        critic_step(batch)
+        t3 = time.perf_counter()
+        actor_step(batch)
+        t4 = time.perf_counter()
+        for key, value in zip(times, (t1 - t0, t2 - t1, t3 - t2, t4 - t3)):
+            times[key].append(value * 1000)
+    envs.close()
+    with FlopCounterMode(display=False) as counter:
+        batch = rb.sample(args.batch_size)
+        critic_step(batch)
+        actor_step(batch)
+    gflop, rate = counter.get_total_flops() / 1e9, matmul_gflops()
+    parts = {key: statistics.median(values) for key, values in times.items()}
+    return {"parts": parts, "gflop": gflop, "gflops": rate, "floor_ms": gflop / rate * 1000,
+            "update_ms": sum(parts[k] for k in ("sample", "critic update", "actor and alpha update")),
+            "update_frequency": args.update_frequency}
+
+
 def child(side: str, pair: str, steps: int, seed: int, threads: int, ours_flags: str) -> None:
     import torch
 
     torch.set_num_threads(threads)
     if side == "breakdown":
-        breakdown = {"acer": acer_breakdown, "a2c": a2c_breakdown}.get(pair, lambda: off_policy_breakdown(pair))
+        breakdown = {"acer": acer_breakdown, "a2c": a2c_breakdown, "sac_atari": sac_atari_breakdown}.get(
+            pair, lambda: off_policy_breakdown(pair))
         print("RESULT " + json.dumps(breakdown()))
         return
     sps = run_ours(pair, steps, seed, ours_flags) if side == "ours" else run_sb3(pair, steps, seed)
@@ -389,6 +468,14 @@ def main() -> None:
             sps = [r["sps"] for r in results["ours"]]
             rows.append(f"| `{script}` | {env_id} | {threads} | {statistics.median(sps):,.0f} (min {min(sps):,.0f}, max "
                         f"{max(sps):,.0f}) | no SB3 peer | - | {max(r['peak_mb'] for r in results['ours']):.0f} / - |")
+            if pair == "sac_atari":
+                b = measure("breakdown", pair, steps, args.seed, threads)
+                notes.append(f"`{script}` per update (every {b['update_frequency']} env steps), {env_id} defaults, "
+                             "median of 20 (ms): " + ", ".join(f"{key} {value:.1f}" for key, value in b["parts"].items())
+                             + f". Updates {b['update_ms']:.1f} ms for {b['gflop']:.2f} GFLOP of convolutions and "
+                             f"matrix products; at the measured 256x256x256 float32 matmul rate of {b['gflops']:.0f} "
+                             f"GFLOP/s the arithmetic floor is {b['floor_ms']:.1f} ms "
+                             f"({b['update_ms'] / b['floor_ms']:.1f}x the floor).")
             if pair != "acer":
                 continue
             parts = measure("breakdown", pair, steps, args.seed, threads)
