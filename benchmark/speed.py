@@ -175,6 +175,18 @@ def matmul_gflops(size: int = 256, repeats: int = 2000) -> float:
     return 2 * size ** 3 / best / 1e9
 
 
+def median_ms(parts: dict, repeats: int) -> dict:
+    """Median milliseconds of each function in `parts` ({name: function}), the functions called in order, `repeats`
+    rounds. They pass values along through their closures."""
+    times = {name: [] for name in parts}
+    for _ in range(repeats):
+        for name, part in parts.items():
+            start = time.perf_counter()
+            part()
+            times[name].append((time.perf_counter() - start) * 1000)
+    return {name: statistics.median(values) for name, values in times.items()}
+
+
 def off_policy_breakdown(pair: str, repeats: int = 300) -> dict:
     """Median milliseconds of the parts of one env step of the training phase (SAC or TD3, Hopper-v5, the script's
     defaults), the matmul FLOPs of the updates one env step brings (counted by torch's FlopCounterMode, forward and
@@ -251,28 +263,21 @@ def off_policy_breakdown(pair: str, repeats: int = 300) -> dict:
             if actor_target is not None:
                 actor_target_flat.lerp_(actor_flat, args.tau)
 
-    times = {"act + env step + store": [], "sample": [], "critic update": [], "actor update": [],
-             "target update": []}
-    for _ in range(repeats):
-        t0 = time.perf_counter()
+    def collect():
+        nonlocal obs
         with torch.no_grad():
             actions = act(torch.as_tensor(obs, dtype=torch.float32)).numpy()
         next_obs, rewards, terminations, _, infos = envs.step(actions)
         rb.add(obs, actions, rewards, m.final_observations(next_obs, infos), terminations)
         obs = next_obs
-        t1 = time.perf_counter()
-        batch = rb.sample(args.batch_size)
-        t2 = time.perf_counter()
-        critic_step(batch)
-        t3 = time.perf_counter()
-        actor_step(batch)
-        t4 = time.perf_counter()
-        target_step()
-        t5 = time.perf_counter()
-        for key, value in zip(times, (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4)):
-            times[key].append(value * 1000)
+
+    batch = {}
+    parts = median_ms({"act + env step + store": collect,
+                       "sample": lambda: batch.update(b=rb.sample(args.batch_size)),
+                       "critic update": lambda: critic_step(batch["b"]),
+                       "actor update": lambda: actor_step(batch["b"]),
+                       "target update": target_step}, repeats)
     envs.close()
-    parts = {key: statistics.median(values) for key, values in times.items()}
     parts["actor update"] *= actor_updates_per_step  # per env step
     parts["target update"] *= 1.0 if pair == "sac" else 1.0 / args.policy_frequency
     flops = {}
@@ -313,22 +318,18 @@ def a2c_breakdown(repeats: int = 500) -> dict:
         torch.nn.utils.clip_grad_norm_(flat, args.max_grad_norm)
         optimizer.step()
 
-    times = {"collect step (act + 8 env steps)": [], "update (loss, backward, clip, RMSprop)": []}
-    for _ in range(repeats):
-        t0 = time.perf_counter()
+    def collect():
+        nonlocal obs
         sampled, _ = agent.act(torch.as_tensor(obs, dtype=torch.float32))
         obs = envs.step(sampled.numpy())[0]
-        t1 = time.perf_counter()
-        update()
-        t2 = time.perf_counter()
-        for key, value in zip(times, (t1 - t0, t2 - t1)):
-            times[key].append(value * 1000)
+
+    parts = median_ms({"collect step (act + 8 env steps)": collect, "update (loss, backward, clip, RMSprop)": update},
+                      repeats)
     envs.close()
     with FlopCounterMode(display=False) as counter:
         update()
     gflop, rate = counter.get_total_flops() / 1e9, matmul_gflops()
-    return {"parts": {key: statistics.median(values) for key, values in times.items()}, "gflop": gflop,
-            "gflops": rate, "floor_ms": gflop / rate * 1000}
+    return {"parts": parts, "gflop": gflop, "gflops": rate, "floor_ms": gflop / rate * 1000}
 
 
 def sac_atari_breakdown(repeats: int = 20) -> dict:
@@ -383,27 +384,17 @@ def sac_atari_breakdown(repeats: int = 20) -> dict:
 
     for _ in range(500):
         collect()
-    times = {"collect step (act + env step + store)": [], "sample": [], "critic update": [],
-             "actor and alpha update": []}
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        collect()
-        t1 = time.perf_counter()
-        batch = rb.sample(args.batch_size)
-        t2 = time.perf_counter()
-        critic_step(batch)
-        t3 = time.perf_counter()
-        actor_step(batch)
-        t4 = time.perf_counter()
-        for key, value in zip(times, (t1 - t0, t2 - t1, t3 - t2, t4 - t3)):
-            times[key].append(value * 1000)
+    batch = {}
+    parts = median_ms({"collect step (act + env step + store)": collect,
+                       "sample": lambda: batch.update(b=rb.sample(args.batch_size)),
+                       "critic update": lambda: critic_step(batch["b"]),
+                       "actor and alpha update": lambda: actor_step(batch["b"])}, repeats)
     envs.close()
     with FlopCounterMode(display=False) as counter:
         batch = rb.sample(args.batch_size)
         critic_step(batch)
         actor_step(batch)
     gflop, rate = counter.get_total_flops() / 1e9, matmul_gflops()
-    parts = {key: statistics.median(values) for key, values in times.items()}
     return {"parts": parts, "gflop": gflop, "gflops": rate, "floor_ms": gflop / rate * 1000,
             "update_ms": sum(parts[k] for k in ("sample", "critic update", "actor and alpha update")),
             "update_frequency": args.update_frequency}
