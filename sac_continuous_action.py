@@ -550,6 +550,10 @@ def main(args: Args) -> dict:
     check_args(args)
     if args.capture_video and not os.environ.get("DISPLAY"):
         os.environ.setdefault("MUJOCO_GL", "egl")  # headless MuJoCo rendering; read when mujoco is first imported
+    if args.capture_video:
+        # torch's CUDA wheels bring triton, which the optimizers import at their first step; loaded after MuJoCo has
+        # made an EGL context, triton's library segfaults (torch 2.14.1+cu130, mujoco 4.0.0), so load it first
+        import torch._dynamo  # noqa: F401
     check_env(args.env_id, render=args.capture_video)
 
     # SEEDING AND DEVICE
