@@ -642,7 +642,7 @@ def main(args: Args) -> dict:
     if args.capture_video:
         # torch's CUDA wheels bring triton, which the optimizers import at their first step; loaded after MuJoCo has
         # made an EGL context, triton's library segfaults (torch 2.14.1+cu130, mujoco 4.0.0), so load it first
-        import torch._dynamo  # noqa: F401
+        __import__("torch._dynamo")  # (an import statement here would make `torch` local to main)
     check_env(args.env_id, render=args.capture_video)
 
     # SEEDING AND DEVICE
