@@ -336,10 +336,10 @@ def sac_atari_breakdown(repeats: int = 20) -> dict:
     envs = m.vector_env([m.make_env(args.env_id)])
     actor, qf1, qf2 = m.Actor(envs), m.SoftQNetwork(envs), m.SoftQNetwork(envs)
     qf1_target, qf2_target = m.SoftQNetwork(envs).requires_grad_(False), m.SoftQNetwork(envs).requires_grad_(False)
-    q_optimizer = torch.optim.Adam([*qf1.parameters(), *qf2.parameters()], lr=args.q_lr, eps=args.adam_eps)
-    actor_optimizer = torch.optim.Adam(actor.parameters(), lr=args.policy_lr, eps=args.adam_eps)
+    q_optimizer = torch.optim.Adam([*qf1.parameters(), *qf2.parameters()], lr=args.q_lr, eps=args.adam_eps, fused=True)
+    actor_optimizer = torch.optim.Adam(actor.parameters(), lr=args.policy_lr, eps=args.adam_eps, fused=True)
     log_alpha = torch.zeros(1, requires_grad=True)
-    a_optimizer = torch.optim.Adam([log_alpha], lr=args.q_lr, eps=args.adam_eps)
+    a_optimizer = torch.optim.Adam([log_alpha], lr=args.q_lr, eps=args.adam_eps, fused=True)
     target_entropy = args.target_entropy_scale * float(np.log(envs.single_action_space.n))
     rb = m.ReplayBuffer(10_000, 1, envs.single_observation_space, "cpu")
     obs, _ = envs.reset(seed=0)
@@ -373,19 +373,24 @@ def sac_atari_breakdown(repeats: int = 20) -> dict:
 
     for _ in range(500):
         collect()
+    def sample():
+        obs, actions, rewards, next_obs, terminations = rb.sample(args.batch_size)
+        return m.network_input(obs), actions, rewards, m.network_input(next_obs), terminations
+
     batch = {}
     parts = median_ms({"collect step (act + env step + store)": collect,
-                       "sample": lambda: batch.update(b=rb.sample(args.batch_size)),
+                       "sample (and scale the frames)": lambda: batch.update(b=sample()),
                        "critic update": lambda: critic_step(batch["b"]),
                        "actor and alpha update": lambda: actor_step(batch["b"])}, repeats)
     envs.close()
     with FlopCounterMode(display=False) as counter:
-        batch = rb.sample(args.batch_size)
+        batch = sample()
         critic_step(batch)
         actor_step(batch)
     gflop, rate = counter.get_total_flops() / 1e9, matmul_gflops()
     return {"parts": parts, "gflop": gflop, "gflops": rate, "floor_ms": gflop / rate * 1000,
-            "update_ms": sum(parts[k] for k in ("sample", "critic update", "actor and alpha update")),
+            "update_ms": sum(parts[k] for k in ("sample (and scale the frames)", "critic update",
+                                                "actor and alpha update")),
             "update_frequency": args.update_frequency}
 
 
