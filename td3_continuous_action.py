@@ -338,8 +338,9 @@ def compute_loss_q(actor_target, qf, qf_target, batch, gamma: float, policy_nois
         y = td3_target(rewards, terminations, qf_target(next_obs, next_actions), gamma)
     q = qf(obs, actions)
     per_critic = (q - y).pow(2).mean(dim=1)
-    metrics = {"qf1_values": q[0].mean(), "qf2_values": q[1].mean(), "qf1_loss": per_critic[0],
-               "qf2_loss": per_critic[1], "qf_loss": per_critic.mean()}
+    q_means, losses = q.detach().mean(dim=1), per_critic.detach()  # detached: logging records no autograd graph
+    metrics = {"qf1_values": q_means[0], "qf2_values": q_means[1], "qf1_loss": losses[0], "qf2_loss": losses[1],
+               "qf_loss": losses.mean()}
     return per_critic.sum(), metrics
 
 

@@ -2,18 +2,21 @@
 
     python benchmark/parity.py --before 19fcde5 --scripts sac_continuous_action td3_continuous_action \
         --envs Pendulum-v1:5000 InvertedPendulum-v5:10000 --seeds 1 2 3 --workers 2 --out parity.md
+    python benchmark/parity.py --before 57b57fc --scripts sac_atari --envs CartPole-v1:6000 --seeds 1 2 3 4 5 \
+        --flags='--update-frequency 1 --target-network-frequency 1 --tau 0.005 --batch-size 64 --buffer-size 6000'
 
 Each (script, env, seed) runs at the `--before` revision (taken with `git show`; every script stands alone) and at the
 working tree, as fresh processes with torch and OpenMP pinned to one thread, all with `--learning-starts
---eval-freq --eval-episodes` as given. The deterministic evaluations the scripts print are the learning curve. For
-each env and eval step the Markdown table gives mean ± std over seeds before and after, and the difference of the
-means in units of the larger of the two stds ("within seed noise" reads as |diff| below 1).
+--eval-freq --eval-episodes` as given and with `--flags`. The deterministic evaluations the scripts print are the
+learning curve. For each env and eval step the Markdown table gives mean ± std over seeds before and after, and the
+difference of the means in units of the larger of the two stds ("within seed noise" reads as |diff| below 1).
 """
 
 import argparse
 import concurrent.futures
 import os
 import re
+import shlex
 import statistics
 import subprocess
 import sys
@@ -28,7 +31,7 @@ def run(script_path: str, env_id: str, steps: int, seed: int, args) -> dict:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     cmd = [sys.executable, script_path, "--env-id", env_id, "--total-timesteps", str(steps), "--seed", str(seed),
            "--learning-starts", str(args.learning_starts), "--eval-freq", str(args.eval_freq), "--eval-episodes",
-           str(args.eval_episodes)]
+           str(args.eval_episodes), *shlex.split(args.flags)]
     with tempfile.TemporaryDirectory() as tmp:
         out = subprocess.run(cmd, env=env, cwd=tmp, capture_output=True, text=True)
     if out.returncode != 0:
@@ -51,6 +54,7 @@ def main() -> None:
     parser.add_argument("--eval-freq", type=int, default=1_000)
     parser.add_argument("--eval-episodes", type=int, default=10)
     parser.add_argument("--workers", type=int, default=2, help="runs at once (one thread each)")
+    parser.add_argument("--flags", default="", help="more flags for every run, both sides, e.g. --flags='--tau 0.005'")
     parser.add_argument("--out", default=None, help="write the Markdown tables here as well")
     args = parser.parse_args()
     envs = [(e.split(":")[0], int(e.split(":")[1])) for e in args.envs if e.count(":") == 1]
@@ -79,7 +83,7 @@ def main() -> None:
 
     lines = [f"Before: `{args.before}`; after: the working tree. Seeds {args.seeds}; deterministic evaluation over "
              f"{args.eval_episodes} episodes every {args.eval_freq:,} env steps; learning starts at "
-             f"{args.learning_starts:,}; one torch thread per run.\n"]
+             f"{args.learning_starts:,}; one torch thread per run{f'; flags `{args.flags}`' if args.flags else ''}.\n"]
     for script in args.scripts:
         for env_id, steps in envs:
             lines += [f"`{script}.py`, {env_id}:\n", "| env step | before mean ± std | after mean ± std | diff / std |",

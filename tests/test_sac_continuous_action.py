@@ -40,26 +40,52 @@ def test_log_prob_matches_torch_distributions(low, high):
     scale, bias = (high - low) / 2, (high + low) / 2
     mean = torch.cat([torch.randn(500, 3) * 3, torch.full((100, 3), 12.0), torch.full((100, 3), -15.0)]).double()
     log_std = torch.empty_like(mean).uniform_(sac.LOG_STD_MIN, sac.LOG_STD_MAX)
-    u = mean + log_std.exp() * torch.randn_like(mean)
-    # Round the inputs to float32 once, so the comparison measures our float32 arithmetic, not input rounding.
-    u, mean, log_std, scale = (x.float().double() for x in (u, mean, log_std, scale))
+    eps = torch.randn_like(mean)
+    u = mean + log_std.exp() * eps
+    # Round the inputs to float32 once, so the comparison measures our float32 arithmetic, not input rounding; the
+    # reference's mean is then the one these u, eps and log_std imply.
+    u, eps, log_std, scale = (x.float().double() for x in (u, eps, log_std, scale))
+    mean = u - log_std.exp() * eps
     assert (u.abs() > 10).any()
     # Reference: the change of variables done by torch.distributions, in float64. The transforms cache their input,
     # so the inverse of tanh is not recomputed where tanh(u) is within rounding of +-1.
     tanh, affine = TanhTransform(cache_size=1), AffineTransform(bias, scale, cache_size=1)
     dist = TransformedDistribution(Normal(mean, log_std.exp()), [tanh, affine])
     expected = dist.log_prob(affine(tanh(u))).sum(-1, keepdim=True)
-    ours = sac.tanh_gaussian_log_prob(u.float(), mean.float(), log_std.float(), scale.float())
+    ours = sac.tanh_gaussian_log_prob(u.float(), eps.float(), log_std.float(), scale.float())
     assert ours.shape == (700, 1) and ours.dtype == torch.float32
     torch.testing.assert_close(ours.double(), expected, atol=1e-5, rtol=1e-6)
-    torch.testing.assert_close(sac.tanh_gaussian_log_prob(u, mean, log_std, scale), expected, atol=1e-10, rtol=1e-12)
+    torch.testing.assert_close(sac.tanh_gaussian_log_prob(u, eps, log_std, scale), expected, atol=1e-10, rtol=1e-12)
+
+
+def test_log_prob_gradient_matches_the_reparameterized_torch_distribution():
+    """Writing log N(u; mean, std) with eps = (u - mean) / std changes the operations, not the function of the
+    parameters: the gradients through u, mean and log_std equal those of torch.distributions' rsample + log_prob."""
+    torch.manual_seed(0)
+    scale, bias = torch.tensor([2.0, 0.5], dtype=torch.float64), torch.tensor([1.0, 0.0], dtype=torch.float64)
+    mean = torch.randn(300, 2, dtype=torch.float64, requires_grad=True)
+    log_std = torch.empty(300, 2, dtype=torch.float64).uniform_(-2, 1).requires_grad_()
+    eps = torch.randn(300, 2, dtype=torch.float64)
+    u = mean + log_std.exp() * eps
+    ours = sac.tanh_gaussian_log_prob(u, eps, log_std, scale)
+    action = torch.tanh(u) * scale + bias
+    dist = TransformedDistribution(Normal(mean, log_std.exp()), [TanhTransform(cache_size=1),
+                                                                 AffineTransform(bias, scale, cache_size=1)])
+    expected = dist.log_prob(action).sum(-1, keepdim=True)
+    for weights in (torch.ones(300, 1), torch.randn(300, 1)):  # the losses weight log pi and add Q(s, a): both paths
+        loss_ours = (weights * ours + action.sum(-1, keepdim=True)).sum()
+        loss_expected = (weights * expected + action.sum(-1, keepdim=True)).sum()
+        grads_ours = torch.autograd.grad(loss_ours, (mean, log_std), retain_graph=True)
+        grads_expected = torch.autograd.grad(loss_expected, (mean, log_std), retain_graph=True)
+        for a, b in zip(grads_ours, grads_expected):
+            torch.testing.assert_close(a, b, atol=1e-9, rtol=1e-9)
 
 
 def test_log_prob_stays_finite_where_the_naive_formula_fails():
     u = torch.tensor([[12.0, -20.0]])
     naive_log_det = torch.log(1 - torch.tanh(u).pow(2))
     assert torch.isinf(naive_log_det).all()
-    log_prob = sac.tanh_gaussian_log_prob(u, u, torch.zeros_like(u), torch.ones(2))
+    log_prob = sac.tanh_gaussian_log_prob(u, torch.zeros_like(u), torch.zeros_like(u), torch.ones(2))  # u = mean
     # log N(u; u, 1) - log(1 - tanh(u)^2), with log(1 - tanh(x)^2) = log(4) - 2|x| - 2 log(1 + exp(-2|x|))
     expected = sum(-0.5 * math.log(2 * math.pi) - (math.log(4) - 2 * abs(x)) for x in (12.0, -20.0))
     assert log_prob.item() == pytest.approx(expected, rel=1e-6)
