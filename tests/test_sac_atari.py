@@ -68,6 +68,24 @@ def test_actor_matches_torch_categorical_and_stays_finite_at_extreme_logits():
     assert torch.isfinite(log_probs).all()
 
 
+def test_network_input_scales_frames_once_into_channels_last_and_the_networks_agree_with_contiguous_copies():
+    frames = torch.randint(0, 256, (3, 4, 84, 84), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
+    x = sa.network_input(frames)
+    assert x.dtype == torch.float32 and x.is_contiguous(memory_format=torch.channels_last)
+    torch.testing.assert_close(x, frames.double().div(255).float(), atol=1e-7, rtol=0)  # [0, 1], to float32 rounding
+    assert sa.network_input(torch.randn(5, 4, dtype=torch.float64)).dtype == torch.float32  # flat observations
+    envs = sa.vector_env([sa.make_env("BreakoutNoFrameskip-v4")])
+    torch.manual_seed(0)
+    actor = sa.Actor(envs)
+    assert actor.encoder[0].weight.is_contiguous(memory_format=torch.channels_last)
+    reference = sa.Actor(envs)
+    reference.load_state_dict(actor.state_dict())
+    reference.to(memory_format=torch.contiguous_format)
+    with torch.no_grad():
+        torch.testing.assert_close(actor(x), reference(x.contiguous()), atol=1e-5, rtol=1e-5)
+    envs.close()
+
+
 # ---------------------------------------------------------------------------------------------------------------------
 # REPLAY BUFFER
 # ---------------------------------------------------------------------------------------------------------------------
