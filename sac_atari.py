@@ -282,8 +282,8 @@ def encoder(obs_shape) -> nn.Sequential:
 
 def network_input(obs: torch.Tensor) -> torch.Tensor:
     """What the networks take: uint8 frames (B, stack, 84, 84) scaled to [0, 1] as float32 in channels-last layout, in
-    one pass (the CPU's convolutions run faster on it: 26 vs 33 ms for the NatureCNN's forward and backward at batch
-    64); other observations as float32. Frames are scaled here and nowhere else, once per batch, not once per network.
+    one pass (the CPU's convolutions run faster on it; README, Performance); other observations as float32. Frames are
+    scaled here and nowhere else, once per batch, not once per network.
     """
     if obs.dtype != torch.uint8:
         return obs.float()
