@@ -157,3 +157,24 @@ def test_speed_compares_td3_with_sb3_and_breaks_a_step_down_against_the_floor(tm
     gflop = float(note.split(" GFLOP of matrix products")[0].split(" ms for ")[1])
     assert gflop == pytest.approx((critic_update + actor_update / 2) / 1e9, abs=1.5e-3)
     assert "arithmetic floor" in note and "critic update" in note
+
+
+def test_update_ab_times_a_revision_against_the_tree_in_one_process():
+    """benchmark/update_ab.py with the tree against its own HEAD: both sides build and run TD3's updates, and each part
+    prints both medians and a ratio."""
+    done = subprocess.run([sys.executable, str(ROOT / "benchmark" / "update_ab.py"), "--before", "HEAD", "--scripts",
+                           "td3_continuous_action", "--repeats", "5"], capture_output=True, text=True, timeout=600,
+                          cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = [line for line in done.stdout.splitlines() if line.startswith("td3_continuous_action.py")]
+    assert [line.split(":")[0] for line in lines] == ["td3_continuous_action.py critic update",
+                                                      "td3_continuous_action.py actor update"]
+    for line in lines:
+        ratio = float(line.split("median ratio after / before ")[1].split()[0])
+        assert 0.2 < ratio < 5 and "(5 rounds)" in line
+
+
+def test_update_ab_rejects_an_unknown_revision():
+    done = subprocess.run([sys.executable, str(ROOT / "benchmark" / "update_ab.py"), "--before", "no-such-rev",
+                           "--scripts", "td3_continuous_action"], capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert done.returncode == 1 and done.stderr.startswith("error: git show no-such-rev:td3_continuous_action.py")
