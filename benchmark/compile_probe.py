@@ -1,11 +1,13 @@
 """Why `--compile` does not pay on this CPU: eager against torch.compile on the twin critics' core, with a kernel profile.
 
     python benchmark/compile_probe.py            # about a minute, most of it compiling
+    python benchmark/compile_probe.py --sac-atari --repeats 80   # SAC-discrete's whole update on Breakout's shapes
 
 The function is the shape of SAC's and TD3's critic update at its heaviest: two 256-unit ReLU layers of a two-member
 ensemble (`baddbmm`, batch 256), summed, then backward. Eager and compiled steps alternate, 300 each, on the threads
 torch has (set OMP_NUM_THREADS); the medians and their ratio are printed, then the top entries of a `torch.profiler`
-table for each, with inductor's generated kernels named (`graph_*_cpp_fused_*`).
+table for each, with inductor's generated kernels named (`graph_*_cpp_fused_*`). With --sac-atari the function is
+instead `sac_atari.py`'s whole update (built as `benchmark/update_ab.py` builds it) and no profile is printed.
 """
 
 import argparse
@@ -17,6 +19,7 @@ import torch
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeats", type=int, default=300)
+    parser.add_argument("--sac-atari", action="store_true", help="time sac_atari.py's update instead")
     args = parser.parse_args()
     import torch._inductor.config
 
@@ -37,6 +40,16 @@ def main() -> None:
         return run
 
     steps = {"eager": step(forward), "compiled": step(torch.compile(forward))}
+    if args.sac_atari:
+        import os
+        import sys
+
+        sys.path[:0] = [os.path.dirname(os.path.dirname(os.path.abspath(__file__))), os.path.dirname(__file__)]
+        import sac_atari
+        import update_ab
+
+        steps = {"eager": update_ab.sac_atari_update(sac_atari)["update"],
+                 "compiled": torch.compile(update_ab.sac_atari_update(sac_atari)["update"])}
     start = time.perf_counter()
     steps["compiled"]()
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; first compiled call "
@@ -48,8 +61,11 @@ def main() -> None:
             steps[name]()
             times[name].append(time.perf_counter() - start)
     medians = {name: sorted(t)[len(t) // 2] * 1e3 for name, t in times.items()}
-    print(f"forward + backward, median of {args.repeats}: eager {medians['eager']:.2f} ms, compiled "
-          f"{medians['compiled']:.2f} ms ({medians['compiled'] / medians['eager']:.2f}x)")
+    print(f"{'sac_atari update' if args.sac_atari else 'forward + backward'}, median of {args.repeats}: eager "
+          f"{medians['eager']:.2f} ms, compiled {medians['compiled']:.2f} ms "
+          f"({medians['compiled'] / medians['eager']:.3f}x)")
+    if args.sac_atari:
+        return
     from torch.profiler import profile
 
     for name, run in steps.items():
