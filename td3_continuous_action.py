@@ -46,7 +46,7 @@ class Args:
     cuda: bool = True
     """use a CUDA GPU when one is present (falls back to the CPU otherwise)"""
     compile: bool = False
-    """apply `torch.compile` to the update functions (worth it on long runs; costs compile time at start)"""
+    """apply `torch.compile` to the update functions (on a 2-core CPU it made them slower; README, Performance)"""
     track: bool = False
     """log to Weights and Biases as well (needs `pip install wandb`)"""
     wandb_project_name: str = "actor-critic"
