@@ -292,9 +292,10 @@ def network_input(obs: torch.Tensor) -> torch.Tensor:
 
 
 class PerAction(nn.Module):
-    """An encoder and a linear layer with one output per action: (B, *obs_shape) -> (B, |A|), from `network_input`.
+    """An encoder and a linear layer with one output per action: (B, *obs_shape) -> (B, |A|).
 
-    Convolution weights are kept channels-last, the layout of the frames `network_input` makes.
+    Takes `network_input`'s output, or raw uint8 frames (CleanRL's interface), which it passes through `network_input`
+    itself. Convolution weights are kept channels-last, the layout of the frames `network_input` makes.
     """
 
     def __init__(self, envs):
@@ -304,6 +305,8 @@ class PerAction(nn.Module):
         self.to(memory_format=torch.channels_last)
 
     def forward(self, obs):
+        if obs.dtype == torch.uint8:  # raw frames; the update hands over each batch already scaled
+            obs = network_input(obs)
         return self.head(self.encoder(obs))
 
 

@@ -83,6 +83,7 @@ def test_network_input_scales_frames_once_into_channels_last_and_the_networks_ag
     reference.to(memory_format=torch.contiguous_format)
     with torch.no_grad():
         torch.testing.assert_close(actor(x), reference(x.contiguous()), atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(actor(frames), actor(x), atol=0, rtol=0)  # raw frames are scaled once, the same way
     envs.close()
 
 
