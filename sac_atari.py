@@ -268,7 +268,7 @@ def layer_init(layer: nn.Module) -> nn.Module:
 
 
 def encoder(obs_shape) -> nn.Sequential:
-    """NatureCNN for (stack, 84, 84) frames already scaled by `network_input`; a 256-256 MLP for 1-D obs."""
+    """NatureCNN for (stack, 84, 84) frames scaled by `network_input`; a 256-256 MLP for 1-D obs."""
     if len(obs_shape) == 3:
         return nn.Sequential(
             layer_init(nn.Conv2d(obs_shape[0], 32, 8, stride=4)), nn.ReLU(),
@@ -281,9 +281,9 @@ def encoder(obs_shape) -> nn.Sequential:
 
 
 def network_input(obs: torch.Tensor) -> torch.Tensor:
-    """What the networks take: uint8 frames (B, stack, 84, 84) scaled to [0, 1] as float32 in channels-last layout, in
-    one pass (the CPU's convolutions run faster on it; README, Performance); other observations as float32. Frames are
-    scaled here and nowhere else, once per batch, not once per network.
+    """What the networks compute on: uint8 frames (B, stack, 84, 84) scaled to [0, 1] as float32 in channels-last
+    layout, in one pass (the CPU's convolutions run faster on it; README, Performance); anything else as float32, so
+    its own output passes through unchanged. Frames are scaled here and nowhere else.
     """
     if obs.dtype != torch.uint8:
         return obs.float()
@@ -294,8 +294,8 @@ def network_input(obs: torch.Tensor) -> torch.Tensor:
 class PerAction(nn.Module):
     """An encoder and a linear layer with one output per action: (B, *obs_shape) -> (B, |A|).
 
-    Takes `network_input`'s output, or raw uint8 frames (CleanRL's interface), which it passes through `network_input`
-    itself. Convolution weights are kept channels-last, the layout of the frames `network_input` makes.
+    Takes raw observations (CleanRL's interface) or `network_input`'s output: the update scales each batch once and
+    hands it to several networks. Convolution weights are kept channels-last, the layout `network_input` makes.
     """
 
     def __init__(self, envs):
@@ -305,9 +305,7 @@ class PerAction(nn.Module):
         self.to(memory_format=torch.channels_last)
 
     def forward(self, obs):
-        if obs.dtype == torch.uint8:  # raw frames; the update hands over each batch already scaled
-            obs = network_input(obs)
-        return self.head(self.encoder(obs))
+        return self.head(self.encoder(network_input(obs)))
 
 
 class SoftQNetwork(PerAction):
@@ -547,8 +545,8 @@ def load_checkpoint(path: str) -> dict:
 
 
 def as_tensor(obs: np.ndarray, device) -> torch.Tensor:
-    """The networks' input (`network_input`) from observations as the env gives them."""
-    return network_input(torch.as_tensor(obs, device=device))
+    """Observations as the env gives them, on the device (the networks scale them)."""
+    return torch.as_tensor(obs, device=device)
 
 
 @torch.no_grad()

@@ -598,8 +598,8 @@ def main(args: Args) -> dict:
     qf_target = QEnsemble(envs, args.num_critics).to(device)
     qf_target.load_state_dict(qf.state_dict())
     qf_target.requires_grad_(False)
-    qf_flat, qf_target_flat, actor_flat = flatten_parameters(qf), flatten_parameters(qf_target, grad=False), \
-        flatten_parameters(actor)
+    qf_flat, actor_flat = flatten_parameters(qf), flatten_parameters(actor)
+    qf_target_flat = flatten_parameters(qf_target, grad=False)
     fused = {"fused": True} if device.type in ("cpu", "cuda") else {}  # one Adam kernel for all tensors
     q_optimizer = torch.optim.Adam([qf_flat], lr=args.q_lr, **fused)
     actor_optimizer = torch.optim.Adam([actor_flat], lr=args.policy_lr, **fused)
