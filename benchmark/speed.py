@@ -204,7 +204,7 @@ def off_policy_breakdown(pair: str, repeats: int = 300) -> dict:
         obs = next_obs
     if pair == "sac":
         actor_target, log_alpha = None, torch.zeros(1, requires_grad=True)
-        a_optimizer = torch.optim.Adam([log_alpha], lr=3e-4, fused=True)
+        actor_optimizer.add_param_group({"params": [log_alpha], "lr": 3e-4})  # as the script: one step for both
         actor_updates_per_step = 1.0  # policy_frequency updates every policy_frequency steps
 
         def act(x):
@@ -215,13 +215,10 @@ def off_policy_breakdown(pair: str, repeats: int = 300) -> dict:
 
         def actor_step(batch):
             loss, log_prob = m.compute_loss_pi(actor, qf, batch[0], log_alpha.exp().detach())
+            log_alpha.grad = None
             actor_flat.grad.zero_()
-            loss.backward()
+            (loss + m.compute_loss_alpha(log_alpha, log_prob, -float(act_dim))).backward()
             actor_optimizer.step()
-            alpha_loss = m.compute_loss_alpha(log_alpha, log_prob, -float(act_dim))
-            a_optimizer.zero_grad()
-            alpha_loss.backward()
-            a_optimizer.step()
     else:
         actor_target = m.Actor(envs).requires_grad_(False)
         actor_target_flat = m.flatten_parameters(actor_target, grad=False)
