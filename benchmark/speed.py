@@ -176,6 +176,64 @@ def median_ms(parts: dict, repeats: int) -> dict:
     return {name: statistics.median(values) for name, values in times.items()}
 
 
+def off_policy_steps(m, sac: bool, envs) -> dict:
+    """SAC's or TD3's update steps as the script's `main` builds them with its defaults, on fresh networks (module `m`,
+    the script imported; `envs` gives the spaces): {'act', 'critic', 'actor', 'target'}, the middle two taking a batch.
+    Learning rates are all 3e-4 (SAC's critic default is 1e-3; speed.py runs it at 3e-4 to match SB3)."""
+    import torch
+
+    args = m.Args()
+    act_dim = envs.single_action_space.shape[0]
+    actor, qf, qf_target = m.Actor(envs), m.QEnsemble(envs), m.QEnsemble(envs).requires_grad_(False)
+    actor_flat, qf_flat = m.flatten_parameters(actor), m.flatten_parameters(qf)
+    targets = [(m.flatten_parameters(qf_target, grad=False), qf_flat)]
+    actor_optimizer = torch.optim.Adam([actor_flat], lr=3e-4, fused=True)
+    q_optimizer = torch.optim.Adam([qf_flat], lr=3e-4, fused=True)
+    if sac:
+        log_alpha = torch.zeros(1, requires_grad=True)
+        actor_optimizer.add_param_group({"params": [log_alpha], "lr": 3e-4})  # as the script: one step for both
+
+        def act(x):
+            return actor.sample(x)[0]
+
+        def critic_loss(batch):
+            return m.compute_loss_q(actor, qf, qf_target, batch, log_alpha.exp().detach(), args.gamma, True, 2)[0]
+
+        def actor_loss(batch):
+            loss, log_prob = m.compute_loss_pi(actor, qf, batch[0], log_alpha.exp().detach())
+            log_alpha.grad = None
+            return loss + m.compute_loss_alpha(log_alpha, log_prob, -float(act_dim))
+    else:
+        actor_target = m.Actor(envs).requires_grad_(False)
+        targets.append((m.flatten_parameters(actor_target, grad=False), actor_flat))
+
+        def act(x):
+            return torch.clamp(actor(x) + 0.1 * torch.randn(1, act_dim), -1, 1)
+
+        def critic_loss(batch):
+            return m.compute_loss_q(actor_target, qf, qf_target, batch, args.gamma, args.policy_noise,
+                                    args.noise_clip)[0]
+
+        def actor_loss(batch):
+            return m.compute_loss_pi(actor, qf, batch[0])
+
+    def step(loss_fn, flat, optimizer):
+        def run(batch):
+            loss = loss_fn(batch)
+            flat.grad.zero_()
+            loss.backward()
+            optimizer.step()
+        return run
+
+    @torch.no_grad()
+    def target():
+        for target_flat, online_flat in targets:
+            target_flat.lerp_(online_flat, args.tau)
+
+    return {"act": act, "critic": step(critic_loss, qf_flat, q_optimizer),
+            "actor": step(actor_loss, actor_flat, actor_optimizer), "target": target}
+
+
 def off_policy_breakdown(pair: str, repeats: int = 300) -> dict:
     """Median milliseconds of the parts of one env step of the training phase (SAC or TD3, Hopper-v5, the script's
     defaults), the matmul FLOPs of the updates one env step brings (counted by torch's FlopCounterMode, forward and
@@ -190,11 +248,9 @@ def off_policy_breakdown(pair: str, repeats: int = 300) -> dict:
     args = m.Args(env_id=env_id)
     envs = m.vector_env([m.make_env(env_id)])
     obs_dim, act_dim = envs.single_observation_space.shape[0], envs.single_action_space.shape[0]
-    actor, qf, qf_target = m.Actor(envs), m.QEnsemble(envs), m.QEnsemble(envs).requires_grad_(False)
-    actor_flat, qf_flat = m.flatten_parameters(actor), m.flatten_parameters(qf)
-    qf_target_flat = m.flatten_parameters(qf_target, grad=False)
-    actor_optimizer = torch.optim.Adam([actor_flat], lr=3e-4, fused=True)
-    q_optimizer = torch.optim.Adam([qf_flat], lr=3e-4, fused=True)
+    steps = off_policy_steps(m, pair == "sac", envs)
+    # SAC: policy_frequency actor updates every policy_frequency steps; TD3: one every policy_frequency steps
+    actor_updates_per_step = 1.0 if pair == "sac" else 1.0 / args.policy_frequency
     rb = m.ReplayBuffer(10_000, obs_dim, act_dim, "cpu")
     obs, _ = envs.reset(seed=0)
     for _ in range(1_000):
@@ -202,57 +258,11 @@ def off_policy_breakdown(pair: str, repeats: int = 300) -> dict:
         next_obs, rewards, terminations, _, infos = envs.step(actions)
         rb.add(obs, actions, rewards, m.final_observations(next_obs, infos), terminations)
         obs = next_obs
-    if pair == "sac":
-        actor_target, log_alpha = None, torch.zeros(1, requires_grad=True)
-        actor_optimizer.add_param_group({"params": [log_alpha], "lr": 3e-4})  # as the script: one step for both
-        actor_updates_per_step = 1.0  # policy_frequency updates every policy_frequency steps
-
-        def act(x):
-            return actor.sample(x)[0]
-
-        def critic_loss(batch):
-            return m.compute_loss_q(actor, qf, qf_target, batch, log_alpha.exp().detach(), args.gamma, True, 2)[0]
-
-        def actor_step(batch):
-            loss, log_prob = m.compute_loss_pi(actor, qf, batch[0], log_alpha.exp().detach())
-            log_alpha.grad = None
-            actor_flat.grad.zero_()
-            (loss + m.compute_loss_alpha(log_alpha, log_prob, -float(act_dim))).backward()
-            actor_optimizer.step()
-    else:
-        actor_target = m.Actor(envs).requires_grad_(False)
-        actor_target_flat = m.flatten_parameters(actor_target, grad=False)
-        actor_updates_per_step = 1.0 / args.policy_frequency
-
-        def act(x):
-            return torch.clamp(actor(x) + 0.1 * torch.randn(1, act_dim), -1, 1)
-
-        def critic_loss(batch):
-            return m.compute_loss_q(actor_target, qf, qf_target, batch, args.gamma, args.policy_noise,
-                                    args.noise_clip)[0]
-
-        def actor_step(batch):
-            loss = m.compute_loss_pi(actor, qf, batch[0])
-            actor_flat.grad.zero_()
-            loss.backward()
-            actor_optimizer.step()
-
-    def critic_step(batch):
-        loss = critic_loss(batch)
-        qf_flat.grad.zero_()
-        loss.backward()
-        q_optimizer.step()
-
-    def target_step():
-        with torch.no_grad():
-            qf_target_flat.lerp_(qf_flat, args.tau)
-            if actor_target is not None:
-                actor_target_flat.lerp_(actor_flat, args.tau)
 
     def collect():
         nonlocal obs
         with torch.no_grad():
-            actions = act(torch.as_tensor(obs, dtype=torch.float32)).numpy()
+            actions = steps["act"](torch.as_tensor(obs, dtype=torch.float32)).numpy()
         next_obs, rewards, terminations, _, infos = envs.step(actions)
         rb.add(obs, actions, rewards, m.final_observations(next_obs, infos), terminations)
         obs = next_obs
@@ -260,16 +270,16 @@ def off_policy_breakdown(pair: str, repeats: int = 300) -> dict:
     batch = {}
     parts = median_ms({"act + env step + store": collect,
                        "sample": lambda: batch.update(b=rb.sample(args.batch_size)),
-                       "critic update": lambda: critic_step(batch["b"]),
-                       "actor update": lambda: actor_step(batch["b"]),
-                       "target update": target_step}, repeats)
+                       "critic update": lambda: steps["critic"](batch["b"]),
+                       "actor update": lambda: steps["actor"](batch["b"]),
+                       "target update": steps["target"]}, repeats)
     envs.close()
     parts["actor update"] *= actor_updates_per_step  # per env step
     parts["target update"] *= 1.0 if pair == "sac" else 1.0 / args.policy_frequency
     flops = {}
-    for name, step in (("critic", critic_step), ("actor", actor_step)):
+    for name in ("critic", "actor"):
         with FlopCounterMode(display=False) as counter:
-            step(rb.sample(args.batch_size))
+            steps[name](rb.sample(args.batch_size))
         flops[name] = counter.get_total_flops()
     gflop = (flops["critic"] + actor_updates_per_step * flops["actor"]) / 1e9
     rate = matmul_gflops()

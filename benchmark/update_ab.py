@@ -6,8 +6,9 @@ measured without the VM's swings.
 
 A run-to-run comparison on this VM moves by 10 to 30 percent, more than most single changes are worth. Here both
 versions of a script are imported side by side (the 'before' one from `git show`), each builds its networks,
-optimizers and a batch the way its `main` does (same seed), and their updates run alternately, `--repeats` times:
-critic, then actor (and alpha) for SAC and TD3 on Hopper-v5's shapes, the whole update for SAC-discrete on Breakout's.
+optimizers and a batch the way its `main` does (same seed; SAC's and TD3's through speed.py's `off_policy_steps`),
+and their updates run alternately, `--repeats` times: critic, then actor (and alpha) for SAC and TD3 on Hopper-v5's
+shapes, the whole update for SAC-discrete on Breakout's.
 The medians and the median of the per-round ratios (tree / before) are printed. The 'before' scripts must have the same
 loss functions and classes as the tree's; revisions that predate `flatten_parameters` or the fused optimizers are
 built as those revisions built them only where this file says so (SAC-discrete's frame scaling and fused Adam).
@@ -23,6 +24,7 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # speed.py, whose update steps this times
 
 
 def load(path: str, name: str):
@@ -33,55 +35,25 @@ def load(path: str, name: str):
 
 
 def off_policy_updates(m, script: str) -> dict:
-    """{'critic': fn, 'actor': fn} for SAC or TD3 on Hopper-v5's shapes (11-dim obs, 3-dim actions, batch 256)."""
+    """{'critic update': fn, 'actor update': fn} for SAC or TD3 on Hopper-v5's shapes (11-dim obs, 3-dim actions, batch
+    256), the steps built by speed.py's `off_policy_steps`, each drawing its batch from a buffer of random data."""
     import gymnasium as gym
     import numpy as np
     import torch
 
+    import speed
+
     envs = gym.vector.SyncVectorEnv([lambda: gym.make("Hopper-v5")])
     torch.manual_seed(0)
-    actor, qf, qf_target = m.Actor(envs), m.QEnsemble(envs), m.QEnsemble(envs).requires_grad_(False)
-    actor_flat, qf_flat = m.flatten_parameters(actor), m.flatten_parameters(qf)
-    m.flatten_parameters(qf_target, grad=False)
-    q_optimizer = torch.optim.Adam([qf_flat], lr=3e-4, fused=True)
-    actor_optimizer = torch.optim.Adam([actor_flat], lr=3e-4, fused=True)
+    steps = speed.off_policy_steps(m, script == "sac_continuous_action", envs)
+    envs.close()
     rb = m.ReplayBuffer(10_000, 11, 3, "cpu")
     rng = np.random.default_rng(0)
     for _ in range(5_000):
         rb.add(rng.standard_normal((1, 11)), rng.uniform(-1, 1, (1, 3)), rng.standard_normal(1),
                rng.standard_normal((1, 11)), np.zeros(1))
-    if script == "sac_continuous_action":
-        log_alpha = torch.zeros(1, requires_grad=True)
-        actor_optimizer.add_param_group({"params": [log_alpha], "lr": 3e-4})
-
-        def critic():
-            loss, _ = m.compute_loss_q(actor, qf, qf_target, rb.sample(256), log_alpha.exp().detach(), 0.99, True, 2)
-            qf_flat.grad.zero_()
-            loss.backward()
-            q_optimizer.step()
-
-        def actor_step():
-            actor_loss, log_prob = m.compute_loss_pi(actor, qf, rb.sample(256)[0], log_alpha.exp().detach())
-            log_alpha.grad = None
-            actor_flat.grad.zero_()
-            (actor_loss + m.compute_loss_alpha(log_alpha, log_prob, -3.0)).backward()
-            actor_optimizer.step()
-    else:
-        actor_target = m.Actor(envs).requires_grad_(False)
-
-        def critic():
-            loss, _ = m.compute_loss_q(actor_target, qf, qf_target, rb.sample(256), 0.99, 0.2, 0.5)
-            qf_flat.grad.zero_()
-            loss.backward()
-            q_optimizer.step()
-
-        def actor_step():
-            loss = m.compute_loss_pi(actor, qf, rb.sample(256)[0])
-            actor_flat.grad.zero_()
-            loss.backward()
-            actor_optimizer.step()
-    envs.close()
-    return {"critic update": critic, "actor update": actor_step}
+    return {"critic update": lambda: steps["critic"](rb.sample(256)),
+            "actor update": lambda: steps["actor"](rb.sample(256))}
 
 
 def sac_atari_update(m) -> dict:
