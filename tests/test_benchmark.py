@@ -178,3 +178,29 @@ def test_update_ab_rejects_an_unknown_revision():
     done = subprocess.run([sys.executable, str(ROOT / "benchmark" / "update_ab.py"), "--before", "no-such-rev",
                            "--scripts", "td3_continuous_action"], capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert done.returncode == 1 and done.stderr.startswith("error: git show no-such-rev:td3_continuous_action.py")
+
+
+def test_op_profile_lists_each_update_s_operators_with_the_matmul_share():
+    """benchmark/op_profile.py on SAC: both updates are profiled; each lists --top operators whose per-update times do
+    not exceed the printed total, and the matrix products' share is the sum of their listed rows."""
+    done = subprocess.run([sys.executable, str(ROOT / "benchmark" / "op_profile.py"), "--script", "sac_continuous_action",
+                           "--steps", "3", "--rounds", "2", "--top", "200"], capture_output=True, text=True,
+                          timeout=600, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-2000:]
+    sections = done.stdout.split("\n\n")[1:]
+    assert [s.split(":")[0] for s in sections] == ["critic update", "actor update"]
+    for section in sections:
+        head, *rows = section.strip().splitlines()
+        total = float(head.split(": ")[1].split(" us")[0])
+        matmul = float(head.split("matrix products ")[1].split(" us")[0])
+        listed = {row.split(maxsplit=3)[3]: float(row.split()[0]) for row in rows}
+        assert "aten::baddbmm" in listed and "aten::addmm" in listed  # the critic ensemble and the actor's layers
+        assert sum(listed.values()) == pytest.approx(total, rel=0.01, abs=len(listed) * 0.1)
+        assert matmul == pytest.approx(sum(us for key, us in listed.items() if key in
+                                           ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm")), abs=0.5)
+
+
+def test_op_profile_rejects_a_zero_count():
+    done = subprocess.run([sys.executable, str(ROOT / "benchmark" / "op_profile.py"), "--steps", "0"],
+                          capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert done.returncode == 2 and "must be at least 1" in done.stderr.strip().splitlines()[-1]
