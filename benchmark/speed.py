@@ -3,6 +3,7 @@
     python benchmark/speed.py --pairs sac td3 a2c --out speed.md    # the README's Performance table (about 10 min)
     python benchmark/speed.py --pairs acer sac_atari                 # no SB3 peer: absolute figures
     python benchmark/speed.py --pairs a2c --repeats 5 --steps 200000 --threads 1
+    python benchmark/speed.py --pairs sac td3 --steps 12001 --interleave 500   # turns of 500 steps, 19 rounds
 
 Every run is a fresh process with torch, OpenMP and MKL pinned to `--threads` threads (by default 2 for SAC, TD3 and
 SAC-discrete, 1 for A2C and ACER; the same on both sides of a pair). The runs alternate (ours, SB3, ours, SB3, ...) so
@@ -14,6 +15,11 @@ process's maximum resident set size. After the table: for SAC and TD3 the time o
 matrix-product FLOPs of its updates (torch's FlopCounterMode) and the arithmetic floor they give at the measured
 256x256x256 matmul rate; the same for A2C's and SAC-discrete's updates; for ACER a per-update breakdown. SAC-discrete
 and ACER have no SB3 peer: their runs give absolute figures. Prints Markdown; --out saves it.
+
+This machine's speed swings by tens of percent within minutes, so two runs of a pair can meet different spells.
+--interleave TURN (SAC and TD3) starts ours and SB3 together as two processes that take turns of TURN env steps,
+passing a byte down a pipe, and times each turn: each round (a turn of ours, then one of SB3's) gives a ratio from two
+stretches of work seconds apart. --interleave-check puts SB3 on both sides; its ratio should come out near 1.
 """
 
 import argparse
@@ -57,56 +63,165 @@ PAIRS = {
 DEFAULT_STEPS = {"a2c": 100_000, "acer": 100_000, "sac": 5_000, "td3": 6_000, "sac_atari": 3_000}
 
 
-def run_ours(pair: str, steps: int, seed: int, ours_flags: str = "") -> float:
+def run_ours(pair: str, steps: int, seed: int, ours_flags: str = "", on_step=None) -> float:
+    """Our script's training-phase SPS; `on_step(steps_done)`, if given, is called before each env step."""
     env_id, script, flags, _ = PAIRS[pair]
     sys.path.insert(0, ROOT)
     module = __import__(script[: -len(".py")])
-    with tempfile.TemporaryDirectory() as tmp:
-        os.chdir(tmp)
-        summary = module.cli(["--env-id", env_id, "--total-timesteps", str(steps), "--seed", str(seed), *flags,
-                              *shlex.split(ours_flags)])
+    if on_step is not None:
+        make_vector_env = module.vector_env
+
+        def vector_env(thunks):
+            envs, steps_done = make_vector_env(thunks), [0]
+            step = envs.step
+
+            def counted_step(actions):
+                on_step(steps_done[0])
+                steps_done[0] += 1
+                return step(actions)
+
+            envs.step = counted_step
+            return envs
+
+        module.vector_env = vector_env
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            os.chdir(tmp)
+            summary = module.cli(["--env-id", env_id, "--total-timesteps", str(steps), "--seed", str(seed), *flags,
+                                  *shlex.split(ours_flags)])
+    finally:
+        if on_step is not None:
+            module.vector_env = make_vector_env
     return summary["train_sps"]
 
 
-def run_sb3(pair: str, steps: int, seed: int) -> float:
+def sb3_model(pair: str, seed: int):
+    """SB3's peer of `pair`, with the hyperparameters of our script's defaults (see PAIRS)."""
     env_id, _, _, algo = PAIRS[pair]
     import numpy as np
     from stable_baselines3 import A2C, SAC, TD3
-    from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.noise import NormalActionNoise
-
-    class TrainingPhaseClock(BaseCallback):
-        """Notes the time and step count when the first update is due (after learning_starts)."""
-
-        def __init__(self, learning_starts: int):
-            super().__init__()
-            self.learning_starts, self.start = learning_starts, None
-
-        def _on_step(self) -> bool:
-            if self.start is None and self.num_timesteps >= self.learning_starts:
-                self.start = (time.perf_counter(), self.num_timesteps)
-            return True
 
     off_policy = dict(buffer_size=1_000_000, batch_size=256, tau=0.005, gamma=0.99, learning_rate=3e-4,
                       learning_starts=LEARNING_STARTS, train_freq=1, gradient_steps=1,
                       policy_kwargs=dict(net_arch=[256, 256]), seed=seed, device="cpu")
     if algo == "A2C":
         env = make_vec_env(env_id, n_envs=8, seed=seed)
-        model = A2C("MlpPolicy", env, learning_rate=7e-4, n_steps=5, gamma=0.99, gae_lambda=1.0, ent_coef=0.01,
-                    vf_coef=0.5, max_grad_norm=0.5, rms_prop_eps=1e-5, use_rms_prop=True, normalize_advantage=False,
-                    seed=seed, device="cpu")
-    elif algo == "SAC":
-        model = SAC("MlpPolicy", env_id, ent_coef="auto", target_update_interval=1, **off_policy)
+        return A2C("MlpPolicy", env, learning_rate=7e-4, n_steps=5, gamma=0.99, gae_lambda=1.0, ent_coef=0.01,
+                   vf_coef=0.5, max_grad_norm=0.5, rms_prop_eps=1e-5, use_rms_prop=True, normalize_advantage=False,
+                   seed=seed, device="cpu")
+    if algo == "SAC":
+        return SAC("MlpPolicy", env_id, ent_coef="auto", target_update_interval=1, **off_policy)
+    model = TD3("MlpPolicy", env_id, policy_delay=2, target_policy_noise=0.2, target_noise_clip=0.5, **off_policy)
+    # SB3 adds the noise to actions rescaled to [-1, 1], so 0.1 there is 0.1 * action_scale, as in our script
+    act_dim = model.action_space.shape[0]
+    model.action_noise = NormalActionNoise(np.zeros(act_dim), 0.1 * np.ones(act_dim))
+    return model
+
+
+def step_callback(on_step):
+    """An SB3 callback that calls `on_step(env steps done)` after each env step."""
+    from stable_baselines3.common.callbacks import BaseCallback
+
+    class OnStep(BaseCallback):
+        def _on_step(self) -> bool:
+            on_step(self.num_timesteps)
+            return True
+
+    return OnStep()
+
+
+def run_sb3(pair: str, steps: int, seed: int, on_step=None) -> float:
+    """SB3's training-phase SPS (from LEARNING_STARTS on; A2C: the whole run)."""
+    learning_starts, start = 0 if pair == "a2c" else LEARNING_STARTS, []
+
+    def clock(steps_done):
+        if not start and steps_done >= learning_starts:
+            start.append((time.perf_counter(), steps_done))
+        if on_step is not None:
+            on_step(steps_done)
+
+    model = sb3_model(pair, seed)
+    model.learn(total_timesteps=steps, callback=step_callback(clock))
+    return (model.num_timesteps - start[0][1]) / (time.perf_counter() - start[0][0])
+
+
+class Baton:
+    """Two processes take turns on the machine, `turn` env steps each (the first side, the second, the first, ...),
+    passing a byte down a pipe each way: two processes, not two threads, because OpenMP slows down every thread team
+    in a process that holds more of them than there are cores.
+
+    Each side calls `tick(steps_done)` once per env step. At every multiple of `turn` it ends the side's turn (its
+    seconds are recorded, keyed by the env step the turn started at), hands the machine over and blocks until it comes
+    back. A side that ends sends "done" (or dies, closing its pipe); the other then runs on alone. The two never run at
+    once, and the turns of a round, seconds apart, meet the same spell of the machine.
+    """
+
+    def __init__(self, turn: int, read_fd: int, write_fd: int):
+        self.turn, self.read_fd, self.write_fd = turn, read_fd, write_fd
+        self.other_done, self.started, self.turns = False, None, {}
+
+    def wait(self) -> None:
+        if not self.other_done and os.read(self.read_fd, 1) in (b"", b"d"):  # b"": the other side's pipe closed
+            self.other_done = True
+        self.started = time.perf_counter()
+
+    def tick(self, steps_done: int) -> None:
+        if steps_done == 0 or steps_done % self.turn:
+            return
+        self.turns[steps_done - self.turn] = time.perf_counter() - self.started
+        if not self.other_done:
+            os.write(self.write_fd, b"t")
+            self.wait()
+
+    def finish(self) -> None:
+        if not self.other_done:
+            os.write(self.write_fd, b"d")
+
+
+def run_turns(side: str, pair: str, steps: int, seed: int, turn: int, fds: str, ours_flags: str = "") -> dict:
+    """One side of an interleaved pair: the seconds of its turns in the training phase, keyed by the turn's first env
+    step, leaving out the first training turn (warm-up). The side given the write end first goes first."""
+    read_fd, write_fd, first = (int(x) for x in fds.split(","))
+    baton = Baton(turn, read_fd, write_fd)
+    if first:
+        baton.started = time.perf_counter()
     else:
-        model = TD3("MlpPolicy", env_id, policy_delay=2, target_policy_noise=0.2, target_noise_clip=0.5,
-                    **off_policy)
-        # SB3 adds the noise to actions rescaled to [-1, 1], so 0.1 there is 0.1 * action_scale, as in our script
-        act_dim = model.action_space.shape[0]
-        model.action_noise = NormalActionNoise(np.zeros(act_dim), 0.1 * np.ones(act_dim))
-    clock = TrainingPhaseClock(0 if algo == "A2C" else LEARNING_STARTS)
-    model.learn(total_timesteps=steps, callback=clock)
-    return (model.num_timesteps - clock.start[1]) / (time.perf_counter() - clock.start[0])
+        baton.wait()
+    try:
+        if side == "ours":
+            run_ours(pair, steps, seed, ours_flags, on_step=baton.tick)
+        else:
+            run_sb3(pair, steps, seed, on_step=baton.tick)
+    finally:
+        baton.finish()
+    return {str(k): v for k, v in sorted(baton.turns.items()) if k >= LEARNING_STARTS + turn}
+
+
+def measure_interleaved(pair: str, steps: int, seed: int, threads: int, ours_flags: str, turn: int,
+                        check: bool) -> tuple:
+    """Ours and SB3 (check=True: SB3 and SB3, seeds apart) as two processes taking turns; their turns dicts."""
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+    (read_1, write_0), (read_0, write_1) = os.pipe(), os.pipe()  # what side 0 writes, side 1 reads, and back
+    sides = (("sb3" if check else "ours", read_0, write_0, 1), ("sb3", read_1, write_1, 0))
+    procs = []
+    for k, (side, read_fd, write_fd, first) in enumerate(sides):
+        cmd = [sys.executable, os.path.abspath(__file__), "--child", "turns", "--side", side, "--pairs", pair,
+               "--steps", str(steps), "--seed", str(seed + k if check else seed), "--threads", str(threads),
+               f"--ours-flags={ours_flags}", "--interleave", str(turn), "--baton", f"{read_fd},{write_fd},{first}"]
+        procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                      pass_fds=(read_fd, write_fd)))
+    for fd in (read_0, write_0, read_1, write_1):
+        os.close(fd)  # only the children hold the pipes, so one's exit reads as "done" in the other
+    results = []
+    for (side, *_), proc in zip(sides, procs):
+        out, err = proc.communicate()
+        lines = [line for line in out.splitlines() if line.startswith("RESULT ")]
+        if proc.returncode != 0 or not lines:
+            sys.exit(f"error: interleaved {side} {pair} failed (exit {proc.returncode}):\n{err[-2000:]}")
+        results.append(json.loads(lines[-1][len("RESULT "):]))
+    return tuple(results)
 
 
 def acer_breakdown(repeats: int = 200) -> dict:
@@ -401,10 +516,13 @@ def sac_atari_breakdown(repeats: int = 20) -> dict:
             "update_frequency": args.update_frequency}
 
 
-def child(side: str, pair: str, steps: int, seed: int, threads: int, ours_flags: str) -> None:
+def child(side: str, pair: str, steps: int, seed: int, threads: int, ours_flags: str, args) -> None:
     import torch
 
     torch.set_num_threads(threads)
+    if side == "turns":
+        print("RESULT " + json.dumps(run_turns(args.side, pair, steps, seed, args.interleave, args.baton, ours_flags)))
+        return
     if side == "breakdown":
         breakdown = {"acer": acer_breakdown, "a2c": a2c_breakdown, "sac_atari": sac_atari_breakdown}.get(
             pair, lambda: off_policy_breakdown(pair))
@@ -437,15 +555,30 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--out", default=None, help="write the Markdown table here as well")
     parser.add_argument("--ours-flags", default="", help="more flags for our scripts' runs, e.g. --ours-flags=--compile")
-    parser.add_argument("--child", choices=["ours", "sb3", "breakdown"], help=argparse.SUPPRESS)
+    parser.add_argument("--interleave", type=int, default=0, metavar="TURN",
+                        help="sac and td3: run ours and SB3 in one process, taking turns of TURN env steps, and report "
+                             "the ratio of each round of two turns (0: separate processes, the default)")
+    parser.add_argument("--interleave-check", action="store_true",
+                        help="with --interleave: SB3 on both sides, to check that taking turns is fair (ratio 1)")
+    parser.add_argument("--child", choices=["ours", "sb3", "breakdown", "turns"], help=argparse.SUPPRESS)
+    parser.add_argument("--side", choices=["ours", "sb3"], help=argparse.SUPPRESS)
+    parser.add_argument("--baton", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        return child(args.child, args.pairs[0], args.steps, args.seed, args.threads, args.ours_flags)
+        return child(args.child, args.pairs[0], args.steps, args.seed, args.threads, args.ours_flags, args)
     if args.repeats < 1 or (args.steps is not None and args.steps < 1000) or (args.threads is not None and
                                                                                args.threads < 1):
         sys.exit("error: --repeats and --threads must be at least 1 and --steps at least 1000")
     if args.steps is not None and args.steps <= LEARNING_STARTS and {"sac", "td3", "sac_atari"} & set(args.pairs):
         sys.exit(f"error: sac, td3 and sac_atari need --steps above their learning_starts ({LEARNING_STARTS:,})")
+    if args.interleave < 0 or (args.interleave_check and not args.interleave):
+        sys.exit("error: --interleave takes a turn length of at least 1 env step, and --interleave-check needs it")
+    if args.interleave and set(args.pairs) - {"sac", "td3"}:
+        sys.exit("error: --interleave works for --pairs sac td3 only (the others have no SB3 peer or step 8 envs)")
+    if args.interleave and (args.steps or min(DEFAULT_STEPS[p] for p in args.pairs)) < LEARNING_STARTS + 2 * \
+            args.interleave + 1:
+        sys.exit(f"error: --interleave {args.interleave} needs --steps of at least {LEARNING_STARTS + 2 * args.interleave + 1:,}"
+                 " (random steps, one warm-up turn, one timed turn)")
 
     rows = ["| script | env | threads | ours SPS (median) | SB3 SPS (median) | ratio min / median / max | "
             "peak MB ours / SB3 |", "|---|---|---|---|---|---|---|"]
@@ -474,6 +607,28 @@ def main() -> None:
             notes.append(f"`{script}` per update, CartPole-v1 defaults, median of 200 (ms): " +
                          ", ".join(f"{key} {value:.2f}" for key, value in parts.items()))
             continue
+        if args.interleave:
+            rounds, per_process = [], []
+            for k in range(args.repeats):
+                ours, sb3 = measure_interleaved(pair, steps, args.seed + k, threads, args.ours_flags, args.interleave,
+                                                args.interleave_check)
+                common = [key for key in ours if key in sb3]
+                rounds += [(ours[key], sb3[key]) for key in common]
+                per_process.append(sum(sb3[key] for key in common) / sum(ours[key] for key in common))
+                print(f"{pair} interleaved run {k + 1}/{args.repeats}: {len(common)} rounds, ratio "
+                      f"{per_process[-1]:.2f}", file=sys.stderr, flush=True)
+            ratios = [sb3 / ours for ours, sb3 in rounds]  # equal turns: SPS ratio = SB3's seconds / ours
+            ours_s, sb3_s = (sum(r[i] for r in rounds) for i in (0, 1))
+            rows.append(f"| `{script}` | {env_id} | {threads} | {args.interleave * len(rounds) / ours_s:,.0f} | "
+                        f"{args.interleave * len(rounds) / sb3_s:,.0f} | {min(ratios):.2f} / "
+                        f"{statistics.median(ratios):.2f} / {max(ratios):.2f} | not measured (one run per process: see the separate runs) |")
+            notes.append(f"`{script}` interleaved"
+                         + (" (--interleave-check: SB3 on both sides, the first to go in the ours column)"
+                            if args.interleave_check else "")
+                         + f": {len(rounds)} rounds of two {args.interleave}-step turns in {args.repeats} process(es); "
+                         f"ratio over all rounds {sb3_s / ours_s:.3f}, per process "
+                         + ", ".join(f"{r:.3f}" for r in per_process) + ".")
+            continue
         for k in range(args.repeats):
             for side in ("ours", "sb3"):
                 results[side].append(measure(side, pair, steps, args.seed + k, threads, args.ours_flags))
@@ -501,7 +656,8 @@ def main() -> None:
                          f"measured 256x256x256 float32 matmul rate of {b['gflops']:.0f} GFLOP/s the arithmetic floor "
                          f"is {b['floor_ms']:.2f} ms ({b['update_ms'] / b['floor_ms']:.1f}x the floor). Whole env step "
                          f"from the median SPS: {1000 / ours_sps:.2f} ms.")
-    table = "\n".join(rows) + (f"\n\n{args.repeats} alternating pairs per script (runs of "
+    table = "\n".join(rows) + (f"\n\n{args.repeats} {'interleaved processes' if args.interleave else 'alternating pairs'}"
+                               " per script (runs of "
                                + ", ".join(f"{p} {args.steps or DEFAULT_STEPS[p]:,}" for p in args.pairs)
                                + f" env steps), {os.cpu_count()} CPUs"
                                + (f"; our runs with `{args.ours_flags}`" if args.ours_flags else "") + ".\n")

@@ -204,3 +204,73 @@ def test_op_profile_rejects_a_zero_count():
     done = subprocess.run([sys.executable, str(ROOT / "benchmark" / "op_profile.py"), "--steps", "0"],
                           capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert done.returncode == 2 and "must be at least 1" in done.stderr.strip().splitlines()[-1]
+
+
+def test_baton_alternates_turns_and_lets_the_last_side_run_on_alone():
+    """speed.Baton on two threads (the logic; speed.py puts the sides in two processes): turns of 3 steps alternate,
+    first side first, neither side steps during the other's turn, each side records its timed turns, and when the
+    shorter side finishes the longer one runs its remaining steps without waiting."""
+    sys.path.insert(0, str(ROOT / "benchmark"))
+    import threading
+
+    import speed
+
+    (read_1, write_0), (read_0, write_1) = os.pipe(), os.pipe()
+    batons = speed.Baton(3, read_0, write_0), speed.Baton(3, read_1, write_1)
+    log, lock = [], threading.Lock()
+
+    def side(k, steps):
+        baton = batons[k]
+        if k == 0:
+            baton.started = time.perf_counter()
+        else:
+            baton.wait()
+        try:
+            for n in range(steps):
+                baton.tick(n)
+                with lock:
+                    log.append(k)
+        finally:
+            baton.finish()
+
+    threads = [threading.Thread(target=side, args=(0, 10)), threading.Thread(target=side, args=(1, 16))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert not any(thread.is_alive() for thread in threads)
+    # side 0: turns at steps 0-2, 3-5, 6-8, then step 9 and done; side 1: 0-2, 3-5, 6-8, then 9-15 alone
+    assert log == [0] * 3 + [1] * 3 + [0] * 3 + [1] * 3 + [0] * 3 + [1] * 3 + [0] + [1] * 7
+    assert sorted(batons[0].turns) == [0, 3, 6] and sorted(batons[1].turns) == [0, 3, 6, 9, 12]
+    for fd in (read_0, write_0, read_1, write_1):
+        os.close(fd)
+
+
+def test_speed_interleaved_reports_a_ratio_per_round(tmp_path):
+    """benchmark/speed.py --interleave: ours and SB3 take turns in two processes; after 2,000 random steps and one
+    warm-up turn, (2,601 - 1 - 2,000) / 200 - 1 = 2 rounds are timed, and the row's ratios are the rounds'."""
+    out = tmp_path / "speed.md"
+    done = subprocess.run([sys.executable, str(ROOT / "benchmark" / "speed.py"), "--pairs", "td3", "--repeats", "1",
+                           "--steps", "2601", "--interleave", "200", "--out", str(out)], capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    text = out.read_text()
+    row = next(line for line in text.splitlines() if line.startswith("| `td3_continuous_action.py`"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    ours_sps, sb3_sps = (float(c.replace(",", "")) for c in cells[3:5])
+    low, median, high = (float(x) for x in cells[5].split("/"))
+    assert ours_sps > 0 and sb3_sps > 0 and low <= median <= high
+    assert "2 rounds of two 200-step turns in 1 process" in text
+    overall = float(text.split("ratio over all rounds ")[1].split(",")[0])
+    assert overall == pytest.approx(ours_sps / sb3_sps, rel=0.02) and low <= overall <= high
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--pairs", "a2c", "--interleave", "100"], "--interleave works for --pairs sac td3 only"),
+    (["--pairs", "td3", "--interleave", "500", "--steps", "2500"], "--interleave 500 needs --steps of at least 3,001"),
+    (["--pairs", "td3", "--interleave-check"], "--interleave-check needs it"),
+])
+def test_speed_rejects_bad_interleave_flags_in_one_line(flags, message):
+    done = subprocess.run([sys.executable, str(ROOT / "benchmark" / "speed.py"), *flags], capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 1 and done.stderr.count("\n") == 1 and message in done.stderr
