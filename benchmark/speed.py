@@ -556,7 +556,7 @@ def main() -> None:
     parser.add_argument("--out", default=None, help="write the Markdown table here as well")
     parser.add_argument("--ours-flags", default="", help="more flags for our scripts' runs, e.g. --ours-flags=--compile")
     parser.add_argument("--interleave", type=int, default=0, metavar="TURN",
-                        help="sac and td3: run ours and SB3 in one process, taking turns of TURN env steps, and report "
+                        help="sac and td3: run ours and SB3 as two processes taking turns of TURN env steps, and report "
                              "the ratio of each round of two turns (0: separate processes, the default)")
     parser.add_argument("--interleave-check", action="store_true",
                         help="with --interleave: SB3 on both sides, to check that taking turns is fair (ratio 1)")
