@@ -200,11 +200,13 @@ def run_turns(side: str, pair: str, steps: int, seed: int, turn: int, fds: str, 
 
 
 def measure_interleaved(pair: str, steps: int, seed: int, threads: int, ours_flags: str, turn: int,
-                        check: bool) -> tuple:
-    """Ours and SB3 (check=True: SB3 and SB3, seeds apart) as two processes taking turns; their turns dicts."""
+                        check: bool, ours_first: bool) -> tuple:
+    """Ours and SB3 (check=True: SB3 and SB3, seeds apart) as two processes taking turns, ours or SB3 first; their
+    turns dicts."""
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
     (read_1, write_0), (read_0, write_1) = os.pipe(), os.pipe()  # what side 0 writes, side 1 reads, and back
-    sides = (("sb3" if check else "ours", read_0, write_0, 1), ("sb3", read_1, write_1, 0))
+    sides = (("sb3" if check else "ours", read_0, write_0, int(ours_first)),
+             ("sb3", read_1, write_1, int(not ours_first)))
     procs = []
     for k, (side, read_fd, write_fd, first) in enumerate(sides):
         cmd = [sys.executable, os.path.abspath(__file__), "--child", "turns", "--side", side, "--pairs", pair,
@@ -556,8 +558,9 @@ def main() -> None:
     parser.add_argument("--out", default=None, help="write the Markdown table here as well")
     parser.add_argument("--ours-flags", default="", help="more flags for our scripts' runs, e.g. --ours-flags=--compile")
     parser.add_argument("--interleave", type=int, default=0, metavar="TURN",
-                        help="sac and td3: run ours and SB3 as two processes taking turns of TURN env steps, and report "
-                             "the ratio of each round of two turns (0: separate processes, the default)")
+                        help="sac and td3: run ours and SB3 as two processes taking turns of TURN env steps (ours "
+                             "first in the 1st, 3rd, ... pair of processes, SB3 first in the others) and report the "
+                             "ratio of each round of two turns (0: separate processes, the default)")
     parser.add_argument("--interleave-check", action="store_true",
                         help="with --interleave: SB3 on both sides, to check that taking turns is fair (ratio 1)")
     parser.add_argument("--child", choices=["ours", "sb3", "breakdown", "turns"], help=argparse.SUPPRESS)
@@ -575,9 +578,9 @@ def main() -> None:
         sys.exit("error: --interleave takes a turn length of at least 1 env step, and --interleave-check needs it")
     if args.interleave and set(args.pairs) - {"sac", "td3"}:
         sys.exit("error: --interleave works for --pairs sac td3 only (the others have no SB3 peer or step 8 envs)")
-    if args.interleave and (args.steps or min(DEFAULT_STEPS[p] for p in args.pairs)) < LEARNING_STARTS + 2 * \
-            args.interleave + 1:
-        sys.exit(f"error: --interleave {args.interleave} needs --steps of at least {LEARNING_STARTS + 2 * args.interleave + 1:,}"
+    least = LEARNING_STARTS + 2 * args.interleave + 1
+    if args.interleave and (args.steps or min(DEFAULT_STEPS[p] for p in args.pairs)) < least:
+        sys.exit(f"error: --interleave {args.interleave} needs --steps of at least {least:,}"
                  " (random steps, one warm-up turn, one timed turn)")
 
     rows = ["| script | env | threads | ours SPS (median) | SB3 SPS (median) | ratio min / median / max | "
@@ -611,7 +614,7 @@ def main() -> None:
             rounds, per_process = [], []
             for k in range(args.repeats):
                 ours, sb3 = measure_interleaved(pair, steps, args.seed + k, threads, args.ours_flags, args.interleave,
-                                                args.interleave_check)
+                                                args.interleave_check, ours_first=k % 2 == 0)
                 common = [key for key in ours if key in sb3]
                 rounds += [(ours[key], sb3[key]) for key in common]
                 per_process.append(sum(sb3[key] for key in common) / sum(ours[key] for key in common))
@@ -621,13 +624,15 @@ def main() -> None:
             ours_s, sb3_s = (sum(r[i] for r in rounds) for i in (0, 1))
             rows.append(f"| `{script}` | {env_id} | {threads} | {args.interleave * len(rounds) / ours_s:,.0f} | "
                         f"{args.interleave * len(rounds) / sb3_s:,.0f} | {min(ratios):.2f} / "
-                        f"{statistics.median(ratios):.2f} / {max(ratios):.2f} | not measured (one run per process: see the separate runs) |")
+                        f"{statistics.median(ratios):.2f} / {max(ratios):.2f} | not measured (two runs share the "
+                        "machine: see the separate runs) |")
             notes.append(f"`{script}` interleaved"
                          + (" (--interleave-check: SB3 on both sides, the first to go in the ours column)"
                             if args.interleave_check else "")
                          + f": {len(rounds)} rounds of two {args.interleave}-step turns in {args.repeats} process(es); "
                          f"ratio over all rounds {sb3_s / ours_s:.3f}, per process "
-                         + ", ".join(f"{r:.3f}" for r in per_process) + ".")
+                         + ", ".join(f"{r:.3f} ({'SB3' if k % 2 else 'ours'} first)" for k, r in enumerate(per_process))
+                         + ".")
             continue
         for k in range(args.repeats):
             for side in ("ours", "sb3"):
@@ -656,8 +661,8 @@ def main() -> None:
                          f"measured 256x256x256 float32 matmul rate of {b['gflops']:.0f} GFLOP/s the arithmetic floor "
                          f"is {b['floor_ms']:.2f} ms ({b['update_ms'] / b['floor_ms']:.1f}x the floor). Whole env step "
                          f"from the median SPS: {1000 / ours_sps:.2f} ms.")
-    table = "\n".join(rows) + (f"\n\n{args.repeats} {'interleaved processes' if args.interleave else 'alternating pairs'}"
-                               " per script (runs of "
+    kind = "interleaved pairs of processes" if args.interleave else "alternating pairs"
+    table = "\n".join(rows) + (f"\n\n{args.repeats} {kind} per script (runs of "
                                + ", ".join(f"{p} {args.steps or DEFAULT_STEPS[p]:,}" for p in args.pairs)
                                + f" env steps), {os.cpu_count()} CPUs"
                                + (f"; our runs with `{args.ours_flags}`" if args.ours_flags else "") + ".\n")
