@@ -182,7 +182,7 @@ class Baton:
 
 def run_turns(side: str, pair: str, steps: int, seed: int, turn: int, fds: str, ours_flags: str = "") -> dict:
     """One side of an interleaved pair: the seconds of its turns in the training phase, keyed by the turn's first env
-    step, leaving out the first training turn (warm-up). The side given the write end first goes first."""
+    step, leaving out the first training turn (warm-up). `fds` is "read fd,write fd,first": first=1 goes first."""
     read_fd, write_fd, first = (int(x) for x in fds.split(","))
     baton = Baton(turn, read_fd, write_fd)
     if first:
@@ -221,6 +221,8 @@ def measure_interleaved(pair: str, steps: int, seed: int, threads: int, ours_fla
         out, err = proc.communicate()
         lines = [line for line in out.splitlines() if line.startswith("RESULT ")]
         if proc.returncode != 0 or not lines:
+            for other in procs:
+                other.kill()
             sys.exit(f"error: interleaved {side} {pair} failed (exit {proc.returncode}):\n{err[-2000:]}")
         results.append(json.loads(lines[-1][len("RESULT "):]))
     return tuple(results)
@@ -627,10 +629,10 @@ def main() -> None:
                         f"{statistics.median(ratios):.2f} / {max(ratios):.2f} | not measured (two runs share the "
                         "machine: see the separate runs) |")
             notes.append(f"`{script}` interleaved"
-                         + (" (--interleave-check: SB3 on both sides, the first to go in the ours column)"
+                         + (" (--interleave-check: SB3 on both sides, one in the ours column)"
                             if args.interleave_check else "")
-                         + f": {len(rounds)} rounds of two {args.interleave}-step turns in {args.repeats} process(es); "
-                         f"ratio over all rounds {sb3_s / ours_s:.3f}, per process "
+                         + f": {len(rounds)} rounds of two {args.interleave}-step turns in {args.repeats} pair(s) of "
+                         f"processes; ratio over all rounds {sb3_s / ours_s:.3f}, per pair "
                          + ", ".join(f"{r:.3f} ({'SB3' if k % 2 else 'ours'} first)" for k, r in enumerate(per_process))
                          + ".")
             continue

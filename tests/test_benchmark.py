@@ -260,7 +260,7 @@ def test_speed_interleaved_reports_a_ratio_per_round(tmp_path):
     ours_sps, sb3_sps = (float(c.replace(",", "")) for c in cells[3:5])
     low, median, high = (float(x) for x in cells[5].split("/"))
     assert ours_sps > 0 and sb3_sps > 0 and low <= median <= high
-    assert "2 rounds of two 200-step turns in 1 process" in text
+    assert "2 rounds of two 200-step turns in 1 pair(s) of processes" in text
     overall = float(text.split("ratio over all rounds ")[1].split(",")[0])
     assert overall == pytest.approx(ours_sps / sb3_sps, rel=0.02) and low <= overall <= high
 
