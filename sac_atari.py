@@ -21,6 +21,8 @@ Deviations from the papers (each marked `# DEVIATION(n)` in the code):
        byte-identical. CleanRL's SB3 buffer stores both 4-frame stacks of every transition: 8 frames where we store 1.
 """
 
+import contextlib
+import io
 import os
 import pickle
 import random
@@ -818,9 +820,31 @@ def main(args: Args) -> dict:
             "eval_return": eval_return, "train_sps": train_sps, "stopped_by": stop_signal[0] if stop_signal else None}
 
 
+def parse_args(argv=None) -> Args:
+    """tyro's parser, its boxed errors (an unknown flag, a value that does not parse or is missing) cut to one line on
+    stderr and exit code 2, like the checks of `check_args`."""
+    box = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(box):
+            return tyro.cli(Args, args=argv)
+    except SystemExit as e:
+        if not e.code:  # --help
+            sys.stderr.write(box.getvalue())
+            raise
+        message = []  # the box's first section, between its title and the first rule, is the message
+        for line in box.getvalue().splitlines()[1:]:
+            text = line.strip("│╭╮╰╯ ")
+            if text and set(text) <= {"─"}:
+                break
+            message.append(text)
+        message = " ".join(" ".join(message).split()) or " ".join(box.getvalue().split())
+        print(f"error: {message.rstrip('.')}; see --help", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
 def cli(argv=None) -> dict:
     """Command-line entry: bad input ends in one line on stderr and exit code 2; a stop by signal exits 128 + signum."""
-    args = tyro.cli(Args, args=argv)
+    args = parse_args(argv)
     try:
         summary = main(args)
     except ConfigError as e:

@@ -57,6 +57,9 @@ COMMON_BAD_INPUT = {
     "gamma above one": (["--gamma", "1.01"], "--gamma"),
     "missing checkpoint": (["--resume", "nowhere/checkpoint.pt"], "no such file"),
     "corrupt checkpoint": (["--resume", "corrupt.pt"], "not a readable checkpoint"),
+    "unknown flag": (["--no-such-flag", "2"], "Unrecognized options: --no-such-flag"),  # tyro's boxes, cut to one line
+    "unparsable value": (["--gamma", "abc"], "Error parsing --gamma"),
+    "missing value": (["--gamma"], "Missing value for argument '--gamma'"),
 }
 BAD_INPUT = [(name, case) for name, (_, _, own) in SCRIPTS.items() for case in [*COMMON_BAD_INPUT, *own]]
 
