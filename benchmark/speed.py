@@ -175,6 +175,13 @@ class Baton:
             os.write(self.write_fd, b"t")
             self.wait()
 
+    def begin(self, first: bool) -> None:
+        """Start the side's first turn: at once if it goes first, else when the other hands over."""
+        if first:
+            self.started = time.perf_counter()
+        else:
+            self.wait()
+
     def finish(self) -> None:
         if not self.other_done:
             os.write(self.write_fd, b"d")
@@ -185,10 +192,7 @@ def run_turns(side: str, pair: str, steps: int, seed: int, turn: int, fds: str, 
     step, leaving out the first training turn (warm-up). `fds` is "read fd,write fd,first": first=1 goes first."""
     read_fd, write_fd, first = (int(x) for x in fds.split(","))
     baton = Baton(turn, read_fd, write_fd)
-    if first:
-        baton.started = time.perf_counter()
-    else:
-        baton.wait()
+    baton.begin(first)
     try:
         if side == "ours":
             run_ours(pair, steps, seed, ours_flags, on_step=baton.tick)
@@ -197,35 +201,6 @@ def run_turns(side: str, pair: str, steps: int, seed: int, turn: int, fds: str, 
     finally:
         baton.finish()
     return {str(k): v for k, v in sorted(baton.turns.items()) if k >= LEARNING_STARTS + turn}
-
-
-def measure_interleaved(pair: str, steps: int, seed: int, threads: int, ours_flags: str, turn: int,
-                        check: bool, ours_first: bool) -> tuple:
-    """Ours and SB3 (check=True: SB3 and SB3, seeds apart) as two processes taking turns, ours or SB3 first; their
-    turns dicts."""
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
-    (read_1, write_0), (read_0, write_1) = os.pipe(), os.pipe()  # what side 0 writes, side 1 reads, and back
-    sides = (("sb3" if check else "ours", read_0, write_0, int(ours_first)),
-             ("sb3", read_1, write_1, int(not ours_first)))
-    procs = []
-    for k, (side, read_fd, write_fd, first) in enumerate(sides):
-        cmd = [sys.executable, os.path.abspath(__file__), "--child", "turns", "--side", side, "--pairs", pair,
-               "--steps", str(steps), "--seed", str(seed + k if check else seed), "--threads", str(threads),
-               f"--ours-flags={ours_flags}", "--interleave", str(turn), "--baton", f"{read_fd},{write_fd},{first}"]
-        procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                      pass_fds=(read_fd, write_fd)))
-    for fd in (read_0, write_0, read_1, write_1):
-        os.close(fd)  # only the children hold the pipes, so one's exit reads as "done" in the other
-    results = []
-    for (side, *_), proc in zip(sides, procs):
-        out, err = proc.communicate()
-        lines = [line for line in out.splitlines() if line.startswith("RESULT ")]
-        if proc.returncode != 0 or not lines:
-            for other in procs:
-                other.kill()
-            sys.exit(f"error: interleaved {side} {pair} failed (exit {proc.returncode}):\n{err[-2000:]}")
-        results.append(json.loads(lines[-1][len("RESULT "):]))
-    return tuple(results)
 
 
 def acer_breakdown(repeats: int = 200) -> dict:
@@ -520,9 +495,11 @@ def sac_atari_breakdown(repeats: int = 20) -> dict:
             "update_frequency": args.update_frequency}
 
 
-def child(side: str, pair: str, steps: int, seed: int, threads: int, ours_flags: str, args) -> None:
+def child(args) -> None:
     import torch
 
+    side, pair, steps, seed, threads, ours_flags = (args.child, args.pairs[0], args.steps, args.seed, args.threads,
+                                                    args.ours_flags)
     torch.set_num_threads(threads)
     if side == "turns":
         print("RESULT " + json.dumps(run_turns(args.side, pair, steps, seed, args.interleave, args.baton, ours_flags)))
@@ -537,15 +514,45 @@ def child(side: str, pair: str, steps: int, seed: int, threads: int, ours_flags:
     print("RESULT " + json.dumps({"sps": sps, "peak_mb": peak_mb}))
 
 
-def measure(side: str, pair: str, steps: int, seed: int, threads: int, ours_flags: str = "") -> dict:
+def child_process(side: str, pair: str, steps: int, seed: int, threads: int, ours_flags: str, *extra: str, **popen):
+    """Start this file as a child (`--child side`) with torch, OpenMP and MKL pinned to `threads` threads."""
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
     cmd = [sys.executable, os.path.abspath(__file__), "--child", side, "--pairs", pair, "--steps", str(steps),
-           "--seed", str(seed), "--threads", str(threads), f"--ours-flags={ours_flags}"]
-    out = subprocess.run(cmd, env=env, capture_output=True, text=True)
-    lines = [line for line in out.stdout.splitlines() if line.startswith("RESULT ")]
-    if out.returncode != 0 or not lines:
-        sys.exit(f"error: {side} {pair} failed (exit {out.returncode}):\n{out.stderr[-2000:]}")
+           "--seed", str(seed), "--threads", str(threads), f"--ours-flags={ours_flags}", *extra]
+    return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen)
+
+
+def child_result(process, what: str) -> dict:
+    """Wait for a child and return its RESULT line's JSON; exit with its stderr's end if it failed."""
+    out, err = process.communicate()
+    lines = [line for line in out.splitlines() if line.startswith("RESULT ")]
+    if process.returncode != 0 or not lines:
+        sys.exit(f"error: {what} failed (exit {process.returncode}):\n{err[-2000:]}")
     return json.loads(lines[-1][len("RESULT "):])
+
+
+def measure(side: str, pair: str, steps: int, seed: int, threads: int, ours_flags: str = "") -> dict:
+    return child_result(child_process(side, pair, steps, seed, threads, ours_flags), f"{side} {pair}")
+
+
+def measure_interleaved(pair: str, steps: int, seed: int, threads: int, ours_flags: str, turn: int,
+                        check: bool, ours_first: bool) -> tuple:
+    """Ours and SB3 (check=True: SB3 and SB3, seeds apart) as two processes taking turns, ours or SB3 first; their
+    turns dicts."""
+    (read_1, write_0), (read_0, write_1) = os.pipe(), os.pipe()  # what side 0 writes, side 1 reads, and back
+    sides = (("sb3" if check else "ours", read_0, write_0, int(ours_first)),
+             ("sb3", read_1, write_1, int(not ours_first)))
+    procs = [child_process("turns", pair, steps, seed + k if check else seed, threads, ours_flags, "--side", side,
+                           "--interleave", str(turn), "--baton", f"{read_fd},{write_fd},{first}",
+                           pass_fds=(read_fd, write_fd))
+             for k, (side, read_fd, write_fd, first) in enumerate(sides)]
+    for fd in (read_0, write_0, read_1, write_1):
+        os.close(fd)  # only the children hold the pipes, so one's exit reads as "done" in the other
+    try:
+        return tuple(child_result(proc, f"interleaved {side} {pair}") for (side, *_), proc in zip(sides, procs))
+    finally:
+        for proc in procs:
+            proc.kill()  # the other side, when one failed; a no-op on those that ended
 
 
 def main() -> None:
@@ -570,7 +577,7 @@ def main() -> None:
     parser.add_argument("--baton", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        return child(args.child, args.pairs[0], args.steps, args.seed, args.threads, args.ours_flags, args)
+        return child(args)
     if args.repeats < 1 or (args.steps is not None and args.steps < 1000) or (args.threads is not None and
                                                                                args.threads < 1):
         sys.exit("error: --repeats and --threads must be at least 1 and --steps at least 1000")

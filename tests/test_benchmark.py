@@ -221,10 +221,7 @@ def test_baton_alternates_turns_and_lets_the_last_side_run_on_alone():
 
     def side(k, steps):
         baton = batons[k]
-        if k == 0:
-            baton.started = time.perf_counter()
-        else:
-            baton.wait()
+        baton.begin(first=k == 0)
         try:
             for n in range(steps):
                 baton.tick(n)
