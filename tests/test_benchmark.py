@@ -259,7 +259,9 @@ def test_speed_interleaved_reports_a_ratio_per_round(tmp_path):
     assert ours_sps > 0 and sb3_sps > 0 and low <= median <= high
     assert "2 rounds of two 200-step turns in 1 pair(s) of processes" in text
     overall = float(text.split("ratio over all rounds ")[1].split(",")[0])
-    assert overall == pytest.approx(ours_sps / sb3_sps, rel=0.02) and low <= overall <= high
+    # the SPS cells are rounded to whole steps/s, which at the tens a busy machine gives is a few percent
+    assert (ours_sps - 0.5) / (sb3_sps + 0.5) - 1e-3 <= overall <= (ours_sps + 0.5) / (sb3_sps - 0.5) + 1e-3
+    assert low <= overall <= high
 
 
 @pytest.mark.parametrize("flags, message", [
