@@ -235,6 +235,9 @@ BAD_INPUT = {
     "gamma above one": (["--gamma", "1.01"], "--gamma"),
     "negative entropy coefficient": (["--ent-coef", "-0.1"], "--ent-coef"),
     "missing checkpoint": (["--resume", "nowhere/checkpoint.pt"], "no such file"),
+    "unknown flag": (["--no-such-flag", "2"], "Unrecognized options: --no-such-flag"),  # tyro's boxes, cut to one line
+    "unparsable value": (["--gamma", "abc"], "Error parsing --gamma"),
+    "missing value": (["--gamma"], "Missing value for argument '--gamma'"),
 }
 
 

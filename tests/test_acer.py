@@ -299,6 +299,9 @@ BAD_INPUT = {
     "zero truncation": (["--truncation-c", "0"], "--truncation-c"),
     "budget below one segment": (["--total-timesteps", "100"], "--total-timesteps"),
     "missing checkpoint": (["--resume", "nowhere/checkpoint.pt"], "no such file"),
+    "unknown flag": (["--no-such-flag", "2"], "Unrecognized options: --no-such-flag"),  # tyro's boxes, cut to one line
+    "unparsable value": (["--gamma", "abc"], "Error parsing --gamma"),
+    "missing value": (["--gamma"], "Missing value for argument '--gamma'"),
 }
 
 
