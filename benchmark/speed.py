@@ -4,6 +4,7 @@
     python benchmark/speed.py --pairs acer sac_atari                 # no SB3 peer: absolute figures
     python benchmark/speed.py --pairs a2c --repeats 5 --steps 200000 --threads 1
     python benchmark/speed.py --pairs sac td3 --steps 12001 --interleave 500   # turns of 500 steps, 19 rounds
+    python benchmark/speed.py --pairs td3 --steps 12001 --interleave 500 --before HEAD~1   # the tree against HEAD~1
 
 Every run is a fresh process with torch, OpenMP and MKL pinned to `--threads` threads (by default 2 for SAC, TD3 and
 SAC-discrete, 1 for A2C and ACER; the same on both sides of a pair). The runs alternate (ours, SB3, ours, SB3, ...) so
@@ -20,6 +21,7 @@ This machine's speed swings by tens of percent within minutes, so two runs of a 
 --interleave TURN (SAC and TD3) starts ours and SB3 together as two processes that take turns of TURN env steps,
 passing a byte down a pipe, and times each turn: each round (a turn of ours, then one of SB3's) gives a ratio from two
 stretches of work seconds apart. --interleave-check puts SB3 on both sides; its ratio should come out near 1.
+--before REV puts our script as it was at git revision REV in SB3's place: an A/B of a speed change on whole runs.
 """
 
 import argparse
@@ -63,10 +65,11 @@ PAIRS = {
 DEFAULT_STEPS = {"a2c": 100_000, "acer": 100_000, "sac": 5_000, "td3": 6_000, "sac_atari": 3_000}
 
 
-def run_ours(pair: str, steps: int, seed: int, ours_flags: str = "", on_step=None) -> float:
-    """Our script's training-phase SPS; `on_step(steps_done)`, if given, is called before each env step."""
+def run_ours(pair: str, steps: int, seed: int, ours_flags: str = "", on_step=None, root: str = ROOT) -> float:
+    """Our script's training-phase SPS, the script imported from `root`; `on_step(steps_done)`, if given, is called
+    before each env step."""
     env_id, script, flags, _ = PAIRS[pair]
-    sys.path.insert(0, ROOT)
+    sys.path.insert(0, root)
     module = __import__(script[: -len(".py")])
     if on_step is not None:
         make_vector_env = module.vector_env
@@ -187,14 +190,29 @@ class Baton:
             os.write(self.write_fd, b"d")
 
 
-def run_turns(side: str, pair: str, steps: int, seed: int, turn: int, fds: str, ours_flags: str = "") -> dict:
+def script_at(revision: str, script: str, folder: str) -> None:
+    """Write `script` as it was at git `revision` into `folder`; exit with one line if git cannot show it."""
+    shown = subprocess.run(["git", "show", f"{revision}:{script}"], cwd=ROOT, capture_output=True, text=True)
+    if shown.returncode != 0:
+        sys.exit(f"error: git cannot show {script} at {revision!r}: {shown.stderr.strip().splitlines()[-1]}")
+    with open(os.path.join(folder, script), "w") as f:
+        f.write(shown.stdout)
+
+
+def run_turns(side: str, pair: str, steps: int, seed: int, turn: int, fds: str, ours_flags: str = "",
+              before: str = "") -> dict:
     """One side of an interleaved pair: the seconds of its turns in the training phase, keyed by the turn's first env
-    step, leaving out the first training turn (warm-up). `fds` is "read fd,write fd,first": first=1 goes first."""
+    step, leaving out the first training turn (warm-up). `fds` is "read fd,write fd,first": first=1 goes first.
+    side "before" runs our script as it was at git revision `before`."""
     read_fd, write_fd, first = (int(x) for x in fds.split(","))
     baton = Baton(turn, read_fd, write_fd)
     baton.begin(first)
     try:
-        if side == "ours":
+        if side == "before":
+            with tempfile.TemporaryDirectory() as folder:
+                script_at(before, PAIRS[pair][1], folder)
+                run_ours(pair, steps, seed, ours_flags, on_step=baton.tick, root=folder)
+        elif side == "ours":
             run_ours(pair, steps, seed, ours_flags, on_step=baton.tick)
         else:
             run_sb3(pair, steps, seed, on_step=baton.tick)
@@ -502,7 +520,8 @@ def child(args) -> None:
                                                     args.ours_flags)
     torch.set_num_threads(threads)
     if side == "turns":
-        print("RESULT " + json.dumps(run_turns(args.side, pair, steps, seed, args.interleave, args.baton, ours_flags)))
+        print("RESULT " + json.dumps(run_turns(args.side, pair, steps, seed, args.interleave, args.baton, ours_flags,
+                                               args.before)))
         return
     if side == "breakdown":
         breakdown = {"acer": acer_breakdown, "a2c": a2c_breakdown, "sac_atari": sac_atari_breakdown}.get(
@@ -536,15 +555,15 @@ def measure(side: str, pair: str, steps: int, seed: int, threads: int, ours_flag
 
 
 def measure_interleaved(pair: str, steps: int, seed: int, threads: int, ours_flags: str, turn: int,
-                        check: bool, ours_first: bool) -> tuple:
-    """Ours and SB3 (check=True: SB3 and SB3, seeds apart) as two processes taking turns, ours or SB3 first; their
-    turns dicts."""
+                        check: bool, ours_first: bool, before: str = "") -> tuple:
+    """Ours and SB3 (check=True: SB3 and SB3, seeds apart; before=REV: ours and ours at git revision REV, same seed)
+    as two processes taking turns, ours (the first side) or the other first; their turns dicts."""
     (read_1, write_0), (read_0, write_1) = os.pipe(), os.pipe()  # what side 0 writes, side 1 reads, and back
     sides = (("sb3" if check else "ours", read_0, write_0, int(ours_first)),
-             ("sb3", read_1, write_1, int(not ours_first)))
+             ("before" if before else "sb3", read_1, write_1, int(not ours_first)))
     procs = [child_process("turns", pair, steps, seed + k if check else seed, threads, ours_flags, "--side", side,
                            "--interleave", str(turn), "--baton", f"{read_fd},{write_fd},{first}",
-                           pass_fds=(read_fd, write_fd))
+                           f"--before={before}", pass_fds=(read_fd, write_fd))
              for k, (side, read_fd, write_fd, first) in enumerate(sides)]
     for fd in (read_0, write_0, read_1, write_1):
         os.close(fd)  # only the children hold the pipes, so one's exit reads as "done" in the other
@@ -572,8 +591,11 @@ def main() -> None:
                              "ratio of each round of two turns (0: separate processes, the default)")
     parser.add_argument("--interleave-check", action="store_true",
                         help="with --interleave: SB3 on both sides, to check that taking turns is fair (ratio 1)")
+    parser.add_argument("--before", default="", metavar="REV",
+                        help="with --interleave: our script at git revision REV in SB3's place, same seed (an A/B "
+                             "of a speed change: the ratio is the tree's speed over REV's)")
     parser.add_argument("--child", choices=["ours", "sb3", "breakdown", "turns"], help=argparse.SUPPRESS)
-    parser.add_argument("--side", choices=["ours", "sb3"], help=argparse.SUPPRESS)
+    parser.add_argument("--side", choices=["ours", "sb3", "before"], help=argparse.SUPPRESS)
     parser.add_argument("--baton", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -583,8 +605,16 @@ def main() -> None:
         sys.exit("error: --repeats and --threads must be at least 1 and --steps at least 1000")
     if args.steps is not None and args.steps <= LEARNING_STARTS and {"sac", "td3", "sac_atari"} & set(args.pairs):
         sys.exit(f"error: sac, td3 and sac_atari need --steps above their learning_starts ({LEARNING_STARTS:,})")
-    if args.interleave < 0 or (args.interleave_check and not args.interleave):
-        sys.exit("error: --interleave takes a turn length of at least 1 env step, and --interleave-check needs it")
+    if args.interleave < 0 or ((args.interleave_check or args.before) and not args.interleave):
+        sys.exit("error: --interleave takes a turn length of at least 1 env step, and --interleave-check and --before "
+                 "need it")
+    if args.interleave_check and args.before:
+        sys.exit("error: --interleave-check and --before each choose the second side: give one of them")
+    if args.before:
+        revision = subprocess.run(["git", "rev-parse", "--verify", "--quiet", f"{args.before}^{{commit}}"], cwd=ROOT,
+                                  capture_output=True, text=True)
+        if revision.returncode != 0:
+            sys.exit(f"error: --before {args.before!r} is not a git revision of this repository; try a commit hash")
     if args.interleave and set(args.pairs) - {"sac", "td3"}:
         sys.exit("error: --interleave works for --pairs sac td3 only (the others have no SB3 peer or step 8 envs)")
     least = LEARNING_STARTS + 2 * args.interleave + 1
@@ -623,7 +653,7 @@ def main() -> None:
             rounds, per_process = [], []
             for k in range(args.repeats):
                 ours, sb3 = measure_interleaved(pair, steps, args.seed + k, threads, args.ours_flags, args.interleave,
-                                                args.interleave_check, ours_first=k % 2 == 0)
+                                                args.interleave_check, ours_first=k % 2 == 0, before=args.before)
                 common = [key for key in ours if key in sb3]
                 rounds += [(ours[key], sb3[key]) for key in common]
                 per_process.append(sum(sb3[key] for key in common) / sum(ours[key] for key in common))
@@ -638,9 +668,12 @@ def main() -> None:
             notes.append(f"`{script}` interleaved"
                          + (" (--interleave-check: SB3 on both sides, one in the ours column)"
                             if args.interleave_check else "")
+                         + (f" (--before {args.before}: the script at {args.before} in the SB3 column)"
+                            if args.before else "")
                          + f": {len(rounds)} rounds of two {args.interleave}-step turns in {args.repeats} pair(s) of "
                          f"processes; ratio over all rounds {sb3_s / ours_s:.3f}, per pair "
-                         + ", ".join(f"{r:.3f} ({'SB3' if k % 2 else 'ours'} first)" for k, r in enumerate(per_process))
+                         + ", ".join(f"{r:.3f} ({('before' if args.before else 'SB3') if k % 2 else 'ours'} first)"
+                                     for k, r in enumerate(per_process))
                          + ".")
             continue
         for k in range(args.repeats):

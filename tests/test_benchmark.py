@@ -267,9 +267,34 @@ def test_speed_interleaved_reports_a_ratio_per_round(tmp_path):
 @pytest.mark.parametrize("flags, message", [
     (["--pairs", "a2c", "--interleave", "100"], "--interleave works for --pairs sac td3 only"),
     (["--pairs", "td3", "--interleave", "500", "--steps", "2500"], "--interleave 500 needs --steps of at least 3,001"),
-    (["--pairs", "td3", "--interleave-check"], "--interleave-check needs it"),
+    (["--pairs", "td3", "--interleave-check"], "--interleave-check and --before need it"),
+    (["--pairs", "td3", "--before", "HEAD"], "--interleave-check and --before need it"),
+    (["--pairs", "td3", "--interleave", "500", "--interleave-check", "--before", "HEAD"], "give one of them"),
+    (["--pairs", "td3", "--interleave", "500", "--before", "no-such-revision"], "is not a git revision"),
 ])
 def test_speed_rejects_bad_interleave_flags_in_one_line(flags, message):
     done = subprocess.run([sys.executable, str(ROOT / "benchmark" / "speed.py"), *flags], capture_output=True,
                           text=True, timeout=600)
     assert done.returncode == 1 and done.stderr.count("\n") == 1 and message in done.stderr
+
+
+def test_speed_before_writes_the_script_as_it_was_at_a_revision(tmp_path):
+    """--before REV: the other side of the interleaved pair imports the script as `git show REV:script` gives it."""
+    sys.path.insert(0, str(ROOT / "benchmark"))
+    import speed
+
+    speed.script_at("HEAD", "td3_continuous_action.py", str(tmp_path))
+    shown = subprocess.run(["git", "show", "HEAD:td3_continuous_action.py"], cwd=ROOT, capture_output=True, text=True)
+    assert shown.returncode == 0 and (tmp_path / "td3_continuous_action.py").read_text() == shown.stdout
+
+
+def test_speed_interleaved_against_a_revision_times_both_sides(tmp_path):
+    """--interleave with --before HEAD: the tree's script and HEAD's take turns; the note names the revision."""
+    out = tmp_path / "speed.md"
+    done = subprocess.run([sys.executable, str(ROOT / "benchmark" / "speed.py"), "--pairs", "td3", "--repeats", "1",
+                           "--steps", "2601", "--interleave", "200", "--before", "HEAD", "--out", str(out)],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    text = out.read_text()
+    assert "(--before HEAD: the script at HEAD in the SB3 column): 2 rounds of two 200-step turns" in text
+    assert "per pair " in text and "(ours first)" in text
