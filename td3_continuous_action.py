@@ -142,7 +142,7 @@ def make_env(env_id: str):
     """
 
     def thunk():
-        return gym.wrappers.RecordEpisodeStatistics(gym.make(env_id, disable_env_checker=True))
+        return gym.wrappers.RecordEpisodeStatistics(gym.make(env_id))
 
     return thunk
 
@@ -289,8 +289,6 @@ class ReplayBuffer:
         self.widths = (obs_dim, act_dim, 1, obs_dim, 1)
         self.storage = torch.empty((capacity, sum(self.widths)), device=device)  # rows >= size are never read
         self.obs, self.actions, self.rewards, self.next_obs, self.terminations = self.split(self.storage)
-        # on the CPU, a numpy view of the same memory: `add` writes a step into it with one numpy call
-        self.storage_np = self.storage.numpy() if self.storage.device.type == "cpu" else None
 
     def split(self, rows: torch.Tensor):
         """The (obs, actions, rewards, next_obs, terminations) column views of rows of the storage."""
@@ -303,15 +301,14 @@ class ReplayBuffer:
     def add(self, obs, actions, rewards, next_obs, terminations):
         """Store one row per sub-env; arrays are (num_envs, ...)."""
         n = len(obs)
-        columns = [obs, actions, np.asarray(rewards)[:, None], next_obs, np.asarray(terminations)[:, None]]
-        if self.storage_np is not None and self.pos + n <= self.capacity:  # cast to float32 straight into the storage
-            np.concatenate(columns, axis=1, out=self.storage_np[self.pos: self.pos + n], casting="same_kind")
+        rows = np.concatenate([np.asarray(obs, np.float32), np.asarray(actions, np.float32),
+                               np.asarray(rewards, np.float32)[:, None], np.asarray(next_obs, np.float32),
+                               np.asarray(terminations, np.float32)[:, None]], axis=1)
+        rows = torch.from_numpy(rows).to(self.device)
+        if self.pos + n <= self.capacity:
+            self.storage[self.pos: self.pos + n] = rows
         else:
-            rows = torch.from_numpy(np.concatenate(columns, axis=1, dtype=np.float32)).to(self.device)
-            if self.pos + n <= self.capacity:
-                self.storage[self.pos: self.pos + n] = rows
-            else:
-                self.storage[torch.arange(self.pos, self.pos + n, device=self.device) % self.capacity] = rows
+            self.storage[torch.arange(self.pos, self.pos + n, device=self.device) % self.capacity] = rows
         self.pos = (self.pos + n) % self.capacity
         self.size = min(self.size + n, self.capacity)
 
@@ -343,15 +340,10 @@ def compute_loss_q(actor_target, qf, qf_target, batch, gamma: float, policy_nois
         y = td3_target(rewards, terminations, qf_target(next_obs, next_actions), gamma)
     q = qf(obs, actions)
     per_critic = (q - y).pow(2).mean(dim=1)
-    return per_critic.sum(), (q.detach(), per_critic.detach())  # detached: logging records no autograd graph
-
-
-def critic_metrics(q, per_critic) -> dict:
-    """The critics' logged metrics from `compute_loss_q`'s (Q values (2, B), per-critic losses (2,)), computed only at
-    logging steps."""
-    q_means = q.mean(dim=1)
-    return {"qf1_values": q_means[0], "qf2_values": q_means[1], "qf1_loss": per_critic[0], "qf2_loss": per_critic[1],
-            "qf_loss": per_critic.mean()}
+    q_means, losses = q.detach().mean(dim=1), per_critic.detach()  # detached: logging records no autograd graph
+    metrics = {"qf1_values": q_means[0], "qf2_values": q_means[1], "qf1_loss": losses[0], "qf2_loss": losses[1],
+               "qf_loss": losses.mean()}
+    return per_critic.sum(), metrics
 
 
 def compute_loss_pi(actor, qf, obs):
@@ -544,7 +536,6 @@ def main(args: Args) -> dict:
     q_optimizer = torch.optim.Adam([qf_flat], lr=args.learning_rate, **fused)
     actor_optimizer = torch.optim.Adam([actor_flat], lr=args.learning_rate, **fused)
     rb = ReplayBuffer(args.buffer_size, obs_dim, act_dim, device)
-    exploration_std = args.exploration_noise * actor.action_scale
 
     # UPDATE FUNCTIONS: take a batch, step an optimizer, return detached metrics (no host sync)
     def update_critic(batch):
@@ -612,7 +603,7 @@ def main(args: Args) -> dict:
     total_steps = args.total_timesteps // args.num_envs * args.num_envs
     start_time = last_print = time.time()
     start_step, train_start = global_step, None
-    critic_out = actor_metrics = None
+    critic_metrics = actor_metrics = None
     eval_return = None
 
     def run_evaluation():
@@ -630,9 +621,9 @@ def main(args: Args) -> dict:
                 u = torch.rand((args.num_envs, act_dim), device=device) * 2.0 - 1.0
                 actions = (u * actor.action_scale + actor.action_bias).cpu().numpy()
             else:
-                with torch.inference_mode():  # no autograd bookkeeping at all: a little less per operation than no_grad
+                with torch.no_grad():
                     actions = actor(torch.as_tensor(obs, dtype=torch.float32, device=device))
-                    actions += torch.randn_like(actions) * exploration_std
+                    actions += torch.randn_like(actions) * (args.exploration_noise * actor.action_scale)
                     actions = torch.clamp(actions, actor.action_low, actor.action_high).cpu().numpy()
             next_obs, rewards, terminations, truncations, infos = envs.step(actions)
             previous_step, global_step = global_step, global_step + args.num_envs
@@ -655,7 +646,7 @@ def main(args: Args) -> dict:
                 train_start = train_start or (time.time(), global_step)
                 for _ in range(args.num_envs):
                     batch = rb.sample(args.batch_size)
-                    critic_out = update_critic(batch)
+                    critic_metrics = update_critic(batch)
                     critic_updates += 1
                     if critic_updates % args.policy_frequency == 0:
                         actor_metrics = update_actor(batch[0])
@@ -663,8 +654,8 @@ def main(args: Args) -> dict:
                         update_targets()
 
             # LOG
-            if crossed(previous_step, global_step, args.log_freq) and critic_out is not None:
-                for key, value in {**critic_metrics(*critic_out), **(actor_metrics or {})}.items():
+            if crossed(previous_step, global_step, args.log_freq) and critic_metrics is not None:
+                for key, value in {**critic_metrics, **(actor_metrics or {})}.items():
                     writer.add_scalar(f"losses/{key}", value.item(), global_step)
                 writer.add_scalar("charts/SPS", int((global_step - start_step) / (time.time() - start_time)),
                                   global_step)
