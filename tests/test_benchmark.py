@@ -298,3 +298,23 @@ def test_speed_interleaved_against_a_revision_times_both_sides(tmp_path):
     text = out.read_text()
     assert "(--before HEAD: the script at HEAD in the SB3 column): 2 rounds of two 200-step turns" in text
     assert "per pair " in text and "(ours first)" in text
+
+
+def test_cold_step_times_an_env_step_after_each_kind_of_work():
+    done = subprocess.run([sys.executable, str(ROOT / "benchmark" / "cold_step.py"), "--env-id", "Pendulum-v1",
+                           "--steps", "10", "--gap-ms", "1"], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = [line for line in done.stdout.splitlines() if line.startswith("| ") and not line.startswith("| before")]
+    names = [row.split("|")[1].strip() for row in rows]
+    assert names == ["back to back", "busy Python 0.2 ms", "busy Python 1 ms", "sleep 1 ms", "matmul 1 ms"]
+    assert all(float(row.split("|")[2]) > 0 for row in rows)
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--env-id", "NoSuchEnv-v0"], "NoSuchEnv-v0"),
+    (["--steps", "3"], "--steps must be at least 10"),
+])
+def test_cold_step_rejects_bad_input_in_one_line(flags, message):
+    done = subprocess.run([sys.executable, str(ROOT / "benchmark" / "cold_step.py"), *flags], capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 1 and done.stderr.count("\n") == 1 and message in done.stderr
