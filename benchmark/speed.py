@@ -622,7 +622,8 @@ def main() -> None:
         sys.exit(f"error: --interleave {args.interleave} needs --steps of at least {least:,}"
                  " (random steps, one warm-up turn, one timed turn)")
 
-    rows = ["| script | env | threads | ours SPS (median) | SB3 SPS (median) | ratio min / median / max | "
+    other = f"at {args.before}" if args.before else "SB3"  # the second side's column
+    rows = [f"| script | env | threads | ours SPS (median) | {other} SPS (median) | ratio min / median / max | "
             "peak MB ours / SB3 |", "|---|---|---|---|---|---|---|"]
     notes = []
     for pair in args.pairs:
@@ -668,7 +669,7 @@ def main() -> None:
             notes.append(f"`{script}` interleaved"
                          + (" (--interleave-check: SB3 on both sides, one in the ours column)"
                             if args.interleave_check else "")
-                         + (f" (--before {args.before}: the script at {args.before} in the SB3 column)"
+                         + (f" (--before {args.before}: the script at {args.before} in the second SPS column)"
                             if args.before else "")
                          + f": {len(rounds)} rounds of two {args.interleave}-step turns in {args.repeats} pair(s) of "
                          f"processes; ratio over all rounds {sb3_s / ours_s:.3f}, per pair "

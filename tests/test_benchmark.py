@@ -296,7 +296,8 @@ def test_speed_interleaved_against_a_revision_times_both_sides(tmp_path):
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     text = out.read_text()
-    assert "(--before HEAD: the script at HEAD in the SB3 column): 2 rounds of two 200-step turns" in text
+    assert "(--before HEAD: the script at HEAD in the second SPS column): 2 rounds of two 200-step turns" in text
+    assert "| ours SPS (median) | at HEAD SPS (median) |" in text
     assert "per pair " in text and "(ours first)" in text
 
 
