@@ -144,7 +144,9 @@ def test_speed_compares_td3_with_sb3_and_breaks_a_step_down_against_the_floor(tm
     assert cells[1] == "Hopper-v5" and cells[2] == "2"  # env, threads
     ours_sps, sb3_sps = (float(c.replace(",", "")) for c in cells[3:5])
     ratio = float(cells[5].split("/")[1])
-    assert ours_sps > 0 and sb3_sps > 0 and abs(ratio - ours_sps / sb3_sps) < 0.02 * ratio + 0.01
+    # the SPS cells are rounded to whole steps/s: at the tens of steps/s a loaded suite gives, that is a few percent
+    assert ours_sps > 0 and sb3_sps > 0
+    assert (ours_sps - 0.5) / (sb3_sps + 0.5) - 0.01 <= ratio <= (ours_sps + 0.5) / (sb3_sps - 0.5) + 0.01
     assert all(float(mb) > 100 for mb in cells[6].split("/"))
     # Hopper: |S| 11, |A| 3, batch 256, 256-unit layers. Matmul FLOPs = 2 * batch * sum(fan_in * fan_out) per forward;
     # backward doubles it where weights and inputs both need gradients.
