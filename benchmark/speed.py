@@ -615,6 +615,10 @@ def main() -> None:
                                   capture_output=True, text=True)
         if revision.returncode != 0:
             sys.exit(f"error: --before {args.before!r} is not a git revision of this repository; try a commit hash")
+        for pair in args.pairs:
+            if subprocess.run(["git", "cat-file", "-e", f"{args.before}:{PAIRS[pair][1]}"], cwd=ROOT,
+                              capture_output=True).returncode != 0:
+                sys.exit(f"error: {PAIRS[pair][1]} does not exist at {args.before}; give a later revision")
     if args.interleave and set(args.pairs) - {"sac", "td3"}:
         sys.exit("error: --interleave works for --pairs sac td3 only (the others have no SB3 peer or step 8 envs)")
     least = LEARNING_STARTS + 2 * args.interleave + 1

@@ -321,3 +321,16 @@ def test_cold_step_rejects_bad_input_in_one_line(flags, message):
     done = subprocess.run([sys.executable, str(ROOT / "benchmark" / "cold_step.py"), *flags], capture_output=True,
                           text=True, timeout=600)
     assert done.returncode == 1 and done.stderr.count("\n") == 1 and message in done.stderr
+
+
+def test_speed_before_a_revision_without_the_script_is_refused_in_one_line():
+    """The repository's first commit predates td3_continuous_action.py (in a full clone)."""
+    first = subprocess.run(["git", "rev-list", "--max-parents=0", "HEAD"], cwd=ROOT, capture_output=True,
+                           text=True).stdout.split()[0]
+    if subprocess.run(["git", "cat-file", "-e", f"{first}:td3_continuous_action.py"], cwd=ROOT,
+                      capture_output=True).returncode == 0:
+        pytest.skip("a shallow clone: its oldest commit already has the script")
+    done = subprocess.run([sys.executable, str(ROOT / "benchmark" / "speed.py"), "--pairs", "td3", "--interleave", "500",
+                           "--before", first], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 1 and done.stderr.count("\n") == 1
+    assert f"td3_continuous_action.py does not exist at {first}" in done.stderr
