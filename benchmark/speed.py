@@ -628,7 +628,7 @@ def main() -> None:
 
     other = f"at {args.before}" if args.before else "SB3"  # the second side's column
     rows = [f"| script | env | threads | ours SPS (median) | {other} SPS (median) | ratio min / median / max | "
-            "peak MB ours / SB3 |", "|---|---|---|---|---|---|---|"]
+            f"peak MB ours / {other} |", "|---|---|---|---|---|---|---|"]
     notes = []
     for pair in args.pairs:
         env_id, script, _, peer = PAIRS[pair]

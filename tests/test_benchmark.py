@@ -300,6 +300,7 @@ def test_speed_interleaved_against_a_revision_times_both_sides(tmp_path):
     text = out.read_text()
     assert "(--before HEAD: the script at HEAD in the second SPS column): 2 rounds of two 200-step turns" in text
     assert "| ours SPS (median) | at HEAD SPS (median) |" in text
+    assert "| peak MB ours / at HEAD |" in text
     assert "per pair " in text and "(ours first)" in text
 
 
