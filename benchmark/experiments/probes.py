@@ -1,0 +1,134 @@
+"""Small probes behind the README's "What is left" (Performance): settings that could speed up TD3's updates on a CPU.
+
+    python benchmark/experiments/probes.py spin        # how long libgomp's idle threads spin, per GOMP_SPINCOUNT
+    python benchmark/experiments/probes.py mkl         # MKL on two threads while torch's own operators use one?
+    python benchmark/experiments/probes.py bf16        # TD3's updates under bfloat16 autocast against float32
+    python benchmark/experiments/probes.py cpp-wrapper # TD3's critic update compiled, default and cpp_wrapper
+
+Each prints medians of interleaved repeats. `spin` and `mkl` start one child process per setting, since OpenMP reads
+its environment once, at start. These are experiments, not part of the scripts: see the README for what was kept.
+"""
+
+import argparse
+import ctypes
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SPIN_COUNTS = ["default", "300000", "1000000", "3000000"]
+
+
+def medians_us(fns: dict, repeats: int) -> dict:
+    """Median microseconds of each callable, the callables taking turns `repeats` times after 20 warm-up calls each."""
+    for fn in fns.values():
+        for _ in range(20):
+            fn()
+    times = {name: [] for name in fns}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            start = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(t) * 1e6 for name, t in times.items()}
+
+
+def spin_child() -> None:
+    """CPU time burnt while the main thread sleeps 0.5 s right after a two-thread matmul: the worker's spinning."""
+    import torch
+
+    x = torch.randn(512, 512)
+    burnt = []
+    for _ in range(5):
+        x @ x
+        start = time.process_time()
+        time.sleep(0.5)
+        burnt.append((time.process_time() - start) * 1e3)
+    print(f"GOMP_SPINCOUNT={os.environ.get('GOMP_SPINCOUNT', 'default')}: CPU ms spent during each 0.5 s sleep "
+          + ", ".join(f"{ms:.1f}" for ms in burnt))
+
+
+def mkl_child(mode: str) -> None:
+    """bmm, mm and two elementwise operators on TD3's shapes with two threads, one, or one for torch and two for MKL."""
+    import torch
+
+    if mode != "two":
+        torch.set_num_threads(1)
+    if mode == "mixed":  # MKL's per-thread setting, exported by libtorch_cpu
+        lib = ctypes.CDLL(os.path.join(os.path.dirname(torch.__file__), "lib", "libtorch_cpu.so"))
+        lib.MKL_Set_Num_Threads_Local(2)
+    a, w, x = torch.randn(2, 256, 256), torch.randn(2, 256, 256), torch.randn(256, 256)
+    us = medians_us({"bmm (2,256,256)": lambda: torch.bmm(a, w), "mm 256": lambda: x @ x,
+                     "relu (2,256,256)": lambda: torch.relu(a), "sum over batch": lambda: a.sum(1)}, 300)
+    print(f"{mode:>6}: " + ", ".join(f"{name} {t:.1f} us" for name, t in us.items()))
+
+
+def td3_updates():
+    sys.path[:0] = [ROOT, os.path.join(ROOT, "benchmark")]
+    import td3_continuous_action
+    import update_ab
+
+    return update_ab.off_policy_updates(td3_continuous_action, "td3_continuous_action")
+
+
+def bf16() -> None:
+    import torch
+
+    updates = td3_updates()
+
+    def autocast(fn):
+        def run():
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                fn()
+        return run
+
+    us = medians_us({"critic float32": updates["critic update"], "critic bf16": autocast(updates["critic update"]),
+                     "actor float32": updates["actor update"], "actor bf16": autocast(updates["actor update"])}, 300)
+    print(", ".join(f"{name} {t / 1e3:.3f} ms" for name, t in us.items()))
+
+
+def cpp_wrapper(on: bool) -> None:
+    import torch
+    import torch._inductor.config
+
+    torch._inductor.config.cpp_wrapper = on
+    updates = td3_updates()
+    eager = updates["critic update"]
+    compiled = torch.compile(eager)
+    start = time.perf_counter()
+    compiled()
+    compiled()
+    seconds = time.perf_counter() - start
+    us = medians_us({"eager": eager, "compiled": compiled}, 300)
+    print(f"cpp_wrapper={on}: compiled in {seconds:.1f} s; critic update eager {us['eager'] / 1e3:.3f} ms, compiled "
+          f"{us['compiled'] / 1e3:.3f} ms ({us['compiled'] / us['eager']:.3f}x)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("probe", choices=["spin", "mkl", "bf16", "cpp-wrapper"])
+    parser.add_argument("--child", default="", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        spin_child() if args.probe == "spin" else mkl_child(args.child)
+        return
+    if args.probe == "bf16":
+        return bf16()
+    if args.probe == "cpp-wrapper":
+        for on in (False, True):
+            # one process each: inductor's settings and caches are per process
+            subprocess.run([sys.executable, "-c", f"import sys; sys.path.insert(0, {os.path.dirname(__file__)!r}); "
+                            f"import probes; probes.cpp_wrapper({on})"], check=True)
+        return
+    settings = SPIN_COUNTS if args.probe == "spin" else ["two", "one", "mixed"]
+    for setting in settings:
+        env = {k: v for k, v in os.environ.items() if k not in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")}
+        if args.probe == "spin" and setting != "default":
+            env["GOMP_SPINCOUNT"] = setting
+        subprocess.run([sys.executable, __file__, args.probe, "--child", setting], env=env, check=True)
+
+
+if __name__ == "__main__":
+    main()
