@@ -335,3 +335,20 @@ def test_speed_before_a_revision_without_the_script_is_refused_in_one_line():
                            "--before", first], capture_output=True, text=True, timeout=600)
     assert done.returncode == 1 and done.stderr.count("\n") == 1
     assert f"td3_continuous_action.py does not exist at {first}" in done.stderr
+
+
+@pytest.mark.parametrize("patch", sorted(p.name for p in (ROOT / "benchmark" / "experiments").glob("*.patch")))
+def test_experiment_patch_still_applies_to_the_tree(patch):
+    """The README's `git apply benchmark/experiments/...` commands reproduce an experiment only while its patch applies."""
+    done = subprocess.run(["git", "apply", "--check", str(ROOT / "benchmark" / "experiments" / patch)], cwd=ROOT,
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+
+
+def test_probes_time_the_operators_under_each_thread_setting():
+    done = subprocess.run([sys.executable, str(ROOT / "benchmark" / "experiments" / "probes.py"), "mkl"],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stdout.splitlines()
+    assert [line.split(":")[0].strip() for line in lines] == ["two", "one", "mixed"]
+    assert all(line.count(" us") == 4 for line in lines)
