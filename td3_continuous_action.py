@@ -97,8 +97,6 @@ class Args:
     """env steps of uniformly random actions before updates start (authors' code and CleanRL)"""
     policy_frequency: int = 2
     """d: update the actor and the target networks every d critic updates (TD3 paper, Sec. 5.2)"""
-    autograd: bool = False
-    """autograd instead of the hand-written gradients (which are checked against autograd at the first update)"""
 
 
 HIDDEN = 256  # units per hidden layer (DEVIATION(1))
@@ -218,55 +216,19 @@ class QEnsemble(nn.Module):
             self.weights.append(nn.Parameter(torch.empty(num_critics, fan_in, fan_out).uniform_(-bound, bound)))
             self.biases.append(nn.Parameter(torch.empty(num_critics, 1, fan_out).uniform_(-bound, bound)))
 
-    def layers(self, idx=None):
-        """The (weights, biases) of the critics `idx` selects (all by default), each a list over layers."""
+    def forward(self, obs, actions, idx=None, detach_params: bool = False):
+        """Q values (N, B), or (M, B) for the critics `idx` selects; detach_params=True lets no gradient into the critics."""
+        x = torch.cat([obs, actions], dim=-1)
         ws, bs = list(self.weights), list(self.biases)
         if idx is not None:
             ws, bs = [w[idx] for w in ws], [b[idx] for b in bs]
-        return ws, bs
-
-    def forward(self, obs, actions, idx=None, detach_params: bool = False, saved: list | None = None):
-        """Q values (N, B), or (M, B) for the critics `idx` selects; detach_params=True lets no gradient into the critics.
-        `saved`, a list, receives each layer's input for `backward`."""
-        x = torch.cat([obs, actions], dim=-1)
-        ws, bs = self.layers(idx)
-        if detach_params and torch.is_grad_enabled():
+        if detach_params:
             ws, bs = [w.detach() for w in ws], [b.detach() for b in bs]
         x = x.expand(ws[0].shape[0], *x.shape)
         for w, b in zip(ws[:-1], bs[:-1]):
-            if saved is not None:
-                saved.append(x)
             x = F.relu(torch.baddbmm(b, x, w), inplace=True)
-        if saved is not None:
-            saved.append(x)
         # the output layer as multiply-and-sum: a batched matmul with one output column takes a slow path on the CPU
         return (x * ws[-1].transpose(1, 2)).sum(-1) + bs[-1].squeeze(-1)
-
-    @torch.no_grad()
-    def backward(self, saved, grad_q, idx=None, wrt: str = "params"):
-        """The backward pass of `forward` by hand, from grad_q = dL/dQ (M, B) and the layer inputs `saved`.
-
-        wrt="params": write dL/dW and dL/db into all the critics' .grad (overwriting them; idx must be None).
-        wrt="input": return dL/dx (M, B, obs_dim + act_dim) for the critics `idx` selects, x their input (s, a).
-        Per hidden layer h = relu(z), z = x W + b:  dL/dz = dL/dh * [h > 0], dL/dW = x^T dL/dz, dL/db = sum_B dL/dz,
-        dL/dx = dL/dz W^T. Output layer q = h . w + b:  dL/dh = dL/dq w, dL/dw = sum_B dL/dq h, dL/db = sum_B dL/dq.
-        The same kernels on the same shapes as autograd, so the same gradients.
-        """
-        ws, _ = self.layers(idx)
-        grad_q = grad_q.unsqueeze(-1)
-        w_out = ws[-1].transpose(1, 2)
-        if wrt == "params":
-            torch.sum(grad_q, 1, keepdim=True, out=self.biases[-1].grad)
-            torch.sum(saved[-1] * grad_q, 1, out=self.weights[-1].grad.view(len(ws[-1]), -1))
-        grad_h = grad_q * w_out
-        for k in reversed(range(len(ws) - 1)):
-            grad_z = torch.ops.aten.threshold_backward(grad_h, saved[k + 1], 0)  # ReLU' from its output
-            if wrt == "params":
-                torch.bmm(saved[k].transpose(1, 2), grad_z, out=self.weights[k].grad)
-                torch.sum(grad_z, 1, keepdim=True, out=self.biases[k].grad)
-            if k > 0 or wrt == "input":
-                grad_h = torch.bmm(grad_z, ws[k].transpose(1, 2))
-        return grad_h if wrt == "input" else None
 
 
 class Actor(nn.Module):
@@ -285,27 +247,10 @@ class Actor(nn.Module):
         self.register_buffer("action_low", torch.tensor(low, dtype=torch.float32))
         self.register_buffer("action_high", torch.tensor(high, dtype=torch.float32))
 
-    def forward(self, obs, saved: list | None = None):
-        """Returns the action (B, |A|) within the Box bounds. `saved`, a list, receives what `backward` needs."""
-        h1 = F.relu(self.fc1(obs), inplace=True)
-        h2 = F.relu(self.fc2(h1), inplace=True)
-        t = torch.tanh(self.fc_mu(h2))
-        if saved is not None:
-            saved += [obs, h1, h2, t]
-        return t * self.action_scale + self.action_bias
-
-    @torch.no_grad()
-    def backward(self, saved, grad_actions):
-        """The backward pass of `forward` by hand: write dL/dW and dL/db into every layer's .grad (overwriting them)
-        from grad_actions = dL/da (B, |A|). Through the squashing, dL/dz = dL/da * scale * (1 - tanh(z)^2); per layer
-        as in `QEnsemble.backward`, with nn.Linear's (out, in) weights: dL/dW = dL/dz^T x, dL/dx = dL/dz W."""
-        layers, inputs = (self.fc1, self.fc2, self.fc_mu), saved[:3]
-        grad_z = torch.ops.aten.tanh_backward(grad_actions * self.action_scale, saved[3])
-        for k in reversed(range(len(layers))):
-            torch.mm(grad_z.t(), inputs[k], out=layers[k].weight.grad)
-            torch.sum(grad_z, 0, out=layers[k].bias.grad)
-            if k > 0:
-                grad_z = torch.ops.aten.threshold_backward(torch.mm(grad_z, layers[k].weight), inputs[k], 0)
+    def forward(self, obs):
+        """Returns the action (B, |A|) within the Box bounds."""
+        x = F.relu(self.fc2(F.relu(self.fc1(obs), inplace=True)), inplace=True)
+        return torch.tanh(self.fc_mu(x)) * self.action_scale + self.action_bias
 
 
 def flatten_parameters(module: nn.Module, grad: bool = True) -> torch.Tensor:
@@ -385,61 +330,28 @@ class ReplayBuffer:
 # ---------------------------------------------------------------------------------------------------------------------
 # LOSSES
 # ---------------------------------------------------------------------------------------------------------------------
-def compute_loss_q(actor_target, qf, qf_target, batch, gamma: float, policy_noise: float, noise_clip: float,
-                   saved: list | None = None):
-    """J_Q = sum_i E[(Q_i(s, a) - y)^2], y from `td3_target`   [TD3 Algorithm 1; DEVIATION(2)]. Returns (loss, metrics).
-
-    `saved`, a list, receives the critics' layer inputs and then Q - y (N, B), for `critic_grads_by_hand`."""
+def compute_loss_q(actor_target, qf, qf_target, batch, gamma: float, policy_noise: float, noise_clip: float):
+    """J_Q = sum_i E[(Q_i(s, a) - y)^2], y from `td3_target`   [TD3 Algorithm 1; DEVIATION(2)]. Returns (loss, metrics)."""
     obs, actions, rewards, next_obs, terminations = batch
     with torch.no_grad():
         next_actions = smoothed_target_actions(actor_target(next_obs), actor_target.action_scale,
                                                actor_target.action_low, actor_target.action_high, policy_noise,
                                                noise_clip)
         y = td3_target(rewards, terminations, qf_target(next_obs, next_actions), gamma)
-    q = qf(obs, actions, saved=saved)
-    td_errors = q - y
-    per_critic = td_errors.pow(2).mean(dim=1)
-    if saved is not None:
-        saved.append(td_errors)
+    q = qf(obs, actions)
+    per_critic = (q - y).pow(2).mean(dim=1)
     q_means, losses = q.detach().mean(dim=1), per_critic.detach()  # detached: logging records no autograd graph
     metrics = {"qf1_values": q_means[0], "qf2_values": q_means[1], "qf1_loss": losses[0], "qf2_loss": losses[1],
                "qf_loss": losses.mean()}
     return per_critic.sum(), metrics
 
 
-def compute_loss_pi(actor, qf, obs, saved: tuple | None = None):
+def compute_loss_pi(actor, qf, obs):
     """J_pi = -E_s[Q_1(s, mu(s))], the deterministic policy gradient through critic 1   [TD3 Algorithm 1].
 
-    Gradients reach the actor only: the critic's parameters enter detached. `saved`, two lists, receives what the
-    actor's and the critic's `backward` need, for `actor_grads_by_hand`.
+    Gradients reach the actor only: the critic's parameters enter detached.
     """
-    actor_saved, q_saved = saved or (None, None)
-    return -qf(obs, actor(obs, actor_saved), idx=FIRST_CRITIC, detach_params=True, saved=q_saved).mean()
-
-
-@torch.no_grad()
-def critic_grads_by_hand(actor_target, qf, qf_target, batch, gamma: float, policy_noise: float, noise_clip: float):
-    """The gradient of `compute_loss_q`'s J_Q in the critics, written into their .grad without autograd (the same
-    values, faster on a CPU: README, Performance). dJ_Q/dQ_i(s_b, a_b) = 2 (Q_i(s_b, a_b) - y_b) / B, then back
-    through the critics. Returns compute_loss_q's metrics."""
-    saved = []
-    _, metrics = compute_loss_q(actor_target, qf, qf_target, batch, gamma, policy_noise, noise_clip, saved)
-    td_errors = saved.pop()
-    qf.backward(saved, td_errors * (2.0 / td_errors.shape[1]))
-    return metrics
-
-
-@torch.no_grad()
-def actor_grads_by_hand(actor, qf, obs):
-    """The gradient of `compute_loss_pi`'s J_pi in the actor, written into its .grad without autograd. dJ_pi/dQ_1 =
-    -1/B per sample, back through critic 1 to the action a = mu(s) (no gradient into the critic), then through the
-    actor: grad J = -E[grad_a Q_1(s, a) grad mu(s)]   [TD3 Algorithm 1]. Returns J_pi."""
-    actor_saved, q_saved = [], []
-    loss = compute_loss_pi(actor, qf, obs, (actor_saved, q_saved))
-    grad_q = torch.full((1, len(obs)), -1.0 / len(obs), device=obs.device)
-    grad_x = qf.backward(q_saved, grad_q, idx=FIRST_CRITIC, wrt="input")[0]  # (B, obs_dim + act_dim): one critic
-    actor.backward(actor_saved, grad_x[:, obs.shape[-1]:])
-    return loss
+    return -qf(obs, actor(obs), idx=FIRST_CRITIC, detach_params=True).mean()
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -480,35 +392,6 @@ def check_args(args: Args) -> None:
                 __import__(module)
             except ImportError:
                 raise ConfigError(f"{hint} needs {module}: `pip install {module}`, or drop {hint}") from None
-
-
-def grads_by_hand_agree(actor, actor_target, qf, qf_target, batch, gamma: float, policy_noise: float,
-                        noise_clip: float) -> bool:
-    """Whether `critic_grads_by_hand` and `actor_grads_by_hand` give autograd's gradients on `batch` (to float32
-    rounding). False after a change to a network or a loss that the hand-written backward passes do not follow. Leaves
-    the gradients zeroed and the global RNG as it was (the smoothing noise is drawn from a fork of it)."""
-    params = [*qf.parameters(), *actor.parameters()]
-    device = batch[0].device
-    grads = []
-    for by_hand in (False, True):
-        with torch.random.fork_rng(devices=[device.index or 0] if device.type == "cuda" else []):
-            torch.manual_seed(0)  # the same smoothing noise on both sides
-            for p in params:
-                p.grad.zero_()
-            try:
-                if by_hand:
-                    critic_grads_by_hand(actor_target, qf, qf_target, batch, gamma, policy_noise, noise_clip)
-                    actor_grads_by_hand(actor, qf, batch[0])
-                else:
-                    compute_loss_q(actor_target, qf, qf_target, batch, gamma, policy_noise, noise_clip)[0].backward()
-                    compute_loss_pi(actor, qf, batch[0]).backward()
-            except Exception:  # a hand-written pass that no longer fits the networks fails in its own way
-                return False
-            grads.append([p.grad.clone() for p in params])
-    for p in params:
-        p.grad.zero_()
-    return all(torch.allclose(mine, ref, rtol=1e-3, atol=1e-4 * float(ref.abs().max()) + 1e-12)
-               for mine, ref in zip(*grads))
 
 
 def check_env(env_id: str, render: bool = False) -> None:
@@ -654,30 +537,19 @@ def main(args: Args) -> dict:
     actor_optimizer = torch.optim.Adam([actor_flat], lr=args.learning_rate, **fused)
     rb = ReplayBuffer(args.buffer_size, obs_dim, act_dim, device)
 
-    # UPDATE FUNCTIONS: take a batch, step an optimizer, return detached metrics (no host sync). The gradients come from
-    # the hand-written backward passes (the same values as autograd's, faster: README, Performance) once they have
-    # been checked against autograd's at the first update, or from autograd
-    grads_by_hand, grads_checked = not (args.autograd or args.compile), False
-
+    # UPDATE FUNCTIONS: take a batch, step an optimizer, return detached metrics (no host sync)
     def update_critic(batch):
-        if grads_by_hand:
-            metrics = critic_grads_by_hand(actor_target, qf, qf_target, batch, args.gamma, args.policy_noise,
-                                           args.noise_clip)
-        else:
-            loss, metrics = compute_loss_q(actor_target, qf, qf_target, batch, args.gamma, args.policy_noise,
-                                           args.noise_clip)
-            qf_flat.grad.zero_()
-            loss.backward()
+        loss, metrics = compute_loss_q(actor_target, qf, qf_target, batch, args.gamma, args.policy_noise,
+                                       args.noise_clip)
+        qf_flat.grad.zero_()
+        loss.backward()
         q_optimizer.step()
         return metrics
 
     def update_actor(obs):
-        if grads_by_hand:
-            actor_loss = actor_grads_by_hand(actor, qf, obs)
-        else:
-            actor_loss = compute_loss_pi(actor, qf, obs)
-            actor_flat.grad.zero_()
-            actor_loss.backward()
+        actor_loss = compute_loss_pi(actor, qf, obs)
+        actor_flat.grad.zero_()
+        actor_loss.backward()
         actor_optimizer.step()
         return {"actor_loss": actor_loss.detach()}
 
@@ -774,13 +646,6 @@ def main(args: Args) -> dict:
                 train_start = train_start or (time.time(), global_step)
                 for _ in range(args.num_envs):
                     batch = rb.sample(args.batch_size)
-                    if grads_by_hand and not grads_checked:
-                        grads_checked = True
-                        grads_by_hand = grads_by_hand_agree(actor, actor_target, qf, qf_target, batch, args.gamma,
-                                                            args.policy_noise, args.noise_clip)
-                        if not grads_by_hand:
-                            print("warning: the hand-written gradients differ from autograd's (a network or a loss "
-                                  "was changed?); using autograd", file=sys.stderr)
                     critic_metrics = update_critic(batch)
                     critic_updates += 1
                     if critic_updates % args.policy_frequency == 0:

@@ -291,7 +291,6 @@ def median_ms(parts: dict, repeats: int) -> dict:
 def off_policy_steps(m, sac: bool, envs) -> dict:
     """SAC's or TD3's update steps as the script's `main` builds them with its defaults, on fresh networks (module `m`,
     the script imported; `envs` gives the spaces): {'act', 'critic', 'actor', 'target'}, the middle two taking a batch.
-    TD3's take their gradients from its hand-written backward passes where the script has them, as its `main` does.
     Learning rates are all 3e-4 (SAC's critic default is 1e-3; speed.py runs it at 3e-4 to match SB3)."""
     import torch
 
@@ -343,19 +342,8 @@ def off_policy_steps(m, sac: bool, envs) -> dict:
         for target_flat, online_flat in targets:
             target_flat.lerp_(online_flat, args.tau)
 
-    steps = {"act": act, "critic": step(critic_loss, qf_flat, q_optimizer),
-             "actor": step(actor_loss, actor_flat, actor_optimizer), "target": target}
-    if not sac and hasattr(m, "critic_grads_by_hand"):  # TD3's default since it has them: hand-written gradients
-        def critic_by_hand(batch):
-            m.critic_grads_by_hand(actor_target, qf, qf_target, batch, args.gamma, args.policy_noise, args.noise_clip)
-            q_optimizer.step()
-
-        def actor_by_hand(batch):
-            m.actor_grads_by_hand(actor, qf, batch[0])
-            actor_optimizer.step()
-
-        steps.update(critic=critic_by_hand, actor=actor_by_hand)
-    return steps
+    return {"act": act, "critic": step(critic_loss, qf_flat, q_optimizer),
+            "actor": step(actor_loss, actor_flat, actor_optimizer), "target": target}
 
 
 def off_policy_breakdown(pair: str, repeats: int = 300) -> dict:

@@ -10,7 +10,6 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-import torch.nn.functional as F
 from conftest import scalars
 
 import td3_continuous_action as td3
@@ -104,87 +103,10 @@ def test_actor_loss_uses_critic_one_and_sends_no_gradient_into_the_critics():
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# GRADIENTS BY HAND: the same as autograd's, and replaced by autograd when they stop matching the networks
-# ---------------------------------------------------------------------------------------------------------------------
-def flat_networks(seed=0):
-    """An actor, its target, the critics and theirs, with flat parameters (whose .grad exist, as the by-hand passes
-    need), on the asymmetric bounds, and a batch of 64 with some terminations."""
-    torch.manual_seed(seed)
-    envs = fake_envs(LOW, HIGH)
-    actor, actor_target = td3.Actor(envs), td3.Actor(envs).requires_grad_(False)
-    qf, qf_target = td3.QEnsemble(envs), td3.QEnsemble(envs).requires_grad_(False)
-    flats = td3.flatten_parameters(qf), td3.flatten_parameters(actor)
-    low, high = torch.tensor(LOW), torch.tensor(HIGH)
-    batch = (torch.randn(64, 3), low + torch.rand(64, 3) * (high - low), torch.randn(64) * 10, torch.randn(64, 3),
-             (torch.rand(64) < 0.3).float())
-    return (actor, actor_target, qf, qf_target), flats, batch
-
-
-def test_critic_grads_by_hand_equal_autograds():
-    (actor, actor_target, qf, qf_target), (qf_flat, _), batch = flat_networks()
-    torch.manual_seed(1)  # the same smoothing noise for both
-    loss, metrics = td3.compute_loss_q(actor_target, qf, qf_target, batch, 0.99, 0.2, 0.5)
-    loss.backward()
-    reference = qf_flat.grad.clone()
-    qf_flat.grad.fill_(123.0)  # overwritten, not accumulated into
-    torch.manual_seed(1)
-    by_hand = td3.critic_grads_by_hand(actor_target, qf, qf_target, batch, 0.99, 0.2, 0.5)
-    assert reference.abs().min() < reference.abs().max()
-    assert torch.equal(qf_flat.grad, reference)  # the same kernels on the same shapes: bit for bit
-    assert by_hand.keys() == metrics.keys() and all(torch.equal(by_hand[k], metrics[k]) for k in metrics)
-
-
-def test_actor_grads_by_hand_equal_autograds_and_leave_the_critics_alone():
-    (actor, _, qf, _), (qf_flat, actor_flat), batch = flat_networks()
-    loss = td3.compute_loss_pi(actor, qf, batch[0])
-    loss.backward()
-    reference = actor_flat.grad.clone()
-    actor_flat.grad.fill_(123.0)
-    qf_flat.grad.zero_()
-    by_hand = td3.actor_grads_by_hand(actor, qf, batch[0])
-    assert torch.equal(actor_flat.grad, reference) and torch.equal(by_hand, loss.detach())
-    assert not qf_flat.grad.any()
-
-
-def leaky_actor_forward(self, obs, saved=None):
-    """A researcher's change to the actor (a leaky first layer) that Actor.backward does not follow."""
-    h1 = F.leaky_relu(self.fc1(obs), 0.1)
-    h2 = F.relu(self.fc2(h1))
-    t = torch.tanh(self.fc_mu(h2))
-    if saved is not None:
-        saved += [obs, h1, h2, t]
-    return t * self.action_scale + self.action_bias
-
-
-def test_grads_by_hand_agree_until_a_network_changes_and_leave_the_rng_and_gradients_as_found(monkeypatch):
-    networks, flats, batch = flat_networks()
-    rng = torch.get_rng_state()
-    assert td3.grads_by_hand_agree(*networks, batch, 0.99, 0.2, 0.5)
-    assert torch.equal(torch.get_rng_state(), rng) and not any(flat.grad.any() for flat in flats)
-    monkeypatch.setattr(td3.Actor, "forward", leaky_actor_forward)
-    assert not td3.grads_by_hand_agree(*networks, batch, 0.99, 0.2, 0.5)
-
-
-def test_a_changed_network_trains_with_autograd_after_a_warning(in_tmp, monkeypatch, capsys):
-    monkeypatch.setattr(td3.Actor, "forward", leaky_actor_forward)
-    summary = td3.main(tiny())
-    assert summary["critic_updates"] == 201 and summary["actor_updates"] == 100
-    assert "hand-written gradients differ from autograd's" in capsys.readouterr().err
-
-
-def test_grads_by_hand_train_the_same_networks_as_autograd(in_tmp):
-    models = []
-    for autograd in (True, False):
-        summary = td3.main(tiny(autograd=autograd, save_model=True))
-        models.append(torch.load(f"{summary['run_dir']}/model.pt", weights_only=False))
-    assert all(torch.equal(models[0][net][k], models[1][net][k]) for net in ("actor", "qf") for k in models[0][net])
-
-
-# ---------------------------------------------------------------------------------------------------------------------
 # SMOKE: every boolean flag in both states reaches both updates
 # ---------------------------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("value", [True, False])
-@pytest.mark.parametrize("flag", ["torch_deterministic", "cuda", "save_model", "autograd"])
+@pytest.mark.parametrize("flag", ["torch_deterministic", "cuda", "save_model"])
 def test_smoke_boolean_flags_reach_updates(in_tmp, flag, value):
     summary = td3.main(tiny(**{flag: value}))
     # steps 100..300 bring 201 critic updates; every second one an actor update and the target updates
