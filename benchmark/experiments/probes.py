@@ -12,30 +12,25 @@ its environment once, at start. These are experiments, not part of the scripts: 
 import argparse
 import ctypes
 import os
-import statistics
 import subprocess
 import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-SPIN_COUNTS = ["default", "300000", "1000000", "3000000"]
+sys.path[:0] = [ROOT, os.path.join(ROOT, "benchmark")]  # the scripts, and speed.py's and update_ab.py's helpers
+SETTINGS = {"spin": ["default", "300000", "1000000", "3000000"], "mkl": ["two", "one", "mixed"],
+            "cpp-wrapper": ["off", "on"]}  # one child process each: OpenMP and inductor read their settings once
 
 
 def medians_us(fns: dict, repeats: int) -> dict:
-    """Median microseconds of each callable, the callables taking turns `repeats` times after 20 warm-up calls each."""
-    for fn in fns.values():
-        for _ in range(20):
-            fn()
-    times = {name: [] for name in fns}
-    for _ in range(repeats):
-        for name, fn in fns.items():
-            start = time.perf_counter()
-            fn()
-            times[name].append(time.perf_counter() - start)
-    return {name: statistics.median(t) * 1e6 for name, t in times.items()}
+    """Median microseconds of each callable, the callables taking turns `repeats` times after 20 warm-up rounds."""
+    from speed import median_ms
+
+    median_ms(fns, 20)
+    return {name: ms * 1e3 for name, ms in median_ms(fns, repeats).items()}
 
 
-def spin_child() -> None:
+def spin_child(setting: str) -> None:
     """CPU time burnt while the main thread sleeps 0.5 s right after a two-thread matmul: the worker's spinning."""
     import torch
 
@@ -46,7 +41,7 @@ def spin_child() -> None:
         start = time.process_time()
         time.sleep(0.5)
         burnt.append((time.process_time() - start) * 1e3)
-    print(f"GOMP_SPINCOUNT={os.environ.get('GOMP_SPINCOUNT', 'default')}: CPU ms spent during each 0.5 s sleep "
+    print(f"GOMP_SPINCOUNT={setting}: CPU ms spent during each 0.5 s sleep "
           + ", ".join(f"{ms:.1f}" for ms in burnt))
 
 
@@ -66,7 +61,6 @@ def mkl_child(mode: str) -> None:
 
 
 def td3_updates():
-    sys.path[:0] = [ROOT, os.path.join(ROOT, "benchmark")]
     import td3_continuous_action
     import update_ab
 
@@ -89,10 +83,11 @@ def bf16() -> None:
     print(", ".join(f"{name} {t / 1e3:.3f} ms" for name, t in us.items()))
 
 
-def cpp_wrapper(on: bool) -> None:
+def cpp_wrapper_child(setting: str) -> None:
     import torch
     import torch._inductor.config
 
+    on = setting == "on"
     torch._inductor.config.cpp_wrapper = on
     updates = td3_updates()
     eager = updates["critic update"]
@@ -112,18 +107,11 @@ def main() -> None:
     parser.add_argument("--child", default="", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        spin_child() if args.probe == "spin" else mkl_child(args.child)
+        {"spin": spin_child, "mkl": mkl_child, "cpp-wrapper": cpp_wrapper_child}[args.probe](args.child)
         return
     if args.probe == "bf16":
         return bf16()
-    if args.probe == "cpp-wrapper":
-        for on in (False, True):
-            # one process each: inductor's settings and caches are per process
-            subprocess.run([sys.executable, "-c", f"import sys; sys.path.insert(0, {os.path.dirname(__file__)!r}); "
-                            f"import probes; probes.cpp_wrapper({on})"], check=True)
-        return
-    settings = SPIN_COUNTS if args.probe == "spin" else ["two", "one", "mixed"]
-    for setting in settings:
+    for setting in SETTINGS[args.probe]:
         env = {k: v for k, v in os.environ.items() if k not in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")}
         if args.probe == "spin" and setting != "default":
             env["GOMP_SPINCOUNT"] = setting
