@@ -48,7 +48,7 @@ class Args:
     cuda: bool = True
     """use a CUDA GPU when one is present (falls back to the CPU otherwise)"""
     compile: bool = False
-    """apply `torch.compile` to the update functions (on a 2-core CPU it made them slower; README, Performance)"""
+    """compile each env step's updates into one graph (torch.compile; a C++ compiler on the CPU): README, Performance"""
     track: bool = False
     """log to Weights and Biases as well (needs `pip install wandb`)"""
     wandb_project_name: str = "actor-critic"
@@ -354,6 +354,101 @@ def compute_loss_pi(actor, qf, obs):
     return -qf(obs, actor(obs), idx=FIRST_CRITIC, detach_params=True).mean()
 
 
+def adam_(params, grads, exp_avgs, exp_avg_sqs, step_size, bias_correction2_sqrt, betas, eps):
+    """Adam in place, in torch.optim.Adam's arithmetic (no weight decay; Kingma and Ba 2015, Algorithm 1):
+    m <- b1 m + (1 - b1) g,  v <- b2 v + (1 - b2) g^2,
+    theta <- theta - lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)
+
+    step_size = lr / (1 - b1^t) and bias_correction2_sqrt = sqrt(1 - b2^t) are 0-d tensors, so a compiled caller is
+    not recompiled as t grows. Used by `--compile` only; the eager path steps torch.optim.Adam.
+    """
+    for param, grad, exp_avg, exp_avg_sq in zip(params, grads, exp_avgs, exp_avg_sqs):
+        exp_avg.lerp_(grad, 1 - betas[0])
+        exp_avg_sq.mul_(betas[1]).addcmul_(grad, grad, value=1 - betas[1])
+        param.add_(exp_avg / (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(eps) * -step_size)
+
+
+class WithParams:
+    """`module` called with the tensors of `params` ({name: tensor}) as its parameters; other attributes its own."""
+
+    def __init__(self, module: nn.Module, params: dict):
+        self.module, self.params = module, params
+
+    def __call__(self, *inputs, **kwargs):
+        return torch.func.functional_call(self.module, self.params, inputs, kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self.module, name)
+
+
+def functional_update(actor, actor_target, qf, qf_target, q_optimizer, actor_optimizer, args, compile: bool = True):
+    """`--compile`: one env step's updates as one compiled function, update(batch, actor_step) -> (critic metrics,
+    actor metrics or None): the critic update and, when `actor_step`, the actor update and the Polyak updates.
+
+    The losses are `compute_loss_q` and `compute_loss_pi` themselves. Their gradients come from
+    `torch.func.grad_and_value`, and `adam_` steps on the optimizers' own state, so checkpoints are as in eager mode.
+    Inductor then sees forward, backward and optimizer steps as one graph: no autograd engine, one call per env
+    step, and no boolean ReLU masks saved between a forward and a backward graph (inductor's kernel for those is
+    slow on AVX2 CPUs). Parameters are read and written only through `params` and `targets`, aliases of the modules'
+    tensors. compile=False runs the same function eagerly (tests).
+    """
+    import torch._inductor.config
+
+    torch._inductor.config.fallback_random = True  # the smoothing noise from torch's generator, as in eager mode
+    nets = {"q": (qf, qf_target, q_optimizer), "pi": (actor, actor_target, actor_optimizer)}
+    params, targets, states, counts, coefs = {}, {}, {}, {}, {}
+    for key, (net, target, optimizer) in nets.items():
+        params[key] = {name: p.detach() for name, p in net.named_parameters()}
+        targets[key] = {name: p.detach() for name, p in target.named_parameters()}
+        for p in net.parameters():
+            if not optimizer.state[p]:  # laid out as torch.optim.Adam does; a resumed run's state is already there
+                optimizer.state[p].update(step=torch.tensor(0.0), exp_avg=torch.zeros_like(p),
+                                          exp_avg_sq=torch.zeros_like(p))
+        states[key] = [optimizer.state[p] for p in net.parameters()]
+        counts[key] = int(states[key][0]["step"])
+        coefs[key] = torch.zeros(()), torch.zeros(())  # lr / (1 - b1^t), sqrt(1 - b2^t)
+
+    def adam_step(key, grads):
+        for state in states[key]:
+            state["step"].add_(1)
+        adam_(list(params[key].values()), [grads[name] for name in params[key]],
+              [state["exp_avg"] for state in states[key]], [state["exp_avg_sq"] for state in states[key]],
+              *coefs[key], nets[key][2].defaults["betas"], nets[key][2].defaults["eps"])
+
+    def loss_q(q_params, batch):
+        return compute_loss_q(WithParams(actor_target, targets["pi"]), WithParams(qf, q_params),
+                              WithParams(qf_target, targets["q"]), batch, args.gamma, args.policy_noise,
+                              args.noise_clip)
+
+    def loss_pi(pi_params, obs):
+        loss = compute_loss_pi(WithParams(actor, pi_params), WithParams(qf, params["q"]), obs)
+        return loss, loss.detach()
+
+    def step(batch, actor_step: bool):
+        grads, (_, critic_metrics) = torch.func.grad_and_value(loss_q, has_aux=True)(params["q"], batch)
+        adam_step("q", grads)
+        if not actor_step:
+            return critic_metrics, None
+        grads, (_, actor_loss) = torch.func.grad_and_value(loss_pi, has_aux=True)(params["pi"], batch[0])
+        adam_step("pi", grads)
+        for key in nets:  # theta' <- tau * theta + (1 - tau) * theta', phi' likewise   [TD3 Algorithm 1]
+            for name, p in params[key].items():
+                targets[key][name].lerp_(p, args.tau)
+        return critic_metrics, {"actor_loss": actor_loss}
+
+    step = torch.compile(step) if compile else step  # two graphs: actor_step False and True
+
+    def update(batch, actor_step: bool):
+        for key in ("q", "pi") if actor_step else ("q",):
+            counts[key] += 1
+            lr, (beta1, beta2) = nets[key][2].defaults["lr"], nets[key][2].defaults["betas"]
+            coefs[key][0].fill_(lr / (1 - beta1 ** counts[key]))
+            coefs[key][1].fill_(math.sqrt(1 - beta2 ** counts[key]))
+        return step(tuple(batch), actor_step)
+
+    return update
+
+
 # ---------------------------------------------------------------------------------------------------------------------
 # CHECKS, EVALUATION, PROGRESS
 # ---------------------------------------------------------------------------------------------------------------------
@@ -530,11 +625,15 @@ def main(args: Args) -> dict:
     qf_target.load_state_dict(qf.state_dict())
     actor_target.requires_grad_(False)
     qf_target.requires_grad_(False)
-    qf_flat, actor_flat = flatten_parameters(qf), flatten_parameters(actor)
-    targets_flat = flatten_parameters(qf_target, grad=False), flatten_parameters(actor_target, grad=False)
-    fused = {"fused": True} if device.type in ("cpu", "cuda") else {}  # one Adam kernel for all tensors
-    q_optimizer = torch.optim.Adam([qf_flat], lr=args.learning_rate, **fused)
-    actor_optimizer = torch.optim.Adam([actor_flat], lr=args.learning_rate, **fused)
+    if args.compile:  # `functional_update` steps Adam itself, on these optimizers' state
+        q_optimizer = torch.optim.Adam(qf.parameters(), lr=args.learning_rate)
+        actor_optimizer = torch.optim.Adam(actor.parameters(), lr=args.learning_rate)
+    else:
+        qf_flat, actor_flat = flatten_parameters(qf), flatten_parameters(actor)
+        targets_flat = flatten_parameters(qf_target, grad=False), flatten_parameters(actor_target, grad=False)
+        fused = {"fused": True} if device.type in ("cpu", "cuda") else {}  # one Adam kernel for all tensors
+        q_optimizer = torch.optim.Adam([qf_flat], lr=args.learning_rate, **fused)
+        actor_optimizer = torch.optim.Adam([actor_flat], lr=args.learning_rate, **fused)
     rb = ReplayBuffer(args.buffer_size, obs_dim, act_dim, device)
 
     # UPDATE FUNCTIONS: take a batch, step an optimizer, return detached metrics (no host sync)
@@ -559,8 +658,13 @@ def main(args: Args) -> dict:
         for target_flat, online_flat in zip(targets_flat, (qf_flat, actor_flat)):
             target_flat.lerp_(online_flat, args.tau)
 
-    if args.compile:
-        update_critic, update_actor = torch.compile(update_critic), torch.compile(update_actor)
+    def update(batch, actor_step: bool):
+        critic_metrics = update_critic(batch)
+        if not actor_step:
+            return critic_metrics, None
+        actor_metrics = update_actor(batch[0])
+        update_targets()
+        return critic_metrics, actor_metrics
 
     global_step = critic_updates = actor_updates = 0
     last_return = None
@@ -583,6 +687,8 @@ def main(args: Args) -> dict:
         print(f"resumed {run_dir} at step {global_step:,}")
     else:
         obs, _ = envs.reset(seed=args.seed)
+    if args.compile:  # after a resume has loaded the optimizers' state
+        update = functional_update(actor, actor_target, qf, qf_target, q_optimizer, actor_optimizer, args)
 
     def save_checkpoint():
         state = {key: module.state_dict() for key, module in stateful.items()}
@@ -645,13 +751,12 @@ def main(args: Args) -> dict:
             if global_step >= args.learning_starts:
                 train_start = train_start or (time.time(), global_step)
                 for _ in range(args.num_envs):
-                    batch = rb.sample(args.batch_size)
-                    critic_metrics = update_critic(batch)
                     critic_updates += 1
-                    if critic_updates % args.policy_frequency == 0:
-                        actor_metrics = update_actor(batch[0])
+                    actor_step = critic_updates % args.policy_frequency == 0
+                    critic_metrics, metrics = update(rb.sample(args.batch_size), actor_step)
+                    if actor_step:
+                        actor_metrics = metrics
                         actor_updates += 1
-                        update_targets()
 
             # LOG
             if crossed(previous_step, global_step, args.log_freq) and critic_metrics is not None:
