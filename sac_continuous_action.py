@@ -23,6 +23,7 @@ Deviations from the papers (each marked `# DEVIATION(n)` in the code):
 """
 
 import contextlib
+import inspect
 import io
 import math
 import os
@@ -54,7 +55,7 @@ class Args:
     cuda: bool = True
     """use a CUDA GPU when one is present (falls back to the CPU otherwise)"""
     compile: bool = False
-    """apply `torch.compile` to the update functions (on a 2-core CPU it made them slower; README, Performance)"""
+    """compile the critic and the actor updates, each into one graph (torch.compile; a C++ compiler): README, Performance"""
     track: bool = False
     """log to Weights and Biases as well (needs `pip install wandb`)"""
     wandb_project_name: str = "actor-critic"
@@ -421,6 +422,142 @@ def compute_loss_alpha(log_alpha, log_prob, target_entropy: float):
     return (-log_alpha.exp() * (log_prob + target_entropy)).mean()
 
 
+def adam_(params, grads, exp_avgs, exp_avg_sqs, step_size, bias_correction2_sqrt, betas, eps):
+    """Adam in place, in torch.optim.Adam's arithmetic (no weight decay; Kingma and Ba 2015, Algorithm 1):
+    m <- b1 m + (1 - b1) g,  v <- b2 v + (1 - b2) g^2,
+    theta <- theta - lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)
+
+    step_size = lr / (1 - b1^t) and bias_correction2_sqrt = sqrt(1 - b2^t) are 0-d tensors, so a compiled caller is
+    not recompiled as t grows. Used by `--compile` only; the eager path steps torch.optim.Adam.
+    """
+    for param, grad, exp_avg, exp_avg_sq in zip(params, grads, exp_avgs, exp_avg_sqs):
+        exp_avg.lerp_(grad, 1 - betas[0])
+        exp_avg_sq.mul_(betas[1]).addcmul_(grad, grad, value=1 - betas[1])
+        param.add_(exp_avg / (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(eps) * -step_size)
+
+
+def clip_grad_norm(grads: list, max_norm: float) -> list:
+    """The gradients scaled by min(1, max_norm / (||g|| + 1e-6)), ||g|| the norm of all of them together, as
+    torch.nn.utils.clip_grad_norm_ scales them. Used by `--compile` only."""
+    total_norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))
+    scale = torch.clamp(max_norm / (total_norm + 1e-6), max=1.0)
+    return [g * scale for g in grads]
+
+
+class WithParams:
+    """`module` with the tensors of `params` ({name: tensor}) as its parameters: calling it, or one of its methods
+    (which run with this object as `self`, so their `self(...)` calls come here), uses them; its buffers are its own."""
+
+    def __init__(self, module: nn.Module, params: dict):
+        self.module, self.params = module, params
+
+    def __call__(self, *inputs, **kwargs):
+        return torch.func.functional_call(self.module, self.params, inputs, kwargs)
+
+    def __getattr__(self, name):
+        method = getattr(type(self.module), name, None)
+        if inspect.isfunction(method):
+            return lambda *args, **kwargs: method(self, *args, **kwargs)
+        return getattr(self.module, name)
+
+
+def functional_updates(actor, qf, qf_target, log_alpha, q_optimizer, actor_optimizer, args, target_entropy: float,
+                       compile: bool = True):
+    """`--compile`: the critic update (with the Polyak update when asked) and the actor (and alpha) update as two
+    compiled functions, update_critic(batch, update_target) and update_actor(obs), each returning detached metrics.
+
+    The losses are `compute_loss_q`, `compute_loss_pi` and `compute_loss_alpha` themselves. Their gradients come from
+    `torch.func.grad_and_value`, and `adam_` steps on the optimizers' own state (log alpha in the actor optimizer's
+    second group, as in eager mode), so checkpoints are as in eager mode. Inductor then sees each update's forward,
+    backward and optimizer step as one graph: no autograd engine, and no boolean ReLU masks saved between a forward
+    and a backward graph (inductor's kernel for those is slow on AVX2 CPUs). Parameters are read and written only
+    through `params` and `targets`, aliases of the modules' tensors. compile=False runs the same functions eagerly.
+    """
+    import torch._inductor.config
+
+    torch._inductor.config.fallback_random = True  # the policy's noise from torch's generator, as in eager mode
+    params = {"q": {name: p.detach() for name, p in qf.named_parameters()},
+              "pi": {name: p.detach() for name, p in actor.named_parameters()}}
+    if args.autotune:
+        params["pi"]["log_alpha"] = log_alpha.detach()  # stepped with the actor, in its optimizer's second group
+    targets = {name: p.detach() for name, p in qf_target.named_parameters()}
+    optimizer_params = {"q": [p for group in q_optimizer.param_groups for p in group["params"]],
+                        "pi": [p for group in actor_optimizer.param_groups for p in group["params"]]}
+    optimizers = {"q": q_optimizer, "pi": actor_optimizer}
+    states, counts, coefs = {}, {}, {}
+    for key, optimizer in optimizers.items():
+        for p in optimizer_params[key]:
+            if not optimizer.state[p]:  # laid out as torch.optim.Adam does; a resumed run's state is already there
+                optimizer.state[p].update(step=torch.tensor(0.0), exp_avg=torch.zeros_like(p),
+                                          exp_avg_sq=torch.zeros_like(p))
+        states[key] = [optimizer.state[p] for p in optimizer_params[key]]
+        counts[key] = int(states[key][0]["step"])
+        # per parameter group: lr / (1 - b1^t), sqrt(1 - b2^t)
+        coefs[key] = [(torch.zeros(()), torch.zeros(())) for _ in optimizer.param_groups]
+    group_of = {key: [k for k, group in enumerate(optimizers[key].param_groups) for _ in group["params"]]
+                for key in optimizers}
+    betas, eps = q_optimizer.defaults["betas"], q_optimizer.defaults["eps"]
+    num_subsample = args.num_subsample_critics or args.num_critics
+
+    def adam_step(key, grads):
+        names = list(params[key])
+        if args.grad_clip_norm is not None:  # the networks' gradients; log alpha's is not clipped (as in eager mode)
+            clipped = [name for name in names if name != "log_alpha"]
+            grads = {**grads, **dict(zip(clipped, clip_grad_norm([grads[n] for n in clipped], args.grad_clip_norm)))}
+        for i, state in enumerate(states[key]):
+            state["step"].add_(1)
+            adam_([params[key][names[i]]], [grads[names[i]]], [state["exp_avg"]], [state["exp_avg_sq"]],
+                  *coefs[key][group_of[key][i]], betas, eps)
+
+    def loss_q(q_params, batch):
+        alpha = log_alpha.detach().exp()
+        return compute_loss_q(WithParams(actor, params["pi"]), WithParams(qf, q_params), WithParams(qf_target, targets),
+                              batch, alpha, args.gamma, args.backup_entropy, num_subsample)
+
+    def loss_pi(pi_params, obs):
+        alpha = pi_params["log_alpha"].detach().exp() if args.autotune else log_alpha.detach().exp()
+        actor_loss, log_prob = compute_loss_pi(WithParams(actor, pi_params), WithParams(qf, params["q"]), obs, alpha)
+        metrics = {"actor_loss": actor_loss.detach(), "alpha": alpha[0], "entropy": -log_prob.mean()}
+        if not args.autotune:
+            return actor_loss, metrics
+        # one gradient for both losses: they share no parameter (alpha enters the actor loss detached, log pi the
+        # alpha loss), so each parameter gets its own loss's gradient, as in eager mode
+        alpha_loss = compute_loss_alpha(pi_params["log_alpha"], log_prob, target_entropy)  # DEVIATION(5)
+        return actor_loss + alpha_loss, {**metrics, "alpha_loss": alpha_loss.detach()}
+
+    def critic_step(batch, update_target: bool):
+        grads, (_, metrics) = torch.func.grad_and_value(loss_q, has_aux=True)(params["q"], batch)
+        adam_step("q", grads)
+        if update_target:  # theta' <- tau * theta + (1 - tau) * theta'   [arXiv:1801.01290 Algorithm 1]
+            for name, p in params["q"].items():
+                targets[name].lerp_(p, args.tau)
+        return metrics
+
+    def actor_step(obs):
+        grads, (_, metrics) = torch.func.grad_and_value(loss_pi, has_aux=True)(params["pi"], obs)
+        adam_step("pi", grads)
+        return metrics
+
+    if compile:
+        critic_step, actor_step = torch.compile(critic_step), torch.compile(actor_step)
+
+    def set_coefs(key):
+        counts[key] += 1
+        for group, (step_size, bias_correction2_sqrt) in zip(optimizers[key].param_groups, coefs[key]):
+            step_size.fill_(group["lr"] / (1 - betas[0] ** counts[key]))
+            bias_correction2_sqrt.fill_(math.sqrt(1 - betas[1] ** counts[key]))
+
+    def update_critic(batch, update_target: bool):
+        set_coefs("q")
+        return critic_step(tuple(batch), update_target)
+
+    def update_actor(obs):
+        set_coefs("pi")
+        return actor_step(obs)
+
+    return update_critic, update_actor
+
+
 # ---------------------------------------------------------------------------------------------------------------------
 # CHECKS, EVALUATION, PROGRESS
 # ---------------------------------------------------------------------------------------------------------------------
@@ -600,11 +737,15 @@ def main(args: Args) -> dict:
     qf_target = QEnsemble(envs, args.num_critics).to(device)
     qf_target.load_state_dict(qf.state_dict())
     qf_target.requires_grad_(False)
-    qf_flat, actor_flat = flatten_parameters(qf), flatten_parameters(actor)
-    qf_target_flat = flatten_parameters(qf_target, grad=False)
-    fused = {"fused": True} if device.type in ("cpu", "cuda") else {}  # one Adam kernel for all tensors
-    q_optimizer = torch.optim.Adam([qf_flat], lr=args.q_lr, **fused)
-    actor_optimizer = torch.optim.Adam([actor_flat], lr=args.policy_lr, **fused)
+    if args.compile:  # `functional_updates` steps Adam itself, on these optimizers' state
+        q_optimizer = torch.optim.Adam(qf.parameters(), lr=args.q_lr)
+        actor_optimizer = torch.optim.Adam(actor.parameters(), lr=args.policy_lr)
+    else:
+        qf_flat, actor_flat = flatten_parameters(qf), flatten_parameters(actor)
+        qf_target_flat = flatten_parameters(qf_target, grad=False)
+        fused = {"fused": True} if device.type in ("cpu", "cuda") else {}  # one Adam kernel for all tensors
+        q_optimizer = torch.optim.Adam([qf_flat], lr=args.q_lr, **fused)
+        actor_optimizer = torch.optim.Adam([actor_flat], lr=args.policy_lr, **fused)
     # H-bar = -|A| (arXiv:1812.05905, Sec. 5)
     target_entropy = -float(act_dim) if args.target_entropy is None else args.target_entropy
     log_alpha = torch.zeros(1, device=device, requires_grad=True)
@@ -651,9 +792,6 @@ def main(args: Args) -> dict:
         # theta' <- tau * theta + (1 - tau) * theta'   [arXiv:1801.01290 Algorithm 1]
         qf_target_flat.lerp_(qf_flat, args.tau)
 
-    if args.compile:
-        update_critic, update_actor = torch.compile(update_critic), torch.compile(update_actor)
-
     global_step = critic_updates = actor_updates = update_steps = 0
     last_return = None
     stateful = {"actor": actor, "qf": qf, "qf_target": qf_target, "q_optimizer": q_optimizer,
@@ -676,6 +814,11 @@ def main(args: Args) -> dict:
         print(f"resumed {run_dir} at step {global_step:,}")
     else:
         obs, _ = envs.reset(seed=args.seed)
+    compiled = None
+    if args.compile:  # after a resume has loaded the optimizers' state
+        compiled = functional_updates(actor, qf, qf_target, log_alpha, q_optimizer, actor_optimizer, args,
+                                      target_entropy)
+        update_actor = compiled[1]
 
     def save_checkpoint():
         state = {key: module.state_dict() for key, module in stateful.items()}
@@ -737,10 +880,14 @@ def main(args: Args) -> dict:
                 for _ in range(args.num_envs):
                     for _ in range(args.utd_ratio):
                         batch = rb.sample(args.batch_size)
-                        critic_metrics = update_critic(batch)
                         critic_updates += 1
-                        if critic_updates % args.target_network_frequency == 0:
-                            update_targets()
+                        update_target = critic_updates % args.target_network_frequency == 0
+                        if compiled:  # the Polyak update inside the compiled critic update
+                            critic_metrics = compiled[0](batch, update_target)
+                        else:
+                            critic_metrics = update_critic(batch)
+                            if update_target:
+                                update_targets()
                     update_steps += 1
                     if update_steps % args.policy_frequency == 0:
                         for _ in range(args.policy_frequency):

@@ -17,6 +17,7 @@ Deviations from the paper (each marked `# DEVIATION(n)` in the code):
 """
 
 import contextlib
+import inspect
 import io
 import math
 import os
@@ -369,7 +370,8 @@ def adam_(params, grads, exp_avgs, exp_avg_sqs, step_size, bias_correction2_sqrt
 
 
 class WithParams:
-    """`module` called with the tensors of `params` ({name: tensor}) as its parameters; other attributes its own."""
+    """`module` with the tensors of `params` ({name: tensor}) as its parameters: calling it, or one of its methods
+    (which run with this object as `self`, so their `self(...)` calls come here), uses them; its buffers are its own."""
 
     def __init__(self, module: nn.Module, params: dict):
         self.module, self.params = module, params
@@ -378,6 +380,9 @@ class WithParams:
         return torch.func.functional_call(self.module, self.params, inputs, kwargs)
 
     def __getattr__(self, name):
+        method = getattr(type(self.module), name, None)
+        if inspect.isfunction(method):
+            return lambda *args, **kwargs: method(self, *args, **kwargs)
         return getattr(self.module, name)
 
 

@@ -26,12 +26,13 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EVAL_LINE = re.compile(r"^step ([\d,]+): (?:final )?eval/episodic_return (-?[\d.]+)", re.M)
 
 
-def run(script_path: str, env_id: str, steps: int, seed: int, args) -> dict:
+def run(script_path: str, env_id: str, steps: int, seed: int, args, side: str) -> dict:
     """Train once; returns {env step: eval return}."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     cmd = [sys.executable, script_path, "--env-id", env_id, "--total-timesteps", str(steps), "--seed", str(seed),
            "--learning-starts", str(args.learning_starts), "--eval-freq", str(args.eval_freq), "--eval-episodes",
-           str(args.eval_episodes), *shlex.split(args.flags)]
+           str(args.eval_episodes), *shlex.split(args.flags),
+           *shlex.split(args.after_flags if side == "after" else "")]
     with tempfile.TemporaryDirectory() as tmp:
         out = subprocess.run(cmd, env=env, cwd=tmp, capture_output=True, text=True)
     if out.returncode != 0:
@@ -55,6 +56,8 @@ def main() -> None:
     parser.add_argument("--eval-episodes", type=int, default=10)
     parser.add_argument("--workers", type=int, default=2, help="runs at once (one thread each)")
     parser.add_argument("--flags", default="", help="more flags for every run, both sides, e.g. --flags='--tau 0.005'")
+    parser.add_argument("--after-flags", default="", help="more flags for the working tree's runs only, e.g. "
+                        "--after-flags=--compile (with --before HEAD: the compiled path against the eager one)")
     parser.add_argument("--out", default=None, help="write the Markdown tables here as well")
     args = parser.parse_args()
     envs = [(e.split(":")[0], int(e.split(":")[1])) for e in args.envs if e.count(":") == 1]
@@ -75,7 +78,7 @@ def main() -> None:
         jobs = [(script, env_id, steps, seed, side) for script in args.scripts for env_id, steps in envs
                 for seed in args.seeds for side in ("before", "after")]
         with concurrent.futures.ThreadPoolExecutor(args.workers) as pool:
-            futures = {job: pool.submit(run, paths[(job[0], job[4])], *job[1:4], args) for job in jobs}
+            futures = {job: pool.submit(run, paths[(job[0], job[4])], *job[1:4], args, job[4]) for job in jobs}
             results = {}
             for job, future in futures.items():
                 results[job] = future.result()
@@ -83,7 +86,8 @@ def main() -> None:
 
     lines = [f"Before: `{args.before}`; after: the working tree. Seeds {args.seeds}; deterministic evaluation over "
              f"{args.eval_episodes} episodes every {args.eval_freq:,} env steps; learning starts at "
-             f"{args.learning_starts:,}; one torch thread per run{f'; flags `{args.flags}`' if args.flags else ''}.\n"]
+             f"{args.learning_starts:,}; one torch thread per run{f'; flags `{args.flags}`' if args.flags else ''}"
+             f"{f'; the working tree with `{args.after_flags}`' if args.after_flags else ''}.\n"]
     for script in args.scripts:
         for env_id, steps in envs:
             lines += [f"`{script}.py`, {env_id}:\n", "| env step | before mean ± std | after mean ± std | diff / std |",

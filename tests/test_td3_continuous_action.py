@@ -2,7 +2,6 @@
 target, the actor, smoke runs of its flags that reach both updates, and a short learning run. The common block
 (episode ends, resume, bad input, ...) is specified in test_common_block.py."""
 
-import glob
 import math
 import os
 from types import SimpleNamespace
@@ -101,27 +100,6 @@ def test_actor_loss_uses_critic_one_and_sends_no_gradient_into_the_critics():
     loss.backward()
     assert all(p.grad is None for p in qf.parameters())
     assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in actor.parameters())
-
-
-def test_adam_matches_torch_optim_adam():
-    """`adam_`, the optimizer of the --compile path, against torch.optim.Adam over 20 steps of changing gradients."""
-    torch.manual_seed(0)
-    reference = [torch.randn(5, 3, requires_grad=True), torch.randn(7, requires_grad=True)]
-    params = [p.detach().clone() for p in reference]
-    exp_avgs, exp_avg_sqs = [torch.zeros_like(p) for p in params], [torch.zeros_like(p) for p in params]
-    optimizer = torch.optim.Adam(reference, lr=0.01, foreach=False)
-    step_size, bias_correction2_sqrt = torch.zeros(()), torch.zeros(())
-    for t in range(1, 21):
-        grads = [torch.randn_like(p) * 10 ** (t % 3) for p in params]  # magnitudes that change, as in training
-        for p, grad in zip(reference, grads):
-            p.grad = grad.clone()
-        optimizer.step()
-        step_size.fill_(0.01 / (1 - 0.9**t))
-        bias_correction2_sqrt.fill_(math.sqrt(1 - 0.999**t))
-        td3.adam_(params, grads, exp_avgs, exp_avg_sqs, step_size, bias_correction2_sqrt, (0.9, 0.999), 1e-8)
-    for p, expected in zip(params, reference):
-        torch.testing.assert_close(p, expected.detach(), rtol=1e-6, atol=1e-7)
-        assert not torch.equal(p, expected.detach().new_zeros(p.shape))
 
 
 def td3_nets(seed: int = 0):
@@ -261,21 +239,6 @@ def test_smoke_vector_envs_and_policy_frequency(in_tmp):
 def test_smoke_compile(in_tmp):
     summary = td3.main(tiny(compile=True))
     assert summary["critic_updates"] == 201 and summary["actor_updates"] == 100
-
-
-@pytest.mark.slow
-def test_compiled_run_stopped_and_resumed_ends_identical(tmp_path):
-    """--compile keeps Adam's state in the optimizers, so a checkpoint resumes the compiled path exactly."""
-    from test_common_block import RESUME_FLAGS, run_cli, stop_with_sigterm_and_resume
-
-    flags = ["--env-id", "Pendulum-v1", *RESUME_FLAGS, "--compile"]
-    (tmp_path / "a").mkdir()
-    assert run_cli(td3, flags, tmp_path / "a").returncode == 0
-    stop_with_sigterm_and_resume(tmp_path, td3, flags, 400, 1500, "b")
-    a, b = (torch.load(glob.glob(f"{tmp_path}/{d}/runs/*/model.pt")[0], weights_only=False) for d in "ab")
-    for key in ("actor", "qf"):
-        for name, tensor in a[key].items():
-            assert torch.equal(tensor, b[key][name]), (key, name)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
