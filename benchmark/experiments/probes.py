@@ -4,6 +4,7 @@
     python benchmark/experiments/probes.py mkl         # MKL on two threads while torch's own operators use one?
     python benchmark/experiments/probes.py bf16        # TD3's updates under bfloat16 autocast against float32
     python benchmark/experiments/probes.py cpp-wrapper # TD3's critic update compiled, default and cpp_wrapper
+    python benchmark/experiments/probes.py bool-mask   # inductor's kernel for a ReLU's boolean mask against eager's
 
 Each prints medians of interleaved repeats. `spin` and `mkl` start one child process per setting, since OpenMP reads
 its environment once, at start. These are experiments, not part of the scripts: see the README for what was kept.
@@ -101,16 +102,34 @@ def cpp_wrapper_child(setting: str) -> None:
           f"{us['compiled'] / 1e3:.3f} ms ({us['compiled'] / us['eager']:.3f}x)")
 
 
+def bool_mask() -> None:
+    """`x <= 0` on a 256x256 float tensor, the mask a ReLU's backward needs, eager and compiled; with ReLU beside it,
+    and with the mask as float32, which inductor stores without the boolean path."""
+    import torch
+
+    x = torch.randn(256, 256)
+    fns = {"mask": lambda x: x <= 0, "relu and mask": lambda x: (torch.relu(x), x <= 0),
+           "relu and float mask": lambda x: (torch.relu(x), (x <= 0).float())}
+    timed = {}
+    for name, fn in fns.items():
+        timed[f"{name}, eager"] = lambda fn=fn: fn(x)
+        compiled = torch.compile(fn)
+        timed[f"{name}, compiled"] = lambda fn=compiled: fn(x)
+    us = medians_us(timed, 300)
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads: "
+          + ", ".join(f"{name} {t:.1f} us" for name, t in us.items()))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("probe", choices=["spin", "mkl", "bf16", "cpp-wrapper"])
+    parser.add_argument("probe", choices=["spin", "mkl", "bf16", "cpp-wrapper", "bool-mask"])
     parser.add_argument("--child", default="", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         {"spin": spin_child, "mkl": mkl_child, "cpp-wrapper": cpp_wrapper_child}[args.probe](args.child)
         return
-    if args.probe == "bf16":
-        return bf16()
+    if args.probe in ("bf16", "bool-mask"):
+        return {"bf16": bf16, "bool-mask": bool_mask}[args.probe]()
     for setting in SETTINGS[args.probe]:
         env = {k: v for k, v in os.environ.items() if k not in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")}
         if args.probe == "spin" and setting != "default":
