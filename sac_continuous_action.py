@@ -481,33 +481,32 @@ def functional_updates(actor, qf, qf_target, log_alpha, q_optimizer, actor_optim
     if args.autotune:
         params["pi"]["log_alpha"] = log_alpha.detach()  # stepped with the actor, in its optimizer's second group
     targets = {name: p.detach() for name, p in qf_target.named_parameters()}
-    optimizer_params = {"q": [p for group in q_optimizer.param_groups for p in group["params"]],
-                        "pi": [p for group in actor_optimizer.param_groups for p in group["params"]]}
     optimizers = {"q": q_optimizer, "pi": actor_optimizer}
-    states, counts, coefs = {}, {}, {}
+    groups, counts = {}, {}  # per optimizer, each parameter group's (names, Adam states, coefficients)
     for key, optimizer in optimizers.items():
-        for p in optimizer_params[key]:
-            if not optimizer.state[p]:  # laid out as torch.optim.Adam does; a resumed run's state is already there
-                optimizer.state[p].update(step=torch.tensor(0.0), exp_avg=torch.zeros_like(p),
-                                          exp_avg_sq=torch.zeros_like(p))
-        states[key] = [optimizer.state[p] for p in optimizer_params[key]]
-        counts[key] = int(states[key][0]["step"])
-        # per parameter group: lr / (1 - b1^t), sqrt(1 - b2^t)
-        coefs[key] = [(torch.zeros(()), torch.zeros(())) for _ in optimizer.param_groups]
-    group_of = {key: [k for k, group in enumerate(optimizers[key].param_groups) for _ in group["params"]]
-                for key in optimizers}
+        names = list(params[key])  # in the optimizer's order: the module's parameters, then log alpha
+        groups[key] = []
+        for group in optimizer.param_groups:
+            for p in group["params"]:
+                if not optimizer.state[p]:  # laid out as torch.optim.Adam does; a resumed run's is already there
+                    optimizer.state[p].update(step=torch.tensor(0.0), exp_avg=torch.zeros_like(p),
+                                              exp_avg_sq=torch.zeros_like(p))
+            group_names, names = names[: len(group["params"])], names[len(group["params"]):]
+            coefs = torch.zeros(()), torch.zeros(())  # lr / (1 - b1^t), sqrt(1 - b2^t), set by `set_coefs`
+            groups[key].append((group_names, [optimizer.state[p] for p in group["params"]], coefs))
+        counts[key] = int(groups[key][0][1][0]["step"])
     betas, eps = q_optimizer.defaults["betas"], q_optimizer.defaults["eps"]
     num_subsample = args.num_subsample_critics or args.num_critics
 
     def adam_step(key, grads):
-        names = list(params[key])
         if args.grad_clip_norm is not None:  # the networks' gradients; log alpha's is not clipped (as in eager mode)
-            clipped = [name for name in names if name != "log_alpha"]
+            clipped = [name for name in params[key] if name != "log_alpha"]
             grads = {**grads, **dict(zip(clipped, clip_grad_norm([grads[n] for n in clipped], args.grad_clip_norm)))}
-        for i, state in enumerate(states[key]):
-            state["step"].add_(1)
-            adam_([params[key][names[i]]], [grads[names[i]]], [state["exp_avg"]], [state["exp_avg_sq"]],
-                  *coefs[key][group_of[key][i]], betas, eps)
+        for group_names, states, coefs in groups[key]:
+            for state in states:
+                state["step"].add_(1)
+            adam_([params[key][n] for n in group_names], [grads[n] for n in group_names],
+                  [state["exp_avg"] for state in states], [state["exp_avg_sq"] for state in states], *coefs, betas, eps)
 
     def loss_q(q_params, batch):
         alpha = log_alpha.detach().exp()
@@ -543,7 +542,7 @@ def functional_updates(actor, qf, qf_target, log_alpha, q_optimizer, actor_optim
 
     def set_coefs(key):
         counts[key] += 1
-        for group, (step_size, bias_correction2_sqrt) in zip(optimizers[key].param_groups, coefs[key]):
+        for group, (_, _, (step_size, bias_correction2_sqrt)) in zip(optimizers[key].param_groups, groups[key]):
             step_size.fill_(group["lr"] / (1 - betas[0] ** counts[key]))
             bias_correction2_sqrt.fill_(math.sqrt(1 - betas[1] ** counts[key]))
 
@@ -792,6 +791,12 @@ def main(args: Args) -> dict:
         # theta' <- tau * theta + (1 - tau) * theta'   [arXiv:1801.01290 Algorithm 1]
         qf_target_flat.lerp_(qf_flat, args.tau)
 
+    def update_critic_step(batch, update_target: bool):
+        metrics = update_critic(batch)
+        if update_target:
+            update_targets()
+        return metrics
+
     global_step = critic_updates = actor_updates = update_steps = 0
     last_return = None
     stateful = {"actor": actor, "qf": qf, "qf_target": qf_target, "q_optimizer": q_optimizer,
@@ -814,11 +819,9 @@ def main(args: Args) -> dict:
         print(f"resumed {run_dir} at step {global_step:,}")
     else:
         obs, _ = envs.reset(seed=args.seed)
-    compiled = None
     if args.compile:  # after a resume has loaded the optimizers' state
-        compiled = functional_updates(actor, qf, qf_target, log_alpha, q_optimizer, actor_optimizer, args,
-                                      target_entropy)
-        update_actor = compiled[1]
+        update_critic_step, update_actor = functional_updates(actor, qf, qf_target, log_alpha, q_optimizer,
+                                                              actor_optimizer, args, target_entropy)
 
     def save_checkpoint():
         state = {key: module.state_dict() for key, module in stateful.items()}
@@ -882,12 +885,7 @@ def main(args: Args) -> dict:
                         batch = rb.sample(args.batch_size)
                         critic_updates += 1
                         update_target = critic_updates % args.target_network_frequency == 0
-                        if compiled:  # the Polyak update inside the compiled critic update
-                            critic_metrics = compiled[0](batch, update_target)
-                        else:
-                            critic_metrics = update_critic(batch)
-                            if update_target:
-                                update_targets()
+                        critic_metrics = update_critic_step(batch, update_target)
                     update_steps += 1
                     if update_steps % args.policy_frequency == 0:
                         for _ in range(args.policy_frequency):
