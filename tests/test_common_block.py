@@ -5,6 +5,7 @@ tracking."""
 import glob
 import importlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -305,6 +306,62 @@ def test_bad_input_from_the_shell_prints_no_traceback(tmp_path, script):
     assert result.stderr.strip().count("\n") == 0 and other_script in result.stderr
     assert os.listdir(tmp_path) == []
 
+
+def test_compile_without_a_cpp_compiler_is_one_line_from_the_shell(tmp_path, continuous_script):
+    """inductor looks for $CXX; naming one that does not exist leaves it none, and `--compile` says so up front."""
+    result = run_cli(continuous_script, ["--env-id", "Pendulum-v1", "--compile"], tmp_path,
+                     env={**os.environ, "CXX": str(tmp_path / "no-such-c++")})
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.count("\n") == 1 and "--compile needs a C++ compiler" in result.stderr, result.stderr
+    assert os.listdir(tmp_path) == []
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# --compile UNSET: COMPILED FOR LONG CPU RUNS ONLY
+# ---------------------------------------------------------------------------------------------------------------------
+def test_cpp_compiler_is_the_one_inductor_finds(continuous_script, tmp_path):
+    name = continuous_script.__name__
+    code = f"import {name}; print({name}.cpp_compiler())"
+    found = [subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                            env={**os.environ, "CXX": cxx}).stdout.strip() for cxx in ("g++", str(tmp_path / "none"))]
+    assert found == ["g++" if shutil.which("g++") else "None", "None"]
+
+
+def test_resolve_compile_compiles_only_long_cpu_runs_unless_told(continuous_script, monkeypatch, capsys):
+    script, cpu, cuda = continuous_script, torch.device("cpu"), torch.device("cuda")
+    start = script.Args().learning_starts
+    long, short = [dict(total_timesteps=start + script.COMPILE_MIN_STEPS - k) for k in (0, 1)]
+    monkeypatch.setattr(script, "cpp_compiler", lambda: "g++")
+    assert script.resolve_compile(script.Args(**long), cpu) is True
+    assert script.resolve_compile(script.Args(**short), cpu) is False
+    assert script.resolve_compile(script.Args(**long), cuda) is False  # unmeasured on a GPU: eager unless asked
+    assert script.resolve_compile(script.Args(**long, compile=False), cpu) is False
+    assert script.resolve_compile(script.Args(**short, compile=True), cpu) is True
+    assert script.Args().compile is None and script.resolve_compile(script.Args(), cpu) is True  # the default 1M run
+    monkeypatch.setattr(script, "cpp_compiler", lambda: None)
+    assert capsys.readouterr().err == ""
+    assert script.resolve_compile(script.Args(**long), cpu) is False  # no compiler: eager, with a note
+    assert capsys.readouterr().err.startswith("note: no C++ compiler found")
+    assert script.resolve_compile(script.Args(compile=True), cuda) is True  # a GPU needs no C++ compiler
+    with pytest.raises(script.ConfigError, match=r"--compile needs a C\+\+ compiler"):
+        script.resolve_compile(script.Args(compile=True), cpu)
+
+
+@pytest.mark.parametrize("threshold,compiled", [(100, True), (10_000, False)])
+def test_unset_compile_takes_the_compiled_path_past_the_threshold_and_checkpoints_the_choice(
+        in_tmp, monkeypatch, continuous_script, threshold, compiled):
+    """With the threshold lowered, a run left unset builds the functional (compiled) updates, here run eagerly to save
+    the compile time; its checkpoint records the choice, so a resume takes the same path."""
+    script = continuous_script
+    name = "functional_updates" if hasattr(script, "functional_updates") else "functional_update"
+    built, build = [], getattr(script, name)
+    monkeypatch.setattr(script, name, lambda *args, **kwargs: built.append(1) or build(*args, **kwargs, compile=False))
+    monkeypatch.setattr(script, "COMPILE_MIN_STEPS", threshold)
+    monkeypatch.setattr(script, "cpp_compiler", lambda: "g++")
+    summary = script.main(tiny(script, checkpoint_freq=300))
+    assert summary["critic_updates"] > 100 and len(built) == int(compiled)
+    checkpoint = torch.load(f"{summary['run_dir']}/checkpoint.pt", weights_only=False)
+    assert checkpoint["args"]["compile"] is compiled
 
 # ---------------------------------------------------------------------------------------------------------------------
 # STRUCTURE, DOCUMENTATION, SAVING, VIDEO AND TRACKING
