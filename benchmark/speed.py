@@ -5,6 +5,8 @@
     python benchmark/speed.py --pairs a2c --repeats 5 --steps 200000 --threads 1
     python benchmark/speed.py --pairs sac td3 --steps 12001 --interleave 500   # turns of 500 steps, 19 rounds
     python benchmark/speed.py --pairs td3 --steps 12001 --interleave 500 --before HEAD~1   # the tree against HEAD~1
+    python benchmark/speed.py --pairs sac td3 --steps 12001 --interleave 500 --before HEAD --ours-flags=--compile \
+        --before-flags=--no-compile                                   # compiled against eager, same code
 
 Every run is a fresh process with torch, OpenMP and MKL pinned to `--threads` threads (by default 2 for SAC, TD3 and
 SAC-discrete, 1 for A2C and ACER; the same on both sides of a pair). The runs alternate (ours, SB3, ours, SB3, ...) so
@@ -21,7 +23,8 @@ This machine's speed swings by tens of percent within minutes, so two runs of a 
 --interleave TURN (SAC and TD3) starts ours and SB3 together as two processes that take turns of TURN env steps,
 passing a byte down a pipe, and times each turn: each round (a turn of ours, then one of SB3's) gives a ratio from two
 stretches of work seconds apart. --interleave-check puts SB3 on both sides; its ratio should come out near 1.
---before REV puts our script as it was at git revision REV in SB3's place: an A/B of a speed change on whole runs.
+--before REV puts our script as it was at git revision REV in SB3's place: an A/B of a speed change on whole runs;
+--before-flags gives that side flags of its own (compiled against eager).
 """
 
 import argparse
@@ -555,13 +558,16 @@ def measure(side: str, pair: str, steps: int, seed: int, threads: int, ours_flag
 
 
 def measure_interleaved(pair: str, steps: int, seed: int, threads: int, ours_flags: str, turn: int,
-                        check: bool, ours_first: bool, before: str = "") -> tuple:
-    """Ours and SB3 (check=True: SB3 and SB3, seeds apart; before=REV: ours and ours at git revision REV, same seed)
-    as two processes taking turns, ours (the first side) or the other first; their turns dicts."""
+                        check: bool, ours_first: bool, before: str = "", before_flags: str | None = None) -> tuple:
+    """Ours and SB3 (check=True: SB3 and SB3, seeds apart; before=REV: ours and ours at git revision REV, same seed,
+    run with `before_flags` when given) as two processes taking turns, ours (the first side) or the other first; their
+    turns dicts."""
     (read_1, write_0), (read_0, write_1) = os.pipe(), os.pipe()  # what side 0 writes, side 1 reads, and back
     sides = (("sb3" if check else "ours", read_0, write_0, int(ours_first)),
              ("before" if before else "sb3", read_1, write_1, int(not ours_first)))
-    procs = [child_process("turns", pair, steps, seed + k if check else seed, threads, ours_flags, "--side", side,
+    flags = {"before": ours_flags if before_flags is None else before_flags}
+    procs = [child_process("turns", pair, steps, seed + k if check else seed, threads, flags.get(side, ours_flags),
+                           "--side", side,
                            "--interleave", str(turn), "--baton", f"{read_fd},{write_fd},{first}",
                            f"--before={before}", pass_fds=(read_fd, write_fd))
              for k, (side, read_fd, write_fd, first) in enumerate(sides)]
@@ -594,6 +600,9 @@ def main() -> None:
     parser.add_argument("--before", default="", metavar="REV",
                         help="with --interleave: our script at git revision REV in SB3's place, same seed (an A/B "
                              "of a speed change: the ratio is the tree's speed over REV's)")
+    parser.add_argument("--before-flags", default=None, metavar="FLAGS",
+                        help="with --before: REV's flags in place of --ours-flags, e.g. --before HEAD "
+                             "--ours-flags=--compile --before-flags=--no-compile for compiled against eager")
     parser.add_argument("--child", choices=["ours", "sb3", "breakdown", "turns"], help=argparse.SUPPRESS)
     parser.add_argument("--side", choices=["ours", "sb3", "before"], help=argparse.SUPPRESS)
     parser.add_argument("--baton", help=argparse.SUPPRESS)
@@ -608,6 +617,8 @@ def main() -> None:
     if args.interleave < 0 or ((args.interleave_check or args.before) and not args.interleave):
         sys.exit("error: --interleave takes a turn length of at least 1 env step, and --interleave-check and --before "
                  "need it")
+    if args.before_flags is not None and not args.before:
+        sys.exit("error: --before-flags sets the flags of --before's side: give --before REV too")
     if args.interleave_check and args.before:
         sys.exit("error: --interleave-check and --before each choose the second side: give one of them")
     if args.before:
@@ -658,7 +669,8 @@ def main() -> None:
             rounds, per_process = [], []
             for k in range(args.repeats):
                 ours, sb3 = measure_interleaved(pair, steps, args.seed + k, threads, args.ours_flags, args.interleave,
-                                                args.interleave_check, ours_first=k % 2 == 0, before=args.before)
+                                                args.interleave_check, ours_first=k % 2 == 0, before=args.before,
+                                                before_flags=args.before_flags)
                 common = [key for key in ours if key in sb3]
                 rounds += [(ours[key], sb3[key]) for key in common]
                 per_process.append(sum(sb3[key] for key in common) / sum(ours[key] for key in common))
@@ -673,7 +685,8 @@ def main() -> None:
             notes.append(f"`{script}` interleaved"
                          + (" (--interleave-check: SB3 on both sides, one in the ours column)"
                             if args.interleave_check else "")
-                         + (f" (--before {args.before}: the script at {args.before} in the second SPS column)"
+                         + (f" (--before {args.before}: the script at {args.before} in the second SPS column"
+                            + (f", run with `{args.before_flags}`" if args.before_flags is not None else "") + ")"
                             if args.before else "")
                          + f": {len(rounds)} rounds of two {args.interleave}-step turns in {args.repeats} pair(s) of "
                          f"processes; ratio over all rounds {sb3_s / ours_s:.3f}, per pair "

@@ -275,6 +275,7 @@ def test_speed_interleaved_reports_a_ratio_per_round(tmp_path):
     (["--pairs", "td3", "--before", "HEAD"], "--interleave-check and --before need it"),
     (["--pairs", "td3", "--interleave", "500", "--interleave-check", "--before", "HEAD"], "give one of them"),
     (["--pairs", "td3", "--interleave", "500", "--before", "no-such-revision"], "is not a git revision"),
+    (["--pairs", "td3", "--interleave", "500", "--before-flags=--no-compile"], "give --before REV too"),
 ])
 def test_speed_rejects_bad_interleave_flags_in_one_line(flags, message):
     done = subprocess.run([sys.executable, str(ROOT / "benchmark" / "speed.py"), *flags], capture_output=True,
@@ -293,17 +294,28 @@ def test_speed_before_writes_the_script_as_it_was_at_a_revision(tmp_path):
 
 
 def test_speed_interleaved_against_a_revision_times_both_sides(tmp_path):
-    """--interleave with --before HEAD: the tree's script and HEAD's take turns; the note names the revision."""
+    """--interleave with --before HEAD: the tree's script and HEAD's take turns; the note names the revision and the
+    flags of its side."""
     out = tmp_path / "speed.md"
     done = subprocess.run([sys.executable, str(ROOT / "benchmark" / "speed.py"), "--pairs", "td3", "--repeats", "1",
-                           "--steps", "2601", "--interleave", "200", "--before", "HEAD", "--out", str(out)],
-                          capture_output=True, text=True, timeout=600)
+                           "--steps", "2601", "--interleave", "200", "--before", "HEAD", "--before-flags=--no-compile",
+                           "--out", str(out)], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     text = out.read_text()
-    assert "(--before HEAD: the script at HEAD in the second SPS column): 2 rounds of two 200-step turns" in text
+    assert ("(--before HEAD: the script at HEAD in the second SPS column, run with `--no-compile`): 2 rounds of two "
+            "200-step turns") in text
     assert "| ours SPS (median) | at HEAD SPS (median) |" in text
     assert "| peak MB ours / at HEAD |" in text
     assert "per pair " in text and "(ours first)" in text
+
+
+def test_speed_before_flags_reach_the_revision_s_side_only():
+    """A flag only REV's side gets, and that its script rejects, fails that side alone: the error names it."""
+    done = subprocess.run([sys.executable, str(ROOT / "benchmark" / "speed.py"), "--pairs", "td3", "--repeats", "1",
+                           "--steps", "2601", "--interleave", "200", "--before", "HEAD",
+                           "--before-flags=--no-such-flag"], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 1
+    assert "interleaved before td3 failed" in done.stderr and "--no-such-flag" in done.stderr, done.stderr[-2000:]
 
 
 def test_cold_step_times_an_env_step_after_each_kind_of_work():
