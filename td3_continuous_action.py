@@ -501,7 +501,7 @@ def cpp_compiler() -> str | None:
     """The C++ compiler torch.compile's CPU backend (inductor) would use, or None when there is none."""
     try:
         from torch._inductor.cpp_builder import get_cpp_compiler
-    except ImportError:  # torch before 2.5
+    except ImportError:  # a torch without inductor's cpp_builder module
         return shutil.which(os.environ.get("CXX", "g++"))
     try:
         return get_cpp_compiler()

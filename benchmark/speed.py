@@ -565,9 +565,9 @@ def measure_interleaved(pair: str, steps: int, seed: int, threads: int, ours_fla
     (read_1, write_0), (read_0, write_1) = os.pipe(), os.pipe()  # what side 0 writes, side 1 reads, and back
     sides = (("sb3" if check else "ours", read_0, write_0, int(ours_first)),
              ("before" if before else "sb3", read_1, write_1, int(not ours_first)))
-    flags = {"before": ours_flags if before_flags is None else before_flags}
-    procs = [child_process("turns", pair, steps, seed + k if check else seed, threads, flags.get(side, ours_flags),
-                           "--side", side,
+    before_flags = ours_flags if before_flags is None else before_flags
+    procs = [child_process("turns", pair, steps, seed + k if check else seed, threads,
+                           before_flags if side == "before" else ours_flags, "--side", side,
                            "--interleave", str(turn), "--baton", f"{read_fd},{write_fd},{first}",
                            f"--before={before}", pass_fds=(read_fd, write_fd))
              for k, (side, read_fd, write_fd, first) in enumerate(sides)]
