@@ -18,64 +18,60 @@ Deviations from the papers (each marked `# DEVIATION(n)` in the code):
        workers (there is one learner).
 """
 
-import contextlib
-import io
+import importlib.util
+import math
+import operator
 import os
 import pickle
 import random
+import shutil
 import signal
 import sys
 import time
-from dataclasses import asdict, dataclass
-from typing import Literal
+from dataclasses import asdict, dataclass, fields, replace
+from typing import Annotated, Literal
 
 import gymnasium as gym
 import numpy as np
 import torch
 import torch.nn as nn
 import tyro
-from gymnasium.vector import AutoresetMode
+from torch.utils.tensorboard import SummaryWriter
 
 
 @dataclass
 class Args:
-    # --- common block: experiment, seeding, device, tracking, video, saving, evaluation, checkpointing ---
+    # --- COMMON ARGS: the same text in all five scripts ---
     exp_name: str = os.path.basename(__file__)[: -len(".py")]
-    """name of this experiment; part of the run name runs/<env_id>__<exp_name>__<seed>__<unix time>"""
+    """name of this experiment; part of the run name runs/<env_id>__<exp_name>__<seed>__<unix time> ('/' becomes '-')"""
     seed: int = 1
     """seed of torch, numpy, random, the environments and the evaluation episodes"""
-    torch_deterministic: bool = True
-    """set `torch.backends.cudnn.deterministic`"""
     cuda: bool = True
     """use a CUDA GPU when one is present (falls back to the CPU otherwise)"""
-    track: bool = False
-    """log to Weights and Biases as well (needs `pip install wandb`)"""
-    wandb_project_name: str = "actor-critic"
-    """the W&B project name"""
-    wandb_entity: str | None = None
-    """the W&B entity (team)"""
+    compile: Annotated[bool | None, tyro.conf.DisallowNone] = None
+    """torch.compile the updates; unset: compiled for CPU runs of COMPILE_MIN_STEPS+ training steps with a C++ compiler"""
     capture_video: bool = False
     """record the first episode of each evaluation to runs/<run_name>/videos/step_<env step> (needs moviepy)"""
     save_model: bool = False
     """write the trained networks to runs/<run_name>/model.pt at the end"""
-    eval_freq: int = 50_000
-    """evaluate the policy without exploration noise every this many env steps, and at the end; 0: only at the end"""
     eval_episodes: int = 10
     """episodes per evaluation"""
     checkpoint_freq: int = 0
     """write runs/<run_name>/checkpoint.pt every this many env steps (0: only on SIGINT/SIGTERM)"""
     resume: str | None = None
     """continue the run saved in this checkpoint.pt; the run's saved configuration is used and other flags ignored"""
+    # --- END OF COMMON ARGS ---
 
-    # --- algorithm ---
     env_id: str = "CartPole-v1"
     """any gymnasium env with a Discrete or Box action space and 1-D observations, or an Atari id"""
     total_timesteps: int = 500_000
     """environment steps in total, summed over all `num_envs` environments"""
     num_envs: int = 8
-    """number of environments stepped in parallel (SB3 zoo; 16 for Atari, as OpenAI baselines)"""
-    vector_env: Literal["sync", "async"] = "sync"
-    """step the envs in this process (sync) or in one subprocess each (async: for slow envs; resume is then inexact)"""
+    """number of environments stepped in parallel (SyncVectorEnv; SB3 zoo; 16 for Atari, as OpenAI baselines)"""
+    eval_freq: int = 50_000
+    """evaluate the policy without exploration noise every this many env steps, and at the end; 0: only at the end"""
+    log_freq: int = 4_000
+    """write the losses, averaged over the updates since the last write, every this many env steps (SB3: 100 updates)"""
     num_steps: int = 5
     """t_max: env steps per env in each rollout (A3C paper, Sec. 8; baselines)"""
     advantage: Literal["nstep", "gae"] = "nstep"
@@ -104,20 +100,12 @@ class Args:
     """decay the learning rate linearly to 0 over the run (A3C paper)"""
     shared_network: bool = False
     """one trunk with a policy head and a value head (baselines' Atari model); otherwise separate networks"""
-    log_interval: int = 100
-    """log the losses, averaged over this many updates, every this many updates (SB3's A2C logs every 100)"""
 
 
 HIDDEN = 64  # units per hidden layer of the MLPs (SB3's A2C)
 CNN_FEATURES = 512  # NatureCNN's last hidden layer (Mnih et al. 2015)
-FRAME_STACK, FRAME_SIZE, NOOP_MAX, FRAME_SKIP = 4, 84, 30, 4  # Atari preprocessing (Mnih et al. 2015; seed 000)
 HALF_LOG_2PI = 0.5 * float(np.log(2 * np.pi))
-EVAL_SEED_OFFSET = 1_000_000  # evaluation episode k is reset with seed + EVAL_SEED_OFFSET + k
-PROGRESS_SECONDS = 0.5, 30.0  # progress refresh interval on a terminal, and between plain lines otherwise
-
-
-class ConfigError(Exception):
-    """A bad flag, env or checkpoint: the CLI prints the message on one line and exits with code 2."""
+COMPILE_MIN_STEPS = None  # unset --compile runs eagerly
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -163,122 +151,9 @@ def bootstrap_truncations(rewards, truncations, final_values, gamma: float):
 
 
 def explained_variance(predictions, targets):
-    """1 - Var[targets - predictions] / Var[targets]; nan when the targets do not vary."""
+    """1 - Var[targets - predictions] / Var[targets], a 0-d tensor; nan when the targets do not vary."""
     var = targets.var()
-    return float("nan") if var == 0 else float(1 - (targets - predictions).var() / var)
-
-
-# ---------------------------------------------------------------------------------------------------------------------
-# ENVIRONMENTS
-# ---------------------------------------------------------------------------------------------------------------------
-def is_atari(env_id: str) -> bool:
-    return env_id.startswith("ALE/") or "NoFrameskip" in env_id
-
-
-def make_env(env_id: str, video_dir: str | None = None):
-    """A thunk building one env that records per-episode statistics (`infos["episode"]`).
-
-    Atari ids get the wrappers of seed 000, in its order: NoopReset(30), MaxAndSkip(4), EpisodicLife, FireReset (where
-    the game has FIRE), WarpFrame (84x84 grayscale), ClipReward, FrameStack(4). RecordEpisodeStatistics sits below them,
-    so `episode` holds the real game's unclipped return and its length in frames. `ALE/*-v5` ids are made with
-    frameskip=1 (MaxAndSkip skips) and keep their sticky actions (repeat_action_probability 0.25); `*NoFrameskip-v4` ids
-    have neither. Both end an episode at 108,000 frames. Seeding happens at the first reset.
-    With video_dir, the first real episode is recorded there (needs moviepy).
-    """
-
-    def thunk():
-        kwargs = {"render_mode": "rgb_array"} if video_dir else {}
-        if is_atari(env_id):
-            import ale_py
-            from stable_baselines3.common import atari_wrappers as w
-
-            gym.register_envs(ale_py)
-            env = gym.make(env_id, **kwargs, **({"frameskip": 1} if env_id.startswith("ALE/") else {}))
-        else:
-            env = gym.make(env_id, **kwargs)
-        if video_dir:
-            env = gym.wrappers.RecordVideo(env, video_dir, episode_trigger=lambda k: k == 0, disable_logger=True)
-        env = gym.wrappers.RecordEpisodeStatistics(env)
-        if is_atari(env_id):
-            env = w.NoopResetEnv(env, noop_max=NOOP_MAX)
-            env = w.MaxAndSkipEnv(env, skip=FRAME_SKIP)
-            env = w.EpisodicLifeEnv(env)
-            if "FIRE" in env.unwrapped.get_action_meanings():
-                env = w.FireResetEnv(env)
-            env = w.WarpFrame(env, width=FRAME_SIZE, height=FRAME_SIZE)
-            env = DropChannel(env)
-            env = w.ClipRewardEnv(env)
-            env = gym.wrappers.FrameStackObservation(env, FRAME_STACK)  # pads a new episode with its first frame
-        return env
-
-    return thunk
-
-
-class DropChannel(gym.ObservationWrapper):
-    """WarpFrame's (84, 84, 1) frames as (84, 84), so that FrameStack makes (4, 84, 84) (a picklable wrapper)."""
-
-    def __init__(self, env):
-        super().__init__(env)
-        space = env.observation_space
-        self.observation_space = gym.spaces.Box(space.low[..., 0], space.high[..., 0], dtype=space.dtype)
-
-    def observation(self, observation):
-        return observation[..., 0]
-
-
-def final_observations(next_obs: np.ndarray, infos: dict) -> np.ndarray:
-    """The true s_{t+1} of every sub-env, shape (num_envs, *obs_shape).
-
-    Under SAME_STEP autoreset an ended sub-env's `next_obs` row is already its reset observation; the final
-    observation of the ended episode is in infos["final_obs"] (mask infos["_final_obs"]).
-    """
-    real_next_obs = next_obs.copy()
-    if "_final_obs" in infos:
-        for i in np.flatnonzero(infos["_final_obs"]):
-            real_next_obs[i] = infos["final_obs"][i]
-    return real_next_obs
-
-
-def env_snapshot(envs) -> bytes:
-    """Pickle the sub-envs with their simulator state and RNG, for an exact resume.
-
-    MuJoCo and ALE envs pickle through EzPickle, which rebuilds them from their constructor arguments; their np_random
-    and simulator state (MjData, or the ALE state with its RNG) are stored beside them and put back by `env_restore`.
-    Async envs live in subprocesses: nothing is stored, and a resumed run starts new episodes.
-    """
-    if not hasattr(envs, "envs"):
-        return pickle.dumps(None)
-    extras = []
-    for env in envs.envs:
-        base = env.unwrapped
-        state = base.ale.cloneState(include_rng=True) if hasattr(base, "ale") else getattr(base, "data", None)
-        extras.append((base.np_random, state))
-    exact = all(state is not None or not isinstance(env.unwrapped, gym.utils.EzPickle)
-                for env, (_, state) in zip(envs.envs, extras))
-    return pickle.dumps((envs.envs, extras, exact))
-
-
-def env_restore(snapshot: bytes):
-    """Inverse of `env_snapshot`: returns (sub-envs, exact), exact=False where an env's state could not be saved."""
-    saved = pickle.loads(snapshot)
-    if saved is None:
-        return None, False
-    sub_envs, extras, exact = saved
-    for env, (np_random, state) in zip(sub_envs, extras):
-        env.unwrapped.np_random = np_random
-        if hasattr(env.unwrapped, "ale"):
-            env.unwrapped.ale.restoreState(state)
-        elif state is not None:
-            import mujoco
-
-            mujoco.mj_copyData(env.unwrapped.data, env.unwrapped.model, state)
-    return sub_envs, exact
-
-
-def vector_env(thunks, mode: str = "sync"):
-    """SAME_STEP autoreset: a step that ends an episode returns the reset observation and infos["final_obs"]."""
-    cls = gym.vector.SyncVectorEnv if mode == "sync" else gym.vector.AsyncVectorEnv
-    return cls(thunks, autoreset_mode=AutoresetMode.SAME_STEP)
+    return torch.where(var == 0, torch.nan, 1 - (targets - predictions).var() / var)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -312,6 +187,11 @@ class Scale(nn.Module):
 
     def forward(self, x):
         return x.float() * self.factor
+
+
+def as_tensor(obs: np.ndarray, device) -> torch.Tensor:
+    """Atari frames stay uint8 (the network scales them); other observations become float32."""
+    return torch.as_tensor(obs, dtype=torch.uint8 if obs.dtype == np.uint8 else torch.float32, device=device)
 
 
 class Agent(nn.Module):
@@ -402,7 +282,7 @@ def flatten_parameters(module: nn.Module) -> nn.Parameter:
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# LOSS
+# LOSS AND UPDATE
 # ---------------------------------------------------------------------------------------------------------------------
 def compute_loss(agent, obs, actions, advantages, value_targets, vf_coef: float, ent_coef: float):
     """L = -E[log pi(a|s) * A] + vf_coef * E[(V(s) - V_target)^2] - ent_coef * E[H(pi(.|s))]   [arXiv:1602.01783 Sec. 4]
@@ -417,240 +297,87 @@ def compute_loss(agent, obs, actions, advantages, value_targets, vf_coef: float,
     return loss, {"policy_loss": policy_loss.detach(), "value_loss": value_loss.detach(), "entropy": entropy.detach()}
 
 
-# ---------------------------------------------------------------------------------------------------------------------
-# CHECKS, EVALUATION, PROGRESS
-# ---------------------------------------------------------------------------------------------------------------------
+def a2c_update(agent, flat_params, optimizer, args):
+    """update(obs, actions, advantages, value_targets): one gradient step on the loss over a whole rollout, returning
+    its detached metrics (no host sync); torch.compile'd as it is with --compile."""
+
+    def update(obs, actions, advantages, value_targets):
+        loss, metrics = compute_loss(agent, obs, actions, advantages, value_targets, args.vf_coef, args.ent_coef)
+        flat_params.grad.zero_()
+        loss.backward()
+        nn.utils.clip_grad_norm_(flat_params, args.max_grad_norm)  # DEVIATION(4)
+        optimizer.step()
+        return metrics
+
+    return torch.compile(update) if args.compile else update
+
+
 def check_args(args: Args) -> None:
-    """Raise ConfigError for out-of-range or contradictory flags, before anything is written."""
+    """Raise ConfigError for this script's out-of-range or contradictory flags."""
     batch = args.num_envs * args.num_steps
-    problems = [
-        (args.num_envs < 1, "--num-envs must be at least 1"),
-        (args.num_steps < 1, "--num-steps must be at least 1"),
-        (args.total_timesteps < batch,
-         f"--total-timesteps {args.total_timesteps} is less than one rollout (--num-envs x --num-steps = {batch}): "
-         "raise it or shorten the rollout"),
-        (not args.learning_rate > 0, "--learning-rate must be positive"),
-        (not 0 < args.gamma <= 1, "--gamma must lie in (0, 1]"),
-        (not 0 <= args.gae_lambda <= 1, "--gae-lambda must lie in [0, 1]"),
-        (not args.vf_coef >= 0, "--vf-coef must be non-negative"),
-        (not args.ent_coef >= 0, "--ent-coef must be non-negative"),
-        (not args.max_grad_norm > 0, "--max-grad-norm must be positive"),
-        (not 0 <= args.rms_alpha < 1, "--rms-alpha must lie in [0, 1)"),
-        (not args.rms_eps > 0, "--rms-eps must be positive"),
-        (args.eval_freq < 0, "--eval-freq must be non-negative (0: evaluate only at the end)"),
-        (args.eval_episodes < 1, "--eval-episodes must be at least 1"),
-        (args.checkpoint_freq < 0, "--checkpoint-freq must be non-negative (0: only on SIGINT/SIGTERM)"),
-        (args.log_interval < 1, "--log-interval must be at least 1"),
-    ]
-    for bad, message in problems:
-        if bad:
-            raise ConfigError(message)
-    for flag, module, hint in [(args.track, "wandb", "--track"), (args.capture_video, "moviepy", "--capture-video")]:
-        if flag:
-            try:
-                __import__(module)
-            except ImportError:
-                raise ConfigError(f"{hint} needs {module}: `pip install {module}`, or drop {hint}") from None
+    check([(args.num_steps < 1, "--num-steps must be at least 1"),
+           (args.total_timesteps < batch, f"--total-timesteps {args.total_timesteps} is less than one rollout "
+            f"(--num-envs x --num-steps = {batch}): raise it or shorten the rollout"),
+           (not args.learning_rate > 0, "--learning-rate must be positive"),
+           (not 0 < args.gamma <= 1, "--gamma must lie in (0, 1]"),
+           (not 0 <= args.gae_lambda <= 1, "--gae-lambda must lie in [0, 1]"),
+           (not args.vf_coef >= 0, "--vf-coef must be non-negative"),
+           (not args.ent_coef >= 0, "--ent-coef must be non-negative"),
+           (not args.max_grad_norm > 0, "--max-grad-norm must be positive"),
+           (not 0 <= args.rms_alpha < 1, "--rms-alpha must lie in [0, 1)"),
+           (not args.rms_eps > 0, "--rms-eps must be positive")])
 
 
-def check_env(env_id: str, render: bool = False) -> None:
-    """Raise ConfigError unless env_id makes an env with a Discrete or bounded Box action space and either Atari frames
-    or 1-D Box observations, and, with render=True, one that renders frames for --capture-video."""
-    try:
-        env = make_env(env_id)()
-    except ImportError as e:
-        raise ConfigError(f"{env_id} needs the Atari extra ({e}): pip install -r requirements/requirements-atari.txt"
-                          ) from None
-    except gym.error.DependencyNotInstalled as e:
-        raise ConfigError(f"{env_id} needs an extra dependency ({e})") from None
-    except gym.error.Error as e:
-        raise ConfigError(f"unknown env id {env_id!r} ({e}); list ids with "
-                          "`python -c 'import gymnasium; gymnasium.pprint_registry()'`") from None
-    space, obs_space = env.action_space, env.observation_space
-    env.close()
-    if isinstance(space, gym.spaces.Box):
-        if len(space.shape) != 1 or not (np.all(np.isfinite(space.low)) and np.all(np.isfinite(space.high))):
-            raise ConfigError(f"{env_id} has a {space} action space; this script needs a 1-D Box with finite bounds")
-    elif not isinstance(space, gym.spaces.Discrete):
-        raise ConfigError(f"{env_id} has a {type(space).__name__} action space; this script needs Discrete or Box")
-    if not (isinstance(obs_space, gym.spaces.Box) and (len(obs_space.shape) == 1 or is_atari(env_id))):
-        raise ConfigError(f"{env_id} has {obs_space} observations; this script needs Atari frames or a 1-D Box: "
-                          "flatten them in your env (gymnasium.wrappers.FlattenObservation) before registering it")
-    if render:
-        try:
-            env = gym.make(env_id, render_mode="rgb_array")
-            env.reset(seed=0)
-            env.render()
-            env.close()
-        except Exception as e:  # a missing renderer (pygame) would otherwise fail at the first evaluation
-            raise ConfigError(f"--capture-video: {env_id} cannot render ({type(e).__name__}: {e}); install its "
-                              "renderer or drop --capture-video") from None
-
-
-def load_checkpoint(path: str) -> dict:
-    """Read a checkpoint written by this script; ConfigError if it is missing or unreadable."""
-    if not os.path.isfile(path):
-        raise ConfigError(f"--resume {path}: no such file; pass the checkpoint.pt inside a run directory")
-    try:
-        # weights_only=False: the checkpoint holds pickled environments. Resume only from checkpoints you wrote.
-        checkpoint = torch.load(path, map_location="cpu", weights_only=False)
-        env_restore(checkpoint["envs"])
-        Args(**checkpoint["args"])
-    except Exception as e:  # a truncated zip, a foreign pickle or missing keys all mean the same to the user
-        raise ConfigError(f"--resume {path}: not a readable checkpoint of this script ({type(e).__name__}); "
-                          "pass a checkpoint.pt written by --checkpoint-freq or on SIGINT/SIGTERM") from None
-    return checkpoint
-
-
-def as_tensor(obs: np.ndarray, device) -> torch.Tensor:
-    """Atari frames stay uint8 (the network scales them); other observations become float32."""
-    return torch.as_tensor(obs, dtype=torch.uint8 if obs.dtype == np.uint8 else torch.float32, device=device)
-
-
-@torch.no_grad()
-def evaluate(agent: Agent, env_id: str, episodes: int, seed: int, device="cpu", video_dir: str | None = None):
-    """Returns of `episodes` real episodes (whole Atari games, unclipped) with the greedy action (argmax, or the mean
-    clipped to the bounds); episode k is reset with seed + k. Draws nothing from torch's RNG."""
-    env = make_env(env_id, video_dir)()
-    returns = []
-    for k in range(episodes):
-        obs, _ = env.reset(seed=seed + k)
-        while True:
-            action = agent.greedy_action(as_tensor(obs, device).unsqueeze(0))[0].cpu().numpy()
-            if not agent.discrete:
-                action = np.clip(action, env.action_space.low, env.action_space.high)
-            obs, _, terminated, truncated, info = env.step(action)
-            if "episode" in info:  # the real episode ended: RecordEpisodeStatistics sits below EpisodicLife
-                returns.append(float(info["episode"]["r"]))
-                break
-            if terminated or truncated:  # a life lost under EpisodicLife: the game goes on
-                obs, _ = env.reset()
-    env.close()
-    return np.array(returns)
-
-
-def crossed(before: int, now: int, every: int) -> bool:
-    """True when a multiple of `every` lies in (before, now]."""
-    return every > 0 and now // every > before // every
+def check_spaces(env_id: str, obs_space, action_space) -> None:
+    """Raise ConfigError unless the env has Discrete or bounded 1-D Box actions, and 1-D Box or Atari-frame observations."""
+    box = isinstance(action_space, gym.spaces.Box)
+    check([(not (box or isinstance(action_space, gym.spaces.Discrete)),
+            f"{env_id} has a {type(action_space).__name__} action space; this script needs Discrete or Box"),
+           (box and not (len(action_space.shape) == 1 and np.isfinite([action_space.low, action_space.high]).all()),
+            f"{env_id} has a {action_space} action space; this script needs a 1-D Box with finite bounds"),
+           (not (isinstance(obs_space, gym.spaces.Box) and (len(obs_space.shape) == 1 or obs_space.shape[1:] == (84, 84))),
+            f"{env_id} has {obs_space} observations; this script needs Atari frames or a 1-D Box: flatten them in "
+            "your env (gymnasium.wrappers.FlattenObservation) before registering it")])
 
 
 # ---------------------------------------------------------------------------------------------------------------------
 # MAIN
 # ---------------------------------------------------------------------------------------------------------------------
 def main(args: Args) -> dict:
-    """Train; returns a summary dict. Raises ConfigError, before writing anything, on bad flags, envs or checkpoints."""
-    checkpoint = load_checkpoint(args.resume) if args.resume else None
-    if checkpoint is not None:
-        args = Args(**{**checkpoint["args"], "resume": args.resume})
-    check_args(args)
-    if args.capture_video and not os.environ.get("DISPLAY"):
-        os.environ.setdefault("MUJOCO_GL", "egl")  # headless MuJoCo rendering; read when mujoco is first imported
-    if args.capture_video:
-        # torch's CUDA wheels bring triton, which the optimizers import at their first step; loaded after MuJoCo has
-        # made an EGL context, triton's library segfaults (torch 2.14.1+cu130, mujoco 4.0.0), so load it first
-        __import__("torch._dynamo")  # (an import statement here would make `torch` local to main)
-    check_env(args.env_id, render=args.capture_video)
-
-    # SEEDING AND DEVICE
-    random.seed(args.seed)
-    np.random.seed(args.seed)
-    torch.manual_seed(args.seed)
-    torch.backends.cudnn.deterministic = args.torch_deterministic
-    device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
-
-    if checkpoint:
-        run_name, run_dir = checkpoint["run_name"], os.path.dirname(os.path.abspath(args.resume))
-    else:
-        run_name = f"{args.env_id.replace('/', '-')}__{args.exp_name}__{args.seed}__{int(time.time())}"
-        run_dir = f"runs/{run_name}"
-    if args.track:
-        import wandb
-
-        wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, sync_tensorboard=True, config=asdict(args),
-                   name=run_name, id=run_name, resume="allow", save_code=True)
-    from torch.utils.tensorboard import SummaryWriter
-
-    # purge_step drops events a killed run logged after its last checkpoint
-    writer = SummaryWriter(run_dir, purge_step=checkpoint["counters"][0] + 1 if checkpoint else None)
-    if not checkpoint:
-        writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in
-                                                                                 asdict(args).items()))
-
-    sub_envs, exact_resume = env_restore(checkpoint["envs"]) if checkpoint else (None, False)
-    if sub_envs is not None:
-        envs = vector_env([lambda env=env: env for env in sub_envs], args.vector_env)
-    else:
-        envs = vector_env([make_env(args.env_id) for _ in range(args.num_envs)], args.vector_env)
-    obs_shape, action_space = envs.single_observation_space.shape, envs.single_action_space
-
-    agent = Agent(envs, args.shared_network).to(device)
-    flat_params = flatten_parameters(agent)
-    if args.optimizer == "rmsprop":
-        optimizer = torch.optim.RMSprop([flat_params], lr=args.learning_rate, alpha=args.rms_alpha, eps=args.rms_eps)
-    else:
-        optimizer = torch.optim.Adam([flat_params], lr=args.learning_rate, eps=args.rms_eps)
-    low, high = (None, None) if agent.discrete else (action_space.low, action_space.high)
-
-    # ROLLOUT STORAGE: (T, N) per quantity
-    T, N = args.num_steps, args.num_envs
-    obs_dtype = torch.uint8 if envs.single_observation_space.dtype == np.uint8 else torch.float32
-    rollout_obs = torch.zeros((T, N, *obs_shape), dtype=obs_dtype, device=device)
-    rollout_actions = torch.zeros((T, N) if agent.discrete else (T, N, *action_space.shape),
-                                  dtype=torch.long if agent.discrete else torch.float32, device=device)
-    rollout_rewards = np.zeros((T, N), dtype=np.float32)  # numpy until the rollout is complete: a row per step costs
-    rollout_dones = np.zeros((T, N), dtype=np.float32)  # no torch op, the whole rollout then moves in one copy each
-    rollout_values = torch.zeros((T, N), device=device)
-
-    num_updates = args.total_timesteps // (T * N)
-    loss_sums = torch.zeros(3, device=device)  # policy_loss, value_loss, entropy since the last log
-    global_step = updates = 0
-    last_return = None
-    if checkpoint:
-        agent.load_state_dict(checkpoint["agent"])
-        optimizer.load_state_dict(checkpoint["optimizer"])
-        global_step, updates = checkpoint["counters"]
-        last_return = checkpoint["last_return"]
-        loss_sums = checkpoint["loss_sums"].to(device)
-        obs = checkpoint["obs"]
-        torch.set_rng_state(checkpoint["rng"]["torch"])
-        np.random.set_state(checkpoint["rng"]["numpy"])
-        random.setstate(checkpoint["rng"]["random"])
-        if device.type == "cuda" and checkpoint["rng"]["cuda"]:
-            torch.cuda.set_rng_state_all(checkpoint["rng"]["cuda"])
-        if not exact_resume:
-            print(f"warning: {args.env_id}'s state cannot be saved; episodes in progress restart", file=sys.stderr)
-            obs, _ = envs.reset(seed=args.seed + global_step)
-        print(f"resumed {run_dir} at step {global_step:,}")
-    else:
-        obs, _ = envs.reset(seed=args.seed)
-
-    def save_checkpoint():
-        state = dict(agent=agent.state_dict(), optimizer=optimizer.state_dict(), args=asdict(args), run_name=run_name,
-                     obs=obs, counters=(global_step, updates), last_return=last_return, loss_sums=loss_sums, envs=env_snapshot(envs),
-                     rng={"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "random": random.getstate(),
-                          "cuda": torch.cuda.get_rng_state_all() if device.type == "cuda" else []})
-        path = f"{run_dir}/checkpoint.pt"
-        torch.save(state, path + ".tmp")
-        os.replace(path + ".tmp", path)  # atomic: a reader sees the old checkpoint or the new one, never half of one
-        return path
-
-    stop_signal = []
-    handlers = {sig: signal.signal(sig, lambda signum, frame: stop_signal.append(signum))
-                for sig in (signal.SIGINT, signal.SIGTERM)}
-    tty = sys.stdout.isatty()
-    start_time = last_print = time.time()
-    start_step = global_step
-    eval_return = None
-
-    def run_evaluation():
-        video_dir = f"{run_dir}/videos/step_{global_step}" if args.capture_video else None  # one folder per evaluation
-        mean_return = evaluate(agent, args.env_id, args.eval_episodes, args.seed + EVAL_SEED_OFFSET, device,
-                               video_dir).mean()
-        writer.add_scalar("eval/episodic_return", mean_return, global_step)
-        return mean_return
-
+    """Train; returns a summary. Raises ConfigError, before writing anything, on bad flags, envs or checkpoints."""
+    args, checkpoint, device = setup(args)
+    run = Run(args, checkpoint, device)
     try:
-        while updates < num_updates and not stop_signal:
+        envs, T, N = run.envs, args.num_steps, args.num_envs
+        obs_shape, action_space = envs.single_observation_space.shape, envs.single_action_space
+        agent = Agent(envs, args.shared_network).to(device)
+        flat_params = flatten_parameters(agent)
+        if args.optimizer == "rmsprop":
+            optimizer = torch.optim.RMSprop([flat_params], lr=args.learning_rate, alpha=args.rms_alpha, eps=args.rms_eps)
+        else:
+            optimizer = torch.optim.Adam([flat_params], lr=args.learning_rate, eps=args.rms_eps)
+        update = a2c_update(agent, flat_params, optimizer, args)
+        low, high = (None, None) if agent.discrete else (action_space.low, action_space.high)
+
+        # ROLLOUT STORAGE: (T, N) per quantity
+        obs_dtype = torch.uint8 if envs.single_observation_space.dtype == np.uint8 else torch.float32
+        rollout_obs = torch.zeros((T, N, *obs_shape), dtype=obs_dtype, device=device)
+        rollout_actions = torch.zeros((T, N) if agent.discrete else (T, N, *action_space.shape),
+                                      dtype=torch.long if agent.discrete else torch.float32, device=device)
+        rollout_rewards = np.zeros((T, N), dtype=np.float32)  # numpy until the rollout is complete: a row per step costs
+        rollout_dones = np.zeros((T, N), dtype=np.float32)  # no torch op, the whole rollout then moves in one copy each
+        rollout_values = torch.zeros((T, N), device=device)
+
+        num_updates = args.total_timesteps // (T * N)
+        loss_sums = torch.zeros(4, device=device)  # policy_loss, value_loss, entropy and updates since the last write
+        counters, obs = run.resume(dict(agent=agent, optimizer=optimizer, loss_sums=loss_sums), (0, 0))
+        global_step, updates = counters
+
+        def policy(obs):  # greedy: the most probable action, or the Gaussian's mean clipped to the bounds
+            actions = agent.greedy_action(as_tensor(obs, device)).cpu().numpy()
+            return actions if agent.discrete else np.clip(actions, low, high)
+
+        while updates < num_updates and not run.stop_signal:
             previous_step = global_step
             # COLLECT a rollout of T steps in each of the N envs, all stepped in lockstep (DEVIATION(1))
             for t in range(T):
@@ -661,13 +388,7 @@ def main(args: Args) -> dict:
                 next_obs, rewards, terminations, truncations, infos = envs.step(
                     actions if agent.discrete else np.clip(actions, low, high))
                 global_step += N
-
-                if "final_info" in infos and "_episode" in infos["final_info"]:
-                    episode = infos["final_info"]["episode"]
-                    for i in np.flatnonzero(infos["final_info"]["_episode"]):
-                        last_return = float(episode["r"][i])
-                        writer.add_scalar("charts/episodic_return", last_return, global_step)
-                        writer.add_scalar("charts/episodic_length", int(episode["l"][i]), global_step)
+                run.log(infos, None, global_step - N, global_step)
 
                 # A truncation bootstraps: r += gamma * V(final obs), then the step ends the episode like a termination
                 # (DEVIATION(2)). SAME_STEP autoreset: next_obs already starts the next episode, so nothing bootstraps
@@ -688,8 +409,7 @@ def main(args: Args) -> dict:
                     value_targets = nstep_returns(rewards, dones, last_values, args.gamma)
                     advantages = value_targets - rollout_values
                 else:
-                    advantages = gae_advantages(rewards, rollout_values, dones, last_values,
-                                                args.gamma, args.gae_lambda)
+                    advantages = gae_advantages(rewards, rollout_values, dones, last_values, args.gamma, args.gae_lambda)
                     value_targets = advantages + rollout_values
                     if args.norm_adv:  # DEVIATION(3)
                         advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
@@ -697,98 +417,269 @@ def main(args: Args) -> dict:
             # UPDATE: one gradient step on the whole rollout
             if args.anneal_lr:
                 optimizer.param_groups[0]["lr"] = args.learning_rate * (1.0 - updates / num_updates)
-            loss, metrics = compute_loss(agent, rollout_obs.flatten(0, 1), rollout_actions.flatten(0, 1),
-                                         advantages.flatten(), value_targets.flatten(), args.vf_coef, args.ent_coef)
-            flat_params.grad.zero_()
-            loss.backward()
-            nn.utils.clip_grad_norm_(flat_params, args.max_grad_norm)  # DEVIATION(4)
-            optimizer.step()
+            metrics = update(rollout_obs.flatten(0, 1), rollout_actions.flatten(0, 1), advantages.flatten(),
+                             value_targets.flatten())
             updates += 1
 
-            # LOG the losses averaged over the last `log_interval` updates: summed on the device, read once per window
-            loss_sums += torch.stack(tuple(metrics.values()))
-            if updates % args.log_interval == 0 or updates == num_updates:
-                window = (updates - 1) % args.log_interval + 1
-                for key, value in zip(metrics, (loss_sums / window).tolist()):
-                    writer.add_scalar(f"losses/{key}", value, global_step)
+            # LOG the losses averaged over the updates since the last write: summed on the device, read once per write
+            loss_sums += torch.stack([*metrics.values(), torch.ones((), device=device)])
+            if crossed(previous_step, global_step, args.log_freq):
+                metrics = dict(zip(metrics, loss_sums[:-1] / loss_sums[-1]))
+                metrics["explained_variance"] = explained_variance(rollout_values.flatten(), value_targets.flatten())
+                run.log({}, metrics, previous_step, global_step)
+                run.writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
                 loss_sums.zero_()
-                writer.add_scalar("losses/explained_variance",
-                                  explained_variance(rollout_values.flatten(), value_targets.flatten()), global_step)
-                writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
-                writer.add_scalar("charts/SPS", int((global_step - start_step) / (time.time() - start_time)),
-                                  global_step)
+            run.after_step(previous_step, (global_step, updates), obs, policy)
+        summary = run.finish((global_step, updates), obs, policy, {"agent": agent.state_dict()})
+    finally:
+        run.close()
+    return {**summary, "updates": updates}
 
-            # EVALUATE
-            if crossed(previous_step, global_step, args.eval_freq):
-                eval_return = run_evaluation()
-                print(("\n" if tty else "") + f"step {global_step:,}: eval/episodic_return {eval_return:.2f}")
 
-            if crossed(previous_step, global_step, args.checkpoint_freq):
-                save_checkpoint()
-            if time.time() - last_print > PROGRESS_SECONDS[0 if tty else 1]:
-                last_print = time.time()
-                sps = (global_step - start_step) / (last_print - start_time)
-                done = updates / num_updates
-                line = (f"step {global_step:,}/{num_updates * T * N:,} ({100 * done:.1f}%)  SPS {sps:.0f}"
-                        f"  last return {'-' if last_return is None else f'{last_return:.2f}'}")
-                if tty:
-                    bar = "#" * int(30 * done) + "." * (30 - int(30 * done))
-                    print(f"\r[{bar}] {line}", end="", flush=True)
-                else:
-                    print(line, flush=True)
+# ======================================================================================================================
+# COMMON BLOCK: the same text in all five scripts (tests/test_common_block.py compares them)
+# ======================================================================================================================
+EVAL_SEED_OFFSET = 1_000_000  # evaluation episode k is reset with seed + EVAL_SEED_OFFSET + k
 
-        train_sps = (global_step - start_step) / (time.time() - start_time)
-        if tty:
-            print()
-        if stop_signal:
-            path = save_checkpoint()
-            print(f"stopped by signal {stop_signal[0]} at step {global_step:,}; checkpoint written to {path}; "
+
+class ConfigError(Exception):
+    """A bad flag, env or checkpoint: `cli` prints the message on one line and exits with code 2."""
+
+
+def check(problems) -> None:
+    """Raise ConfigError with the message of the first (bad, message) pair that is bad."""
+    for bad, message in problems:
+        if bad:
+            raise ConfigError(message)
+
+
+def crossed(before: int, now: int, every: int) -> bool:
+    """True when a multiple of `every` lies in (before, now]."""
+    return every > 0 and now // every > before // every
+
+
+def make_env(env_id: str, video_dir: str | None = None):
+    """A thunk making one env that records episode statistics (`infos["episode"]`); a video_dir makes it render, and
+    record its first episode there. Atari ids get seed 000's wrappers above the statistics, which so see whole games
+    and unclipped rewards: SB3's AtariWrapper (NoopReset, MaxAndSkip(4), EpisodicLife, FireReset, 84x84 gray,
+    ClipReward) and FrameStack(4); `ALE/*` ids keep their sticky actions."""
+
+    def thunk():
+        atari = env_id.startswith("ALE/") or "NoFrameskip" in env_id
+        if atari:
+            gym.register_envs(__import__("ale_py"))
+        kwargs = {"frameskip": 1} if env_id.startswith("ALE/") else {}  # MaxAndSkip skips
+        env = gym.make(env_id, **kwargs, **({"render_mode": "rgb_array"} if video_dir is not None else {}))
+        if video_dir:
+            env = gym.wrappers.RecordVideo(env, video_dir, episode_trigger=lambda k: k == 0, disable_logger=True)
+        env = gym.wrappers.RecordEpisodeStatistics(env)
+        if atari:
+            from stable_baselines3.common.atari_wrappers import AtariWrapper
+
+            frames = gym.spaces.Box(0, 255, (84, 84), np.uint8)  # (84, 84, 1) frames as (84, 84); itemgetter pickles
+            env = gym.wrappers.TransformObservation(AtariWrapper(env), operator.itemgetter((..., 0)), frames)
+            env = gym.wrappers.FrameStackObservation(env, 4)  # pads a new episode with its first frame
+        return env
+
+    return thunk
+
+
+def final_observations(next_obs: np.ndarray, infos: dict) -> np.ndarray:
+    """The true s_{t+1}: under SAME_STEP autoreset an ended sub-env's row of next_obs is already its reset observation."""
+    real_next_obs = next_obs.copy()
+    for i in np.flatnonzero(infos.get("_final_obs", [])):
+        real_next_obs[i] = infos["final_obs"][i]
+    return real_next_obs
+
+
+def setup(args):
+    """Before anything is written: load --resume's checkpoint (its flags win), check the flags and the env, seed, and
+    choose the device and whether to compile. Returns (args, checkpoint, device)."""
+    checkpoint = None
+    if args.resume:
+        check([(not os.path.isfile(args.resume), f"--resume {args.resume}: no such file; pass a run's checkpoint.pt")])
+        try:  # weights_only=False: the checkpoint holds pickled environments; resume only from checkpoints you wrote
+            checkpoint = torch.load(args.resume, map_location="cpu", weights_only=False)
+            args, _ = Args(**{**checkpoint["args"], "resume": args.resume}), pickle.loads(checkpoint["envs"])
+        except Exception as e:  # a truncated zip, a foreign pickle or missing keys all mean the same to the user
+            raise ConfigError(f"--resume {args.resume}: not a readable checkpoint of this script ({type(e).__name__}); "
+                              "pass a checkpoint.pt written by --checkpoint-freq or on SIGINT/SIGTERM") from None
+    check([(args.num_envs < 1, "--num-envs must be at least 1"),
+           (args.total_timesteps < args.num_envs, "--total-timesteps must be at least --num-envs"),
+           (args.eval_freq < 0, "--eval-freq must be non-negative (0: evaluate only at the end)"),
+           (args.eval_episodes < 1, "--eval-episodes must be at least 1"),
+           (args.checkpoint_freq < 0, "--checkpoint-freq must be non-negative (0: only on SIGINT/SIGTERM)"),
+           (args.log_freq < 1, "--log-freq must be at least 1"),
+           (args.capture_video and not importlib.util.find_spec("moviepy"), "--capture-video needs `pip install moviepy`")])
+    check_args(args)
+    if args.capture_video:
+        os.environ.setdefault("MUJOCO_GL", "egl")  # headless MuJoCo rendering; read when mujoco is first imported
+        __import__("torch._dynamo")  # CUDA wheels' triton segfaults when first loaded after MuJoCo's EGL context
+    try:  # the env, and for --capture-video its renderer, which would otherwise fail at the first evaluation
+        env = make_env(args.env_id, "" if args.capture_video else None)()
+        env.reset(seed=0)
+        frame = env.render() if args.capture_video else None
+    except Exception as e:  # an unknown id, a missing package or renderer: one line, whatever the library raised
+        raise ConfigError(f"{args.env_id} cannot be made ({type(e).__name__}: {e}): is it an unknown env id (see "
+                          "`python -c 'import gymnasium; gymnasium.pprint_registry()'`), or does it need an extra "
+                          "(requirements/requirements-*.txt) or, for --capture-video, a renderer?") from None
+    check_spaces(args.env_id, env.observation_space, env.action_space)
+    check([(args.capture_video and frame is None, f"--capture-video: {args.env_id} renders no frames")])
+    random.seed(args.seed)
+    np.random.seed(args.seed)
+    torch.manual_seed(args.seed)
+    torch.backends.cudnn.deterministic = True
+    device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
+    compiler = device.type != "cpu" or shutil.which(os.environ.get("CXX", "g++"))  # torch.compile's on the CPU
+    check([(args.compile and not compiler, "--compile needs a C++ compiler (g++, or $CXX): install one, or drop it")])
+    # unset --compile: compiled where the 20-70 s it takes pay back, CPU runs of COMPILE_MIN_STEPS training steps
+    train_steps = args.total_timesteps - getattr(args, "learning_starts", 0)  # the off-policy scripts start late
+    long_run = device.type == "cpu" and train_steps >= (COMPILE_MIN_STEPS or math.inf)
+    if args.compile is None and long_run and not compiler:
+        print("note: no C++ compiler (g++, or $CXX) found, so the updates run eagerly", file=sys.stderr)
+    compile = bool(long_run and compiler) if args.compile is None else args.compile
+    return replace(args, compile=compile), checkpoint, device
+
+
+class Run:
+    """A run's envs, directory, TensorBoard writer, signal handling, progress line, evaluations and checkpoints."""
+
+    def __init__(self, args, checkpoint: dict | None, device):
+        self.args, self.checkpoint, self.device = args, checkpoint, device
+        saved = checkpoint and pickle.loads(checkpoint["envs"])  # the sub-envs, with their RNG and simulator state
+        for env, (np_random, state) in zip(*saved) if saved else []:
+            env.unwrapped.np_random = np_random
+            if hasattr(env.unwrapped, "ale"):
+                env.unwrapped.ale.restoreState(state)
+            elif state is not None:
+                __import__("mujoco").mj_copyData(env.unwrapped.data, env.unwrapped.model, state)
+        thunks = [lambda env=env: env for env in saved[0]] if saved else [make_env(args.env_id)] * args.num_envs
+        # SAME_STEP autoreset: a step that ends an episode returns the reset observation, the final one in infos
+        self.envs = gym.vector.SyncVectorEnv(thunks, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+        self.exact = saved and all(state is not None or not isinstance(env.unwrapped, gym.utils.EzPickle)
+                                   for env, (_, state) in zip(*saved))  # else EzPickle rebuilt a new env
+        safe = f"{args.env_id}__{args.exp_name}".replace("/", "-")
+        self.name = checkpoint["run_name"] if checkpoint else f"{safe}__{args.seed}__{int(time.time())}"
+        self.dir = os.path.dirname(os.path.abspath(args.resume)) if checkpoint else f"runs/{self.name}"
+        # purge_step drops what a killed run logged after its last checkpoint
+        self.writer = SummaryWriter(self.dir, purge_step=checkpoint["counters"][0] + 1 if checkpoint else None)
+        self.writer.add_text("hyperparameters", "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items()))
+        self.last_return, self.eval_step = checkpoint["last_return"] if checkpoint else None, None
+        self.stop_signal, self.tty, self.last_print = [], sys.stdout.isatty(), 0.0
+        self.handlers = {sig: signal.signal(sig, lambda signum, frame: self.stop_signal.append(signum))
+                         for sig in (signal.SIGINT, signal.SIGTERM)}
+
+    def resume(self, stateful: dict, counters: tuple):
+        """The loop's (counters, obs), global_step first: the given counters and a first observation, or a resumed
+        run's, with `stateful` (modules, optimizers, buffers and tensors, by name) and the RNGs loaded."""
+        self.stateful, checkpoint, obs = stateful, self.checkpoint, None
+        if checkpoint:
+            for key, obj in stateful.items():
+                obj.data.copy_(checkpoint[key]) if isinstance(obj, torch.Tensor) else obj.load_state_dict(checkpoint[key])
+            for set_state, state in zip((torch.set_rng_state, np.random.set_state, random.setstate), checkpoint["rng"]):
+                set_state(state)
+            if self.device.type == "cuda":
+                torch.cuda.set_rng_state_all(checkpoint["rng"][3])
+            counters, obs = checkpoint["counters"], checkpoint["obs"] if self.exact else None
+            print(f"resumed {self.dir} at step {counters[0]:,}" + ("" if self.exact else "; new episodes start"))
+        self.start, self.start_step = time.time(), counters[0]
+        return counters, self.envs.reset(seed=self.args.seed + counters[0])[0] if obs is None else obs
+
+    def save_checkpoint(self, counters: tuple, obs) -> str:
+        """runs/<run_name>/checkpoint.pt, written atomically; the sub-envs beside their RNG and simulator state."""
+        states = [(env.unwrapped.np_random, env.unwrapped.ale.cloneState(include_rng=True)
+                   if hasattr(env.unwrapped, "ale") else getattr(env.unwrapped, "data", None)) for env in self.envs.envs]
+        state = {key: obj.detach().cpu() if isinstance(obj, torch.Tensor) else obj.state_dict()
+                 for key, obj in self.stateful.items()}
+        rng = torch.get_rng_state(), np.random.get_state(), random.getstate()
+        state.update(args=asdict(self.args), run_name=self.name, counters=counters, obs=obs, last_return=self.last_return,
+                     rng=(*rng, torch.cuda.get_rng_state_all() if self.device.type == "cuda" else None),
+                     envs=pickle.dumps((self.envs.envs, states)))
+        torch.save(state, f"{self.dir}/checkpoint.pt.tmp")
+        os.replace(f"{self.dir}/checkpoint.pt.tmp", f"{self.dir}/checkpoint.pt")  # never half a checkpoint
+        return f"{self.dir}/checkpoint.pt"
+
+    def log(self, infos: dict, metrics: dict | None, previous_step: int, global_step: int) -> None:
+        """The episodes that ended; every --log-freq env steps, `metrics` (0-d tensors, one host sync) and SPS."""
+        for i in np.flatnonzero(infos.get("final_info", {}).get("_episode", [])):
+            self.last_return = float(infos["final_info"]["episode"]["r"][i])
+            self.writer.add_scalar("charts/episodic_return", self.last_return, global_step)
+            self.writer.add_scalar("charts/episodic_length", int(infos["final_info"]["episode"]["l"][i]), global_step)
+        if metrics and crossed(previous_step, global_step, self.args.log_freq):
+            for key, value in zip(metrics, torch.stack([v.float() for v in metrics.values()]).tolist()):
+                self.writer.add_scalar(f"losses/{key}", value, global_step)
+            sps = int((global_step - self.start_step) / (time.time() - self.start))
+            self.writer.add_scalar("charts/SPS", sps, global_step)
+
+    def evaluate(self, policy, global_step: int) -> None:
+        """eval/episodic_return: the mean return of `policy` (numpy observations to actions; it draws nothing from
+        torch's RNG) over --eval-episodes real episodes (whole Atari games), reset with seeds of their own."""
+        video_dir = f"{self.dir}/videos/step_{global_step}" if self.args.capture_video else None
+        env, returns = make_env(self.args.env_id, video_dir)(), []
+        for k in range(self.args.eval_episodes):
+            obs, _ = env.reset(seed=self.args.seed + EVAL_SEED_OFFSET + k)
+            while True:
+                with torch.no_grad():
+                    obs, _, terminated, truncated, info = env.step(policy(obs[None])[0])
+                if "episode" in info:  # the real episode ended: RecordEpisodeStatistics sits below EpisodicLife
+                    returns.append(float(info["episode"]["r"]))
+                    break
+                if terminated or truncated:  # a life lost under EpisodicLife: the game goes on
+                    obs, _ = env.reset()
+        env.close()
+        self.eval_return, self.eval_step = float(np.mean(returns)), global_step
+        self.writer.add_scalar("eval/episodic_return", self.eval_return, global_step)
+        print(("\n" if self.tty else "") + f"step {global_step:,}: eval/episodic_return {self.eval_return:.2f}")
+
+    def after_step(self, previous_step: int, counters: tuple, obs, policy) -> None:
+        """Evaluate and checkpoint where their intervals were crossed, and refresh the progress line."""
+        global_step, total = counters[0], self.args.total_timesteps
+        if crossed(previous_step, global_step, self.args.eval_freq):
+            self.evaluate(policy, global_step)
+        if crossed(previous_step, global_step, self.args.checkpoint_freq):
+            self.save_checkpoint(counters, obs)
+        if time.time() - self.last_print > (0.5 if self.tty else 30.0):  # on a terminal, or to a log file
+            sps, self.last_print = (global_step - self.start_step) / (time.time() - self.start), time.time()
+            last = "-" if self.last_return is None else f"{self.last_return:.2f}"
+            line = f"step {global_step:,}/{total:,} ({100 * global_step / total:.1f}%)  SPS {sps:.0f}  last return {last}"
+            print(f"\r{line}\033[K" if self.tty else line, end="" if self.tty else "\n", flush=True)
+
+    def finish(self, counters: tuple, obs, policy, model: dict) -> dict:
+        """On a signal the checkpoint; else the final evaluation (unless just done) and --save-model. The summary."""
+        if self.stop_signal:
+            path = self.save_checkpoint(counters, obs)
+            print(f"\nstopped by signal {self.stop_signal[0]} at step {counters[0]:,}; checkpoint written to {path}; "
                   f"continue with --resume {path}")
         else:
-            if eval_return is None or not crossed(global_step - T * N, global_step, args.eval_freq):
-                eval_return = run_evaluation()
-            print(f"step {global_step:,}: final eval/episodic_return {eval_return:.2f}")
-            if args.save_model:
-                torch.save({"agent": agent.state_dict(), "args": asdict(args)}, f"{run_dir}/model.pt")
-                print(f"model saved to {run_dir}/model.pt")
-    finally:
-        for sig, handler in handlers.items():
+            if self.eval_step != counters[0]:
+                self.evaluate(policy, counters[0])
+            print(f"step {counters[0]:,}: final eval/episodic_return {self.eval_return:.2f}")
+            if self.args.save_model:
+                torch.save({**model, "args": asdict(self.args)}, f"{self.dir}/model.pt")
+                print(f"model saved to {self.dir}/model.pt")
+        return {"run_dir": self.dir, "global_step": counters[0], "eval_return": self.eval_return,
+                "stopped_by": self.stop_signal[0] if self.stop_signal else None}
+
+    def close(self) -> None:
+        for sig, handler in self.handlers.items():
             signal.signal(sig, handler)
-        envs.close()
-        writer.close()
-        if args.track:
-            wandb.finish()
-
-    print(f"training SPS: {train_sps:.1f}")
-    return {"run_dir": run_dir, "global_step": global_step, "updates": updates, "eval_return": eval_return,
-            "train_sps": train_sps, "stopped_by": stop_signal[0] if stop_signal else None}
-
-
-def parse_args(argv=None) -> Args:
-    """tyro's parser, its boxed errors (an unknown flag, a value that does not parse or is missing) cut to one line on
-    stderr and exit code 2, like the checks of `check_args`."""
-    box = io.StringIO()
-    try:
-        with contextlib.redirect_stderr(box):
-            return tyro.cli(Args, args=argv)
-    except SystemExit as e:
-        if not e.code:  # --help
-            sys.stderr.write(box.getvalue())
-            raise
-        message = []  # the box's first section, between its title and the first rule, is the message
-        for line in box.getvalue().splitlines()[1:]:
-            text = line.strip("│╭╮╰╯ ")
-            if text and set(text) <= {"─"}:
-                break
-            message.append(text)
-        message = " ".join(" ".join(message).split()) or " ".join(box.getvalue().split())
-        print(f"error: {message.rstrip('.')}; see --help", file=sys.stderr)
-        raise SystemExit(2) from None
+        self.envs.close()
+        self.writer.close()
 
 
 def cli(argv=None) -> dict:
-    """Command-line entry: bad input ends in one line on stderr and exit code 2; a stop by signal exits 128 + signum."""
-    args = parse_args(argv)
+    """Command line: bad input ends in one line on stderr and exit code 2; a stop by a signal exits with 128 + signum."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    try:  # tyro's own error box is silenced (console_outputs=False) and replaced by one line; --help prints as usual
+        args = tyro.cli(Args, args=argv, console_outputs=bool({"-h", "--help"} & set(argv)))
+    except SystemExit as e:
+        if not e.code:
+            raise
+        flags = {f"--{no}{field.name.replace('_', '-')}" for field in fields(Args) for no in ("", "no-")}
+        unknown = [a.split("=")[0] for a in argv if a.startswith("--") and a.split("=")[0] not in flags]
+        why = f"unrecognized flag {' '.join(unknown)}" if unknown else "a flag's value is missing or does not parse"
+        print(f"error: {why} in `{' '.join(argv)}`; see --help", file=sys.stderr)
+        raise SystemExit(2) from None
     try:
         summary = main(args)
     except ConfigError as e:

@@ -9,27 +9,29 @@ Example:
     python sac_atari.py --env-id BreakoutNoFrameskip-v4 --seed 1
 
 Deviations from the papers (each marked `# DEVIATION(n)` in the code):
-    1. The actor loss and the temperature loss sum over actions and average over the batch, the expectations of
-       arXiv:1910.07207 eq. 10 and 11. CleanRL averages over actions too, which divides both by |A|; Adam is invariant
-       to that factor apart from its epsilon.
+    1. The actor and temperature losses sum over actions and average over the batch (the expectations of
+       arXiv:1910.07207 eq. 10, 11); CleanRL averages over actions, dividing both by |A|, which Adam all but ignores.
     2. The target entropy is 0.89 * log|A| (CleanRL, more stable past 100k steps); the paper uses 0.98 * log|A|.
     3. Updates run every `update_frequency` env steps and the target critics are copied every
        `target_network_frequency` env steps (CleanRL's schedule); the paper updates every step with Polyak averaging.
     4. The critic loss is the plain mean squared error summed over the two critics, without the 1/2 (as CleanRL).
     5. Training starts with `learning_starts` env steps of uniformly random actions (as CleanRL).
-    6. The replay buffer stores each frame once and rebuilds the frame stacks when it samples; the sampled stacks are
-       byte-identical. CleanRL's SB3 buffer stores both 4-frame stacks of every transition: 8 frames where we store 1.
+    6. The replay buffer stores each frame once and rebuilds the frame stacks, byte-identical, when it samples;
+       CleanRL's SB3 buffer stores both 4-frame stacks of every transition: 8 frames where we store 1.
 """
 
-import contextlib
-import io
+import importlib.util
+import math
+import operator
 import os
 import pickle
 import random
+import shutil
 import signal
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields, replace
+from typing import Annotated
 
 import gymnasium as gym
 import numpy as np
@@ -37,55 +39,46 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 import tyro
-from gymnasium.vector import AutoresetMode
+from torch.utils.tensorboard import SummaryWriter
 
 
 @dataclass
 class Args:
-    # --- common block: experiment, seeding, device, tracking, video, saving, evaluation, checkpointing ---
+    # --- COMMON ARGS: the same text in all five scripts ---
     exp_name: str = os.path.basename(__file__)[: -len(".py")]
-    """name of this experiment; part of the run name runs/<env_id>__<exp_name>__<seed>__<unix time>"""
+    """name of this experiment; part of the run name runs/<env_id>__<exp_name>__<seed>__<unix time> ('/' becomes '-')"""
     seed: int = 1
     """seed of torch, numpy, random, the environments and the evaluation episodes"""
-    torch_deterministic: bool = True
-    """set `torch.backends.cudnn.deterministic`"""
     cuda: bool = True
     """use a CUDA GPU when one is present (falls back to the CPU otherwise)"""
-    compile: bool = False
-    """apply `torch.compile` to the update function (about 2 percent faster on a 2-core CPU after 5-30 s compiling)"""
-    track: bool = False
-    """log to Weights and Biases as well (needs `pip install wandb`)"""
-    wandb_project_name: str = "actor-critic"
-    """the W&B project name"""
-    wandb_entity: str | None = None
-    """the W&B entity (team)"""
+    compile: Annotated[bool | None, tyro.conf.DisallowNone] = None
+    """torch.compile the updates; unset: compiled for CPU runs of COMPILE_MIN_STEPS+ training steps with a C++ compiler"""
     capture_video: bool = False
     """record the first episode of each evaluation to runs/<run_name>/videos/step_<env step> (needs moviepy)"""
     save_model: bool = False
     """write the trained networks to runs/<run_name>/model.pt at the end"""
-    eval_freq: int = 100_000
-    """evaluate the policy without exploration noise every this many env steps, and at the end; 0: only at the end"""
     eval_episodes: int = 10
     """episodes per evaluation"""
     checkpoint_freq: int = 0
     """write runs/<run_name>/checkpoint.pt every this many env steps (0: only on SIGINT/SIGTERM)"""
     resume: str | None = None
     """continue the run saved in this checkpoint.pt; the run's saved configuration is used and other flags ignored"""
-    log_freq: int = 100
-    """write the loss metrics to TensorBoard every this many env steps"""
+    # --- END OF COMMON ARGS ---
 
-    # --- algorithm ---
     env_id: str = "BreakoutNoFrameskip-v4"
     """an Atari id (`*NoFrameskip-v4` or `ALE/*-v5`), or any env with a Discrete action space and 1-D observations"""
     total_timesteps: int = 5_000_000
     """environment steps in total, summed over all `num_envs` environments (CleanRL)"""
     num_envs: int = 1
     """number of environments stepped in parallel (SyncVectorEnv)"""
+    eval_freq: int = 100_000
+    """evaluate the policy without exploration noise every this many env steps, and at the end; 0: only at the end"""
+    log_freq: int = 100
+    """write the loss metrics to TensorBoard every this many env steps"""
     buffer_size: int = 1_000_000
     """replay buffer capacity in transitions (CleanRL)"""
     checkpoint_buffer: bool = True
-    """store the replay buffer in checkpoints (up to 7 GB at 1M Atari frames); without it a resumed run refills the
-    buffer with `learning_starts` steps of its policy before updates continue"""
+    """store the replay buffer in checkpoints (7 GB at 1M Atari frames); without, a resumed run refills it first"""
     gamma: float = 0.99
     """gamma: discount factor (arXiv:1910.07207, Table 1)"""
     tau: float = 1.0
@@ -114,23 +107,16 @@ class Args:
 
 HIDDEN = 256  # units per hidden layer of the MLP encoder for flat observations
 CNN_FEATURES = 512  # NatureCNN's last hidden layer (Mnih et al. 2015)
-FRAME_STACK, FRAME_SIZE, NOOP_MAX, FRAME_SKIP = 4, 84, 30, 4  # Atari preprocessing (Mnih et al. 2015; seed 000)
-EVAL_SEED_OFFSET = 1_000_000  # evaluation episode k is reset with seed + EVAL_SEED_OFFSET + k
-PROGRESS_SECONDS = 0.5, 30.0  # progress refresh interval on a terminal, and between plain lines otherwise
-
-
-class ConfigError(Exception):
-    """A bad flag, env or checkpoint: the CLI prints the message on one line and exits with code 2."""
+COMPILE_MIN_STEPS = None  # unset --compile runs eagerly
 
 
 # ---------------------------------------------------------------------------------------------------------------------
 # PURE MATH
 # ---------------------------------------------------------------------------------------------------------------------
 def discrete_soft_q_target(rewards, terminations, next_probs, next_log_probs, next_q_min, alpha, gamma: float):
-    """Soft Bellman target with the expectation over a' taken exactly under the policy.
-
+    """Soft Bellman target with the expectation over a' taken exactly under the policy (arXiv:1910.07207).
     Shapes: rewards, terminations (B,); next_probs, next_log_probs, next_q_min (B, |A|), next_q_min = min_i Q'_i(s', .).
-    y = r + gamma * (1 - terminated) * sum_a' pi(a'|s') * (min_i Q'_i(s', a') - alpha * log pi(a'|s'))   [arXiv:1910.07207 eq. 9, 10]
+    y = r + gamma * (1 - terminated) * sum_a' pi(a'|s') * (min_i Q'_i(s', a') - alpha * log pi(a'|s'))   [eq. 9, 10]
     A truncation is stored with terminated = 0, so the target bootstraps from the true final observation s'.
     """
     next_v = (next_probs * (next_q_min - alpha * next_log_probs)).sum(dim=1)
@@ -139,128 +125,18 @@ def discrete_soft_q_target(rewards, terminations, next_probs, next_log_probs, ne
 
 def discrete_actor_loss(probs, log_probs, q_min, alpha):
     """J_pi = E_s[sum_a pi(a|s) * (alpha * log pi(a|s) - min_i Q_i(s, a))]   [arXiv:1910.07207 eq. 12; DEVIATION(1)].
-
-    Shapes: probs, log_probs, q_min (B, |A|). Returns a scalar.
-    """
+    Shapes: probs, log_probs, q_min (B, |A|). Returns a scalar."""
     return (probs * (alpha * log_probs - q_min)).sum(dim=1).mean()
 
 
 def discrete_alpha_loss(log_alpha, probs, log_probs, target_entropy: float):
     """J(alpha) = E_s[sum_a pi(a|s) * (-alpha * (log pi(a|s) + H-bar))]   [arXiv:1910.07207 eq. 11; DEVIATION(1)].
-
-    probs and log_probs (B, |A|) enter detached: only log_alpha receives a gradient.
-    """
+    probs and log_probs (B, |A|) enter detached: only log_alpha receives a gradient."""
     return (probs * (-log_alpha.exp() * (log_probs + target_entropy))).sum(dim=1).mean()
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# ENVIRONMENTS
-# ---------------------------------------------------------------------------------------------------------------------
-def is_atari(env_id: str) -> bool:
-    return env_id.startswith("ALE/") or "NoFrameskip" in env_id
-
-
-def make_env(env_id: str, video_dir: str | None = None):
-    """A thunk building one env that records per-episode statistics (`infos["episode"]`).
-
-    Atari ids get the wrappers of seed 000, in its order: NoopReset(30), MaxAndSkip(4), EpisodicLife, FireReset (where
-    the game has FIRE), WarpFrame (84x84 grayscale), ClipReward, FrameStack(4). RecordEpisodeStatistics sits below them,
-    so `episode` holds the real game's unclipped return and its length in frames. `ALE/*-v5` ids are made with
-    frameskip=1 (MaxAndSkip skips) and keep their sticky actions (repeat_action_probability 0.25); `*NoFrameskip-v4` ids
-    have neither. Both end an episode at 108,000 frames. Seeding happens at the first reset.
-    With video_dir, the first real episode is recorded there (needs moviepy).
-    """
-
-    def thunk():
-        kwargs = {"render_mode": "rgb_array"} if video_dir else {}
-        if is_atari(env_id):
-            import ale_py
-            from stable_baselines3.common import atari_wrappers as w
-
-            gym.register_envs(ale_py)
-            env = gym.make(env_id, **kwargs, **({"frameskip": 1} if env_id.startswith("ALE/") else {}))
-        else:
-            env = gym.make(env_id, **kwargs)
-        if video_dir:
-            env = gym.wrappers.RecordVideo(env, video_dir, episode_trigger=lambda k: k == 0, disable_logger=True)
-        env = gym.wrappers.RecordEpisodeStatistics(env)
-        if is_atari(env_id):
-            env = w.NoopResetEnv(env, noop_max=NOOP_MAX)
-            env = w.MaxAndSkipEnv(env, skip=FRAME_SKIP)
-            env = w.EpisodicLifeEnv(env)
-            if "FIRE" in env.unwrapped.get_action_meanings():
-                env = w.FireResetEnv(env)
-            env = w.WarpFrame(env, width=FRAME_SIZE, height=FRAME_SIZE)
-            env = DropChannel(env)
-            env = w.ClipRewardEnv(env)
-            env = gym.wrappers.FrameStackObservation(env, FRAME_STACK)  # pads a new episode with its first frame
-        return env
-
-    return thunk
-
-
-class DropChannel(gym.ObservationWrapper):
-    """WarpFrame's (84, 84, 1) frames as (84, 84), so that FrameStack makes (4, 84, 84) (a picklable wrapper)."""
-
-    def __init__(self, env):
-        super().__init__(env)
-        space = env.observation_space
-        self.observation_space = gym.spaces.Box(space.low[..., 0], space.high[..., 0], dtype=space.dtype)
-
-    def observation(self, observation):
-        return observation[..., 0]
-
-
-def final_observations(next_obs: np.ndarray, infos: dict) -> np.ndarray:
-    """The true s_{t+1} of every sub-env, shape (num_envs, *obs_shape).
-
-    Under SAME_STEP autoreset an ended sub-env's `next_obs` row is already its reset observation; the final
-    observation of the ended episode is in infos["final_obs"] (mask infos["_final_obs"]).
-    """
-    real_next_obs = next_obs.copy()
-    if "_final_obs" in infos:
-        for i in np.flatnonzero(infos["_final_obs"]):
-            real_next_obs[i] = infos["final_obs"][i]
-    return real_next_obs
-
-
-def env_snapshot(envs: gym.vector.SyncVectorEnv) -> bytes:
-    """Pickle the sub-envs with their simulator state and RNG, for an exact resume.
-
-    MuJoCo and ALE envs pickle through EzPickle, which rebuilds them from their constructor arguments; their np_random
-    and simulator state (MjData, or the ALE state with its RNG) are stored beside them and put back by `env_restore`.
-    """
-    extras = []
-    for env in envs.envs:
-        base = env.unwrapped
-        state = base.ale.cloneState(include_rng=True) if hasattr(base, "ale") else getattr(base, "data", None)
-        extras.append((base.np_random, state))
-    exact = all(state is not None or not isinstance(env.unwrapped, gym.utils.EzPickle)
-                for env, (_, state) in zip(envs.envs, extras))
-    return pickle.dumps((envs.envs, extras, exact))
-
-
-def env_restore(snapshot: bytes):
-    """Inverse of `env_snapshot`: returns (sub-envs, exact), exact=False where an env's state could not be saved."""
-    sub_envs, extras, exact = pickle.loads(snapshot)
-    for env, (np_random, state) in zip(sub_envs, extras):
-        env.unwrapped.np_random = np_random
-        if hasattr(env.unwrapped, "ale"):
-            env.unwrapped.ale.restoreState(state)
-        elif state is not None:
-            import mujoco
-
-            mujoco.mj_copyData(env.unwrapped.data, env.unwrapped.model, state)
-    return sub_envs, exact
-
-
-def vector_env(thunks) -> gym.vector.SyncVectorEnv:
-    """SAME_STEP autoreset: a step that ends an episode returns the reset observation and infos["final_obs"]."""
-    return gym.vector.SyncVectorEnv(thunks, autoreset_mode=AutoresetMode.SAME_STEP)
-
-
-# ---------------------------------------------------------------------------------------------------------------------
-# NETWORKS
+# NETWORKS AND REPLAY BUFFER
 # ---------------------------------------------------------------------------------------------------------------------
 def layer_init(layer: nn.Module) -> nn.Module:
     """He (Kaiming normal) weights and zero biases (CleanRL's sac_atari.py; He et al. 2015)."""
@@ -269,40 +145,31 @@ def layer_init(layer: nn.Module) -> nn.Module:
     return layer
 
 
-def encoder(obs_shape) -> nn.Sequential:
-    """NatureCNN for (stack, 84, 84) frames scaled by `network_input`; a 256-256 MLP for 1-D obs."""
-    if len(obs_shape) == 3:
-        return nn.Sequential(
-            layer_init(nn.Conv2d(obs_shape[0], 32, 8, stride=4)), nn.ReLU(),
-            layer_init(nn.Conv2d(32, 64, 4, stride=2)), nn.ReLU(),
-            layer_init(nn.Conv2d(64, 64, 3, stride=1)), nn.ReLU(), nn.Flatten(),
-            layer_init(nn.Linear(64 * 7 * 7, CNN_FEATURES)), nn.ReLU(),
-        )
-    return nn.Sequential(layer_init(nn.Linear(obs_shape[0], HIDDEN)), nn.ReLU(),
-                         layer_init(nn.Linear(HIDDEN, HIDDEN)), nn.ReLU())
-
-
 def network_input(obs: torch.Tensor) -> torch.Tensor:
-    """What the networks compute on: uint8 frames (B, stack, 84, 84) scaled to [0, 1] as float32 in channels-last
-    layout, in one pass (the CPU's convolutions run faster on it; README, Performance); anything else as float32, so
-    its own output passes through unchanged. Frames are scaled here and nowhere else.
-    """
+    """What the networks compute on: uint8 frames (B, stack, 84, 84) scaled to [0, 1] in one pass, as float32 in the
+    channels-last layout the CPU's convolutions run faster on; anything else as float32 (its own output unchanged)."""
     if obs.dtype != torch.uint8:
         return obs.float()
-    out = torch.empty(obs.shape, device=obs.device, memory_format=torch.channels_last)
-    return torch.mul(obs, 1.0 / 255.0, out=out)
+    return torch.mul(obs, 1.0 / 255.0, out=torch.empty(obs.shape, device=obs.device, memory_format=torch.channels_last))
 
 
-class PerAction(nn.Module):
-    """An encoder and a linear layer with one output per action: (B, *obs_shape) -> (B, |A|).
-
-    Takes raw observations (CleanRL's interface) or `network_input`'s output: the update scales each batch once and
-    hands it to several networks. Convolution weights are kept channels-last, the layout `network_input` makes.
-    """
+class SoftQNetwork(nn.Module):
+    """Q(s, .) (B, |A|): NatureCNN on (stack, 84, 84) frames, or a 256-256 MLP on 1-D observations, then one output per
+    action. Takes raw observations (CleanRL's interface) or `network_input`'s output: the update scales each batch once
+    and hands it to several networks. Convolution weights are kept channels-last."""
 
     def __init__(self, envs):
         super().__init__()
-        self.encoder = encoder(envs.single_observation_space.shape)
+        shape = envs.single_observation_space.shape
+        if len(shape) == 3:
+            self.encoder = nn.Sequential(
+                layer_init(nn.Conv2d(shape[0], 32, 8, stride=4)), nn.ReLU(),
+                layer_init(nn.Conv2d(32, 64, 4, stride=2)), nn.ReLU(),
+                layer_init(nn.Conv2d(64, 64, 3, stride=1)), nn.ReLU(), nn.Flatten(),
+                layer_init(nn.Linear(64 * 7 * 7, CNN_FEATURES)), nn.ReLU())
+        else:
+            self.encoder = nn.Sequential(layer_init(nn.Linear(shape[0], HIDDEN)), nn.ReLU(),
+                                         layer_init(nn.Linear(HIDDEN, HIDDEN)), nn.ReLU())
         self.head = layer_init(nn.Linear(self.encoder[-2].out_features, int(envs.single_action_space.n)))
         self.to(memory_format=torch.channels_last)
 
@@ -310,12 +177,9 @@ class PerAction(nn.Module):
         return self.head(self.encoder(network_input(obs)))
 
 
-class SoftQNetwork(PerAction):
-    """Q(s, .): one soft Q value per action, (B, |A|)."""
-
-
-class Actor(PerAction):
-    """Categorical policy with CleanRL's interface: Actor(envs), forward(obs) -> logits (B, |A|), get_action."""
+class Actor(SoftQNetwork):
+    """Categorical policy, the critics' network with logits as outputs; CleanRL's interface: Actor(envs), forward(obs)
+    -> logits (B, |A|), get_action."""
 
     def get_action(self, obs):
         """Returns (action (B,), log pi(.|s) (B, |A|), pi(.|s) (B, |A|)); log_softmax, never log(softmax)."""
@@ -325,47 +189,38 @@ class Actor(PerAction):
         return action, log_probs, log_probs.exp()
 
 
-# ---------------------------------------------------------------------------------------------------------------------
-# REPLAY BUFFER
-# ---------------------------------------------------------------------------------------------------------------------
 class ReplayBuffer:
     """Circular storage that keeps every frame once and rebuilds frame stacks when it samples (DEVIATION(6)).
 
-    Each sub-env writes its own stream of slots. A slot holds one frame, the newest of an observation; a slot whose
-    observation started a transition also holds its action, reward and termination, and its successor slot holds
-    s'. An episode end writes two slots: the final observation (no transition leaves it) and the reset observation,
-    which starts an episode. The stack of slot k is slots k-stack+1..k, where slots before the episode's start are
-    replaced by its first slot: the padding of gymnasium's FrameStackObservation. Flat observations use stack=1.
-    Storage stays on the CPU; `sample` moves the minibatch to `device`.
+    Each sub-env writes its own stream of slots, one frame per slot: the newest of an observation. A slot that starts
+    a transition also holds its action, reward and termination; its successor holds s'. An episode end writes two
+    slots, the final observation and the reset observation. The stack of slot k is the frames of slots k-stack+1..k,
+    those before the episode's first slot replaced by it: FrameStackObservation's padding. Flat observations use
+    stack=1. Storage stays on the CPU; `sample` moves the minibatch to `device`.
     """
+
+    FIELDS = ("frames", "actions", "rewards", "terminations", "age", "valid")  # per slot (num_envs, slots, ...)
 
     def __init__(self, capacity: int, num_envs: int, obs_space: gym.spaces.Box, device):
         self.stack = obs_space.shape[0] if len(obs_space.shape) == 3 else 1
         frame_shape = obs_space.shape[1:] if self.stack > 1 else obs_space.shape
-        dtype = torch.uint8 if obs_space.dtype == np.uint8 else torch.float32
         self.slots, self.num_envs, self.device = -(-capacity // num_envs), num_envs, device  # ceil(capacity / envs)
         shape = (num_envs, self.slots)
-        # torch.empty: memory pages are committed as frames are written (torch.zeros would commit all 7 GB at once);
-        # a slot is read only once written, as `valid`, `first` and `size` ensure
-        self.frames = torch.empty(shape + tuple(frame_shape), dtype=dtype)
+        # torch.empty commits memory as frames arrive (not 7 GB at once); `size` and `valid` keep unwritten slots unread
+        dtype = torch.uint8 if obs_space.dtype == np.uint8 else torch.float32
+        self.frames = torch.empty(shape + frame_shape, dtype=dtype)
         self.actions = torch.zeros(shape, dtype=torch.long)
-        self.rewards = torch.zeros(shape)
-        self.terminations = torch.zeros(shape)
-        self.first = torch.zeros(shape, dtype=torch.bool)  # the slot starts an episode
+        self.rewards, self.terminations = torch.zeros(shape), torch.zeros(shape)
+        self.age = torch.zeros(shape, dtype=torch.long)  # slots since the episode's first, up to `stack`
         self.valid = torch.zeros(shape, dtype=torch.bool)  # a transition leaves the slot and its s' is stored
-        self.pos = np.zeros(num_envs, dtype=np.int64)
-        self.size = np.zeros(num_envs, dtype=np.int64)
+        self.pos, self.size = np.zeros(num_envs, dtype=np.int64), np.zeros(num_envs, dtype=np.int64)
         self.transitions = 0  # stored since the buffer was created or restored
-
-    def fields(self):
-        return self.frames, self.actions, self.rewards, self.terminations, self.first, self.valid
-
-    def _newest(self, obs):
-        return torch.as_tensor(obs[-1] if self.stack > 1 else obs, dtype=self.frames.dtype)
 
     def _write(self, env: int, obs, first: bool):
         p = self.pos[env]
-        self.frames[env, p], self.first[env, p], self.valid[env, p] = self._newest(obs), first, False
+        self.frames[env, p] = torch.as_tensor(obs[-1] if self.stack > 1 else obs)  # the newest frame
+        self.age[env, p] = 0 if first else min(int(self.age[env, p - 1]) + 1, self.stack)  # p - 1 = -1 wraps around
+        self.valid[env, p] = False
         self.pos[env], self.size[env] = (p + 1) % self.slots, min(self.size[env] + 1, self.slots)
 
     def start(self, obs):
@@ -385,51 +240,40 @@ class ReplayBuffer:
                 self._write(env, next_obs[env], first=True)
         self.transitions += self.num_envs
 
-    def stack_slots(self, env, slot):
-        """Slot indices (B, stack) of the stacks ending at `slot` (B,), padded with the episode's first slot."""
-        idx = [slot]
-        for _ in range(self.stack - 1):
-            newest = idx[0]
-            idx.insert(0, torch.where(self.first[env, newest], newest, (newest - 1) % self.slots))
-        return torch.stack(idx, dim=1)
-
     def observations(self, env, slot):
-        if self.stack == 1:
-            return self.frames[env, slot]
-        return self.frames[env[:, None], self.stack_slots(env, slot)]
+        """The observations (B, *obs_shape) of slots `slot` (B,) of streams `env` (B,): the frames of slots
+        slot-stack+1..slot, those before the episode's first slot replaced by it."""
+        back = torch.minimum(torch.arange(self.stack - 1, -1, -1), self.age[env, slot][:, None])  # (B, stack)
+        frames = self.frames[env[:, None], (slot[:, None] - back) % self.slots]
+        return frames if self.stack > 1 else frames[:, 0]
 
     def sample(self, batch_size: int):
         """(obs, actions, rewards, next_obs, terminations) of `batch_size` transitions drawn uniformly among the stored
         ones, by rejection: slots with no transition, and those whose stack reaches overwritten slots, are redrawn."""
-        envs, slots, found = [], [], 0
-        wrapped = torch.as_tensor(self.size == self.slots)
-        pos = torch.as_tensor(self.pos)
-        while found < batch_size:
-            env = torch.randint(0, self.num_envs, (2 * batch_size,))
-            slot = torch.randint(0, int(self.size.max()), (2 * batch_size,))
-            stale = wrapped[env] & ((slot - pos[env]) % self.slots < self.stack - 1)
-            keep = self.valid[env, slot] & ~stale
-            envs.append(env[keep]), slots.append(slot[keep])
-            found += int(keep.sum())
-        env, slot = torch.cat(envs)[:batch_size], torch.cat(slots)[:batch_size]
+        env, slot = torch.zeros(0, dtype=torch.long), torch.zeros(0, dtype=torch.long)
+        wrapped, pos = torch.as_tensor(self.size == self.slots), torch.as_tensor(self.pos)
+        while len(env) < batch_size:
+            e = torch.randint(0, self.num_envs, (2 * batch_size,))
+            s = torch.randint(0, int(self.size.max()), (2 * batch_size,))
+            keep = self.valid[e, s] & ~(wrapped[e] & ((s - pos[e]) % self.slots < self.stack - 1))
+            env, slot = torch.cat([env, e[keep]]), torch.cat([slot, s[keep]])
+        env, slot = env[:batch_size], slot[:batch_size]
         batch = (self.observations(env, slot), self.actions[env, slot], self.rewards[env, slot],
                  self.observations(env, (slot + 1) % self.slots), self.terminations[env, slot])
         return tuple(x.to(self.device, non_blocking=True) for x in batch)
 
-    def state_dict(self):
-        used = int(self.size.max())
-        return {"pos": self.pos.copy(), "size": self.size.copy(), "transitions": self.transitions,
-                "fields": [f[:, :used].clone() for f in self.fields()]}
+    def state_dict(self):  # the slots in use: streams fill from slot 0
+        fields = {k: getattr(self, k)[:, :int(self.size.max())].clone() for k in self.FIELDS}
+        return {"pos": self.pos.copy(), "size": self.size.copy(), "transitions": self.transitions, **fields}
 
     def load_state_dict(self, state):
         self.pos, self.size, self.transitions = state["pos"].copy(), state["size"].copy(), state["transitions"]
-        used = int(self.size.max())
-        for storage, saved in zip(self.fields(), state["fields"]):
-            storage[:, :used] = saved
+        for k in self.FIELDS:
+            getattr(self, k)[:, :state[k].shape[1]] = state[k]
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# LOSSES
+# LOSSES AND UPDATE
 # ---------------------------------------------------------------------------------------------------------------------
 def compute_loss_q(actor, qf1, qf2, qf1_target, qf2_target, batch, alpha, gamma):
     """J_Q = sum_i E[(Q_i(s, a) - y)^2], y from `discrete_soft_q_target`   [arXiv:1910.07207 eq. 9; DEVIATION(4)]."""
@@ -455,190 +299,11 @@ def compute_loss_pi(actor, qf1, qf2, obs, alpha):
     return discrete_actor_loss(probs, log_probs, q_min, alpha), probs.detach(), log_probs.detach()
 
 
-# ---------------------------------------------------------------------------------------------------------------------
-# CHECKS, EVALUATION, PROGRESS
-# ---------------------------------------------------------------------------------------------------------------------
-def check_args(args: Args) -> None:
-    """Raise ConfigError for out-of-range or contradictory flags, before anything is written."""
-    problems = [
-        (args.total_timesteps < args.num_envs, "--total-timesteps must be at least --num-envs"),
-        (args.num_envs < 1, "--num-envs must be at least 1"),
-        (args.batch_size < 1, "--batch-size must be at least 1"),
-        (args.buffer_size < args.num_envs, "--buffer-size must be at least --num-envs"),
-        (args.batch_size > args.buffer_size,
-         f"--batch-size {args.batch_size} is larger than --buffer-size {args.buffer_size}: lower it or raise the other"),
-        (args.learning_starts >= args.total_timesteps,
-         f"--learning-starts {args.learning_starts} >= --total-timesteps {args.total_timesteps}: no update would run;"
-         " lower --learning-starts or raise --total-timesteps"),
-        (args.learning_starts < args.batch_size,
-         f"--learning-starts must be at least --batch-size ({args.batch_size}) so the first batch can be drawn"),
-        (not args.policy_lr > 0, "--policy-lr must be positive"),
-        (not args.q_lr > 0, "--q-lr must be positive"),
-        (not args.adam_eps > 0, "--adam-eps must be positive"),
-        (not 0 < args.tau <= 1, "--tau must lie in (0, 1]"),
-        (not 0 < args.gamma <= 1, "--gamma must lie in (0, 1]"),
-        (not args.alpha >= 0, "--alpha must be non-negative"),
-        (not 0 <= args.target_entropy_scale <= 1,
-         "--target-entropy-scale must lie in [0, 1]: the target is a fraction of the uniform policy's entropy"),
-        (args.update_frequency < 1, "--update-frequency must be at least 1"),
-        (args.target_network_frequency < 1, "--target-network-frequency must be at least 1"),
-        (args.eval_freq < 0, "--eval-freq must be non-negative (0: evaluate only at the end)"),
-        (args.eval_episodes < 1, "--eval-episodes must be at least 1"),
-        (args.checkpoint_freq < 0, "--checkpoint-freq must be non-negative (0: only on SIGINT/SIGTERM)"),
-        (args.log_freq < 1, "--log-freq must be at least 1"),
-    ]
-    for bad, message in problems:
-        if bad:
-            raise ConfigError(message)
-    for flag, module, hint in [(args.track, "wandb", "--track"), (args.capture_video, "moviepy", "--capture-video")]:
-        if flag:
-            try:
-                __import__(module)
-            except ImportError:
-                raise ConfigError(f"{hint} needs {module}: `pip install {module}`, or drop {hint}") from None
+def sac_discrete_update(actor, qf1, qf2, qf1_target, qf2_target, log_alpha, q_optimizer, actor_optimizer, args,
+                        target_entropy: float):
+    """update(batch): one gradient step of the critics, then one of the actor and (--autotune) log alpha, on the losses
+    above; returns detached metrics (no host sync). log alpha is a parameter group of the actor's optimizer."""
 
-
-def check_env(env_id: str, render: bool = False) -> None:
-    """Raise ConfigError unless env_id makes an env with a Discrete action space and either Atari frames or 1-D Box
-    observations, and, with render=True, one that renders frames for --capture-video."""
-    try:
-        env = make_env(env_id)()
-    except ImportError as e:
-        raise ConfigError(f"{env_id} needs the Atari extra ({e}): pip install -r requirements/requirements-atari.txt"
-                          ) from None
-    except gym.error.DependencyNotInstalled as e:
-        raise ConfigError(f"{env_id} needs an extra dependency ({e})") from None
-    except gym.error.Error as e:
-        raise ConfigError(f"unknown env id {env_id!r} ({e}); list ids with "
-                          "`python -c 'import gymnasium; gymnasium.pprint_registry()'`") from None
-    space, obs_space = env.action_space, env.observation_space
-    env.close()
-    if isinstance(space, gym.spaces.Box):
-        raise ConfigError(f"{env_id} has a continuous (Box) action space: use sac_continuous_action.py for it")
-    if not isinstance(space, gym.spaces.Discrete):
-        raise ConfigError(f"{env_id} has a {type(space).__name__} action space; this script needs a Discrete one")
-    if not (isinstance(obs_space, gym.spaces.Box) and (len(obs_space.shape) == 1 or is_atari(env_id))):
-        raise ConfigError(f"{env_id} has {obs_space} observations; this script needs Atari frames or a 1-D Box: "
-                          "flatten them in your env (gymnasium.wrappers.FlattenObservation) before registering it")
-    if render:
-        try:
-            env = gym.make(env_id, render_mode="rgb_array")
-            env.reset(seed=0)
-            env.render()
-            env.close()
-        except Exception as e:  # a missing renderer (pygame) would otherwise fail at the first evaluation
-            raise ConfigError(f"--capture-video: {env_id} cannot render ({type(e).__name__}: {e}); install its "
-                              "renderer or drop --capture-video") from None
-
-
-def load_checkpoint(path: str) -> dict:
-    """Read a checkpoint written by this script; ConfigError if it is missing or unreadable."""
-    if not os.path.isfile(path):
-        raise ConfigError(f"--resume {path}: no such file; pass the checkpoint.pt inside a run directory")
-    try:
-        # weights_only=False: the checkpoint holds pickled environments. Resume only from checkpoints you wrote.
-        checkpoint = torch.load(path, map_location="cpu", weights_only=False)
-        env_restore(checkpoint["envs"])
-        Args(**checkpoint["args"])
-    except Exception as e:  # a truncated zip, a foreign pickle or missing keys all mean the same to the user
-        raise ConfigError(f"--resume {path}: not a readable checkpoint of this script ({type(e).__name__}); "
-                          "pass a checkpoint.pt written by --checkpoint-freq or on SIGINT/SIGTERM") from None
-    return checkpoint
-
-
-def as_tensor(obs: np.ndarray, device) -> torch.Tensor:
-    """Observations as the env gives them, on the device (the networks scale them)."""
-    return torch.as_tensor(obs, device=device)
-
-
-@torch.no_grad()
-def evaluate(actor: Actor, env_id: str, episodes: int, seed: int, device="cpu", video_dir: str | None = None):
-    """Returns of `episodes` real episodes (whole Atari games, unclipped) with the greedy action argmax_a pi(a|s);
-    episode k is reset with seed + k. Draws nothing from torch's RNG, so evaluating does not change the training run.
-    """
-    env = make_env(env_id, video_dir)()
-    returns = []
-    for k in range(episodes):
-        obs, _ = env.reset(seed=seed + k)
-        while True:
-            action = actor(as_tensor(obs[None], device)).argmax(dim=1)
-            obs, _, terminated, truncated, info = env.step(int(action[0]))
-            if "episode" in info:  # the real game ended: RecordEpisodeStatistics sits below EpisodicLife
-                returns.append(float(info["episode"]["r"]))
-                break
-            if terminated or truncated:  # a life lost under EpisodicLife: the game goes on
-                obs, _ = env.reset()
-    env.close()
-    return np.array(returns)
-
-
-def crossed(before: int, now: int, every: int) -> bool:
-    """True when a multiple of `every` lies in (before, now]."""
-    return every > 0 and now // every > before // every
-
-
-# ---------------------------------------------------------------------------------------------------------------------
-# MAIN
-# ---------------------------------------------------------------------------------------------------------------------
-def main(args: Args) -> dict:
-    """Train; returns a summary dict. Raises ConfigError, before writing anything, on bad flags, envs or checkpoints."""
-    checkpoint = load_checkpoint(args.resume) if args.resume else None
-    if checkpoint is not None:
-        args = Args(**{**checkpoint["args"], "resume": args.resume})
-    check_args(args)
-    check_env(args.env_id, render=args.capture_video)
-
-    # SEEDING AND DEVICE
-    random.seed(args.seed)
-    np.random.seed(args.seed)
-    torch.manual_seed(args.seed)
-    torch.backends.cudnn.deterministic = args.torch_deterministic
-    device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
-
-    if checkpoint:
-        run_name, run_dir = checkpoint["run_name"], os.path.dirname(os.path.abspath(args.resume))
-    else:
-        run_name = f"{args.env_id.replace('/', '-')}__{args.exp_name}__{args.seed}__{int(time.time())}"
-        run_dir = f"runs/{run_name}"
-    if args.track:
-        import wandb
-
-        wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, sync_tensorboard=True, config=asdict(args),
-                   name=run_name, id=run_name, resume="allow", save_code=True)
-    from torch.utils.tensorboard import SummaryWriter
-
-    # purge_step drops events a killed run logged after its last checkpoint
-    writer = SummaryWriter(run_dir, purge_step=checkpoint["counters"][0] + 1 if checkpoint else None)
-    if not checkpoint:
-        writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in
-                                                                                 asdict(args).items()))
-
-    if checkpoint:
-        sub_envs, exact_resume = env_restore(checkpoint["envs"])
-        envs = vector_env([lambda env=env: env for env in sub_envs])
-    else:
-        envs = vector_env([make_env(args.env_id) for _ in range(args.num_envs)])
-    num_actions = int(envs.single_action_space.n)
-
-    actor = Actor(envs).to(device)
-    qf1, qf2 = SoftQNetwork(envs).to(device), SoftQNetwork(envs).to(device)
-    qf1_target, qf2_target = SoftQNetwork(envs).to(device), SoftQNetwork(envs).to(device)
-    qf1_target.load_state_dict(qf1.state_dict())
-    qf2_target.load_state_dict(qf2.state_dict())
-    qf1_target.requires_grad_(False)
-    qf2_target.requires_grad_(False)
-    fused = {"fused": True} if device.type in ("cpu", "cuda") else {}  # one Adam kernel for all tensors
-    q_optimizer = torch.optim.Adam([*qf1.parameters(), *qf2.parameters()], lr=args.q_lr, eps=args.adam_eps, **fused)
-    actor_optimizer = torch.optim.Adam(actor.parameters(), lr=args.policy_lr, eps=args.adam_eps, **fused)
-    # H-bar = scale * log|A|, a fraction of the uniform policy's entropy   [arXiv:1910.07207 Sec. 4; DEVIATION(2)]
-    target_entropy = args.target_entropy_scale * float(np.log(num_actions))
-    log_alpha = torch.zeros(1, device=device, requires_grad=True)
-    a_optimizer = torch.optim.Adam([log_alpha], lr=args.q_lr, eps=args.adam_eps, **fused)
-    if not args.autotune:
-        log_alpha.data.fill_(float(np.log(args.alpha)) if args.alpha > 0 else -float("inf"))
-    rb = ReplayBuffer(args.buffer_size, args.num_envs, envs.single_observation_space, device)
-
-    # UPDATE FUNCTION: takes a batch, steps the optimizers, returns detached metrics (no host sync)
     def update(batch):
         obs, actions, rewards, next_obs, terminations = batch
         batch = network_input(obs), actions, rewards, network_input(next_obs), terminations  # once, not per network
@@ -648,203 +313,369 @@ def main(args: Args) -> dict:
         qf_loss.backward()
         q_optimizer.step()
         actor_loss, probs, log_probs = compute_loss_pi(actor, qf1, qf2, batch[0], alpha)
+        metrics.update(actor_loss=actor_loss.detach(), alpha=alpha[0], entropy=-(probs * log_probs).sum(1).mean())
+        if args.autotune:  # one backward for both losses: they share no parameter (alpha and pi enter detached)
+            alpha_loss = discrete_alpha_loss(log_alpha, probs, log_probs, target_entropy)
+            actor_loss, metrics["alpha_loss"] = actor_loss + alpha_loss, alpha_loss.detach()
         actor_optimizer.zero_grad(set_to_none=True)
         actor_loss.backward()
         actor_optimizer.step()
-        metrics.update(actor_loss=actor_loss.detach(), alpha=alpha[0], entropy=-(probs * log_probs).sum(1).mean())
-        if args.autotune:
-            alpha_loss = discrete_alpha_loss(log_alpha, probs, log_probs, target_entropy)
-            a_optimizer.zero_grad(set_to_none=True)
-            alpha_loss.backward()
-            a_optimizer.step()
-            metrics["alpha_loss"] = alpha_loss.detach()
         return metrics
 
-    @torch.no_grad()
-    def update_targets():
-        # theta' <- tau * theta + (1 - tau) * theta'; tau = 1 copies   [DEVIATION(3)]
-        for target, source in ((qf1_target, qf1), (qf2_target, qf2)):
-            for target_param, param in zip(target.parameters(), source.parameters()):
-                target_param.lerp_(param, args.tau)
+    return update
 
-    if args.compile:
-        update = torch.compile(update)
 
-    global_step = updates = 0
-    last_return = None
-    stateful = {"actor": actor, "qf1": qf1, "qf2": qf2, "qf1_target": qf1_target, "qf2_target": qf2_target,
-                "q_optimizer": q_optimizer, "actor_optimizer": actor_optimizer, "a_optimizer": a_optimizer}
-    if checkpoint:
-        for key, module in stateful.items():
-            module.load_state_dict(checkpoint[key])
-        if checkpoint["rb"] is not None:
-            rb.load_state_dict(checkpoint["rb"])
-        log_alpha.data.copy_(checkpoint["log_alpha"])
-        global_step, updates = checkpoint["counters"]
-        last_return = checkpoint["last_return"]
-        obs = checkpoint["obs"]
-        torch.set_rng_state(checkpoint["rng"]["torch"])
-        np.random.set_state(checkpoint["rng"]["numpy"])
-        random.setstate(checkpoint["rng"]["random"])
-        if device.type == "cuda" and checkpoint["rng"]["cuda"]:
-            torch.cuda.set_rng_state_all(checkpoint["rng"]["cuda"])
-        if not exact_resume:
-            print(f"warning: {args.env_id}'s state cannot be saved; episodes in progress restart", file=sys.stderr)
-            obs, _ = envs.reset(seed=args.seed + global_step)
-        if checkpoint["rb"] is None or not exact_resume:
-            rb.start(obs)  # a fresh stream starts here: the stack history before it is not in the buffer
-        print(f"resumed {run_dir} at step {global_step:,}")
-    else:
-        obs, _ = envs.reset(seed=args.seed)
-        rb.start(obs)
+def check_args(args: Args) -> None:
+    """Raise ConfigError for this script's out-of-range or contradictory flags."""
+    check([(args.batch_size < 1, "--batch-size must be at least 1"),
+           (args.buffer_size < max(args.batch_size, args.num_envs),
+            f"--buffer-size must be at least --batch-size ({args.batch_size}) and --num-envs ({args.num_envs})"),
+           (args.learning_starts >= args.total_timesteps, f"--learning-starts {args.learning_starts} >= "
+            f"--total-timesteps {args.total_timesteps}: no update would run; lower one or raise the other"),
+           (args.learning_starts < args.batch_size, "--learning-starts must be at least --batch-size"),
+           (not all(x > 0 for x in (args.policy_lr, args.q_lr, args.adam_eps)),
+            "--policy-lr, --q-lr and --adam-eps must be positive"),
+           (not 0 < args.tau <= 1, "--tau must lie in (0, 1]"),
+           (not 0 < args.gamma <= 1, "--gamma must lie in (0, 1]"),
+           (not args.alpha >= 0, "--alpha must be non-negative"),
+           (not 0 <= args.target_entropy_scale <= 1, "--target-entropy-scale must lie in [0, 1]"),
+           (min(args.update_frequency, args.target_network_frequency) < 1,
+            "--update-frequency and --target-network-frequency must be at least 1")])
 
-    def save_checkpoint():
-        state = {key: module.state_dict() for key, module in stateful.items()}
-        state.update(args=asdict(args), run_name=run_name, log_alpha=log_alpha.detach().cpu(), obs=obs,
-                     counters=(global_step, updates), last_return=last_return, envs=env_snapshot(envs),
-                     rb=rb.state_dict() if args.checkpoint_buffer else None,
-                     rng={"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "random": random.getstate(),
-                          "cuda": torch.cuda.get_rng_state_all() if device.type == "cuda" else []})
-        path = f"{run_dir}/checkpoint.pt"
-        torch.save(state, path + ".tmp")
-        os.replace(path + ".tmp", path)  # atomic: a reader sees the old checkpoint or the new one, never half of one
-        return path
 
-    stop_signal = []
-    handlers = {sig: signal.signal(sig, lambda signum, frame: stop_signal.append(signum))
-                for sig in (signal.SIGINT, signal.SIGTERM)}
-    tty = sys.stdout.isatty()
-    total_steps = args.total_timesteps // args.num_envs * args.num_envs
-    start_time = last_print = time.time()
-    start_step, train_start = global_step, None
-    metrics = None
-    eval_return = None
+def check_spaces(env_id: str, obs_space, action_space) -> None:
+    """Raise ConfigError unless the env has a Discrete action space and Atari frame stacks or 1-D Box observations."""
+    box = isinstance(obs_space, gym.spaces.Box)
+    check([(not isinstance(action_space, gym.spaces.Discrete), f"{env_id} has a {type(action_space).__name__} action "
+            "space; this script needs a Discrete one (for a Box one: sac_continuous_action.py)"),
+           (not (box and (len(obs_space.shape) == 1 or obs_space.shape == (4, 84, 84) and obs_space.dtype == np.uint8)),
+            f"{env_id} has {obs_space} observations; this script needs Atari frames or a 1-D Box: wrap the env in "
+            "gymnasium.wrappers.FlattenObservation")])
 
-    def run_evaluation():
-        video_dir = f"{run_dir}/videos/step_{global_step}" if args.capture_video else None  # one folder per evaluation
-        mean_return = evaluate(actor, args.env_id, args.eval_episodes, args.seed + EVAL_SEED_OFFSET, device,
-                               video_dir).mean()
-        writer.add_scalar("eval/episodic_return", mean_return, global_step)
-        return mean_return
 
+# ---------------------------------------------------------------------------------------------------------------------
+# MAIN
+# ---------------------------------------------------------------------------------------------------------------------
+def main(args: Args) -> dict:
+    """Train; returns a summary. Raises ConfigError, before writing anything, on bad flags, envs or checkpoints."""
+    args, checkpoint, device = setup(args)
+    run = Run(args, checkpoint, device)
     try:
-        while global_step < total_steps and not stop_signal:
+        num_actions = int(run.envs.single_action_space.n)
+        actor = Actor(run.envs).to(device)
+        qf1, qf2, qf1_target, qf2_target = (SoftQNetwork(run.envs).to(device) for _ in range(4))
+        for target, source in ((qf1_target, qf1), (qf2_target, qf2)):
+            target.load_state_dict(source.state_dict())
+            target.requires_grad_(False)
+        fused = {"fused": True} if device.type in ("cpu", "cuda") else {}  # one Adam kernel for all tensors
+        q_optimizer = torch.optim.Adam([*qf1.parameters(), *qf2.parameters()], lr=args.q_lr, eps=args.adam_eps, **fused)
+        actor_optimizer = torch.optim.Adam(actor.parameters(), lr=args.policy_lr, eps=args.adam_eps, **fused)
+        log_alpha = torch.zeros(1, device=device, requires_grad=True)
+        if args.autotune:  # log alpha's Adam: a parameter group of the actor's optimizer, with its own learning rate
+            actor_optimizer.add_param_group({"params": [log_alpha], "lr": args.q_lr})
+        else:
+            log_alpha.data.fill_(float(np.log(args.alpha)) if args.alpha > 0 else -math.inf)
+        # H-bar = scale * log|A|, a fraction of the uniform policy's entropy   [arXiv:1910.07207 Sec. 4; DEVIATION(2)]
+        target_entropy = args.target_entropy_scale * float(np.log(num_actions))
+        rb = ReplayBuffer(args.buffer_size, args.num_envs, run.envs.single_observation_space, device)
+        stateful = dict(actor=actor, qf1=qf1, qf2=qf2, qf1_target=qf1_target, qf2_target=qf2_target,
+                        q_optimizer=q_optimizer, actor_optimizer=actor_optimizer, log_alpha=log_alpha,
+                        **({"rb": rb} if args.checkpoint_buffer else {}))
+        counters, obs = run.resume(stateful, (0, 0))
+        global_step, updates = counters
+        if not (run.exact and args.checkpoint_buffer):
+            rb.start(obs)  # a fresh stream starts here: the stack history before it is not in the buffer
+        update = sac_discrete_update(actor, qf1, qf2, qf1_target, qf2_target, log_alpha, q_optimizer, actor_optimizer,
+                                     args, target_entropy)
+        update = torch.compile(update) if args.compile else update
+
+        def policy(obs):  # the greedy action argmax_a pi(a|s), for evaluation
+            return actor(torch.as_tensor(obs, device=device)).argmax(dim=1).cpu().numpy()
+
+        metrics = {}
+        while global_step + args.num_envs <= args.total_timesteps and not run.stop_signal:
             # COLLECT: random actions for the first learning_starts steps (DEVIATION(5)), then a ~ pi(.|s)
             if global_step < args.learning_starts:
                 actions = torch.randint(0, num_actions, (args.num_envs,), device=device).cpu().numpy()
             else:
                 with torch.no_grad():
-                    actions, _, _ = actor.get_action(as_tensor(obs, device))
-                actions = actions.cpu().numpy()
-            next_obs, rewards, terminations, truncations, infos = envs.step(actions)
+                    actions = actor.get_action(torch.as_tensor(obs, device=device))[0].cpu().numpy()
+            next_obs, rewards, terminations, truncations, infos = run.envs.step(actions)
             previous_step, global_step = global_step, global_step + args.num_envs
-
-            # under EpisodicLife a life loss ends a training episode; `episode` only comes with the real game's end
-            if "final_info" in infos and "_episode" in infos["final_info"]:
-                episode = infos["final_info"]["episode"]
-                for i in np.flatnonzero(infos["final_info"]["_episode"]):
-                    last_return = float(episode["r"][i])
-                    writer.add_scalar("charts/episodic_return", last_return, global_step)
-                    writer.add_scalar("charts/episodic_length", int(episode["l"][i]), global_step)
 
             # STORE: bootstrap through truncations, never through terminations: s' is the true final observation and
             # `terminations` alone masks the target. SAME_STEP autoreset means no stored transition spans a reset.
-            rb.add(actions, rewards, final_observations(next_obs, infos), terminations, terminations | truncations,
-                   next_obs)
+            real_next_obs = final_observations(next_obs, infos)
+            rb.add(actions, rewards, real_next_obs, terminations, terminations | truncations, next_obs)
             obs = next_obs
 
-            # UPDATE: one critic, actor and alpha update every update_frequency env steps (DEVIATION(3)); a resumed
-            # run without its buffer waits until the buffer again holds learning_starts transitions
-            if global_step >= args.learning_starts and rb.transitions >= args.learning_starts:
-                train_start = train_start or (time.time(), global_step)
+            # UPDATE: one critic, actor and alpha update every update_frequency env steps (DEVIATION(3)), once the
+            # buffer holds learning_starts transitions (a run resumed without its buffer refills it first)
+            if rb.transitions >= args.learning_starts:
                 for _ in range(global_step // args.update_frequency - previous_step // args.update_frequency):
                     metrics = update(rb.sample(args.batch_size))
                     updates += 1
                 if crossed(previous_step, global_step, args.target_network_frequency):
-                    update_targets()
+                    with torch.no_grad():  # theta' <- tau * theta + (1 - tau) * theta'; tau = 1 copies   [DEVIATION(3)]
+                        torch._foreach_lerp_([*qf1_target.parameters(), *qf2_target.parameters()],
+                                             [*qf1.parameters(), *qf2.parameters()], args.tau)
 
-            # LOG
-            if crossed(previous_step, global_step, args.log_freq) and metrics is not None:
-                for key, value in metrics.items():
-                    writer.add_scalar(f"losses/{key}", value.item(), global_step)
-                writer.add_scalar("charts/SPS", int((global_step - start_step) / (time.time() - start_time)),
-                                  global_step)
+            # LOG, EVALUATE, CHECKPOINT
+            counters = (global_step, updates)
+            run.log(infos, metrics, previous_step, global_step)
+            run.after_step(previous_step, counters, obs, policy)
+        model = {"actor": actor.state_dict(), "qf1": qf1.state_dict(), "qf2": qf2.state_dict(),
+                 "log_alpha": log_alpha.detach().cpu()}
+        summary = run.finish(counters, obs, policy, model)
+    finally:
+        run.close()
+    return {**summary, "critic_updates": updates, "actor_updates": updates}
 
-            # EVALUATE
-            if crossed(previous_step, global_step, args.eval_freq):
-                eval_return = run_evaluation()
-                print(("\n" if tty else "") + f"step {global_step:,}: eval/episodic_return {eval_return:.2f}")
 
-            if crossed(previous_step, global_step, args.checkpoint_freq):
-                save_checkpoint()
-            if time.time() - last_print > PROGRESS_SECONDS[0 if tty else 1]:
-                last_print = time.time()
-                sps = (global_step - start_step) / (last_print - start_time)
-                done = global_step / total_steps
-                line = (f"step {global_step:,}/{total_steps:,} ({100 * done:.1f}%)  SPS {sps:.0f}"
-                        f"  last return {'-' if last_return is None else f'{last_return:.2f}'}")
-                if tty:
-                    bar = "#" * int(30 * done) + "." * (30 - int(30 * done))
-                    print(f"\r[{bar}] {line}", end="", flush=True)
-                else:
-                    print(line, flush=True)
+# ======================================================================================================================
+# COMMON BLOCK: the same text in all five scripts (tests/test_common_block.py compares them)
+# ======================================================================================================================
+EVAL_SEED_OFFSET = 1_000_000  # evaluation episode k is reset with seed + EVAL_SEED_OFFSET + k
 
-        # env steps per second after learning started: stepping, sampling and updating
-        train_sps = (global_step - train_start[1]) / (time.time() - train_start[0]) if train_start else None
-        if tty:
-            print()
-        if stop_signal:
-            path = save_checkpoint()
-            print(f"stopped by signal {stop_signal[0]} at step {global_step:,}; checkpoint written to {path}; "
+
+class ConfigError(Exception):
+    """A bad flag, env or checkpoint: `cli` prints the message on one line and exits with code 2."""
+
+
+def check(problems) -> None:
+    """Raise ConfigError with the message of the first (bad, message) pair that is bad."""
+    for bad, message in problems:
+        if bad:
+            raise ConfigError(message)
+
+
+def crossed(before: int, now: int, every: int) -> bool:
+    """True when a multiple of `every` lies in (before, now]."""
+    return every > 0 and now // every > before // every
+
+
+def make_env(env_id: str, video_dir: str | None = None):
+    """A thunk making one env that records episode statistics (`infos["episode"]`); a video_dir makes it render, and
+    record its first episode there. Atari ids get seed 000's wrappers above the statistics, which so see whole games
+    and unclipped rewards: SB3's AtariWrapper (NoopReset, MaxAndSkip(4), EpisodicLife, FireReset, 84x84 gray,
+    ClipReward) and FrameStack(4); `ALE/*` ids keep their sticky actions."""
+
+    def thunk():
+        atari = env_id.startswith("ALE/") or "NoFrameskip" in env_id
+        if atari:
+            gym.register_envs(__import__("ale_py"))
+        kwargs = {"frameskip": 1} if env_id.startswith("ALE/") else {}  # MaxAndSkip skips
+        env = gym.make(env_id, **kwargs, **({"render_mode": "rgb_array"} if video_dir is not None else {}))
+        if video_dir:
+            env = gym.wrappers.RecordVideo(env, video_dir, episode_trigger=lambda k: k == 0, disable_logger=True)
+        env = gym.wrappers.RecordEpisodeStatistics(env)
+        if atari:
+            from stable_baselines3.common.atari_wrappers import AtariWrapper
+
+            frames = gym.spaces.Box(0, 255, (84, 84), np.uint8)  # (84, 84, 1) frames as (84, 84); itemgetter pickles
+            env = gym.wrappers.TransformObservation(AtariWrapper(env), operator.itemgetter((..., 0)), frames)
+            env = gym.wrappers.FrameStackObservation(env, 4)  # pads a new episode with its first frame
+        return env
+
+    return thunk
+
+
+def final_observations(next_obs: np.ndarray, infos: dict) -> np.ndarray:
+    """The true s_{t+1}: under SAME_STEP autoreset an ended sub-env's row of next_obs is already its reset observation."""
+    real_next_obs = next_obs.copy()
+    for i in np.flatnonzero(infos.get("_final_obs", [])):
+        real_next_obs[i] = infos["final_obs"][i]
+    return real_next_obs
+
+
+def setup(args):
+    """Before anything is written: load --resume's checkpoint (its flags win), check the flags and the env, seed, and
+    choose the device and whether to compile. Returns (args, checkpoint, device)."""
+    checkpoint = None
+    if args.resume:
+        check([(not os.path.isfile(args.resume), f"--resume {args.resume}: no such file; pass a run's checkpoint.pt")])
+        try:  # weights_only=False: the checkpoint holds pickled environments; resume only from checkpoints you wrote
+            checkpoint = torch.load(args.resume, map_location="cpu", weights_only=False)
+            args, _ = Args(**{**checkpoint["args"], "resume": args.resume}), pickle.loads(checkpoint["envs"])
+        except Exception as e:  # a truncated zip, a foreign pickle or missing keys all mean the same to the user
+            raise ConfigError(f"--resume {args.resume}: not a readable checkpoint of this script ({type(e).__name__}); "
+                              "pass a checkpoint.pt written by --checkpoint-freq or on SIGINT/SIGTERM") from None
+    check([(args.num_envs < 1, "--num-envs must be at least 1"),
+           (args.total_timesteps < args.num_envs, "--total-timesteps must be at least --num-envs"),
+           (args.eval_freq < 0, "--eval-freq must be non-negative (0: evaluate only at the end)"),
+           (args.eval_episodes < 1, "--eval-episodes must be at least 1"),
+           (args.checkpoint_freq < 0, "--checkpoint-freq must be non-negative (0: only on SIGINT/SIGTERM)"),
+           (args.log_freq < 1, "--log-freq must be at least 1"),
+           (args.capture_video and not importlib.util.find_spec("moviepy"), "--capture-video needs `pip install moviepy`")])
+    check_args(args)
+    if args.capture_video:
+        os.environ.setdefault("MUJOCO_GL", "egl")  # headless MuJoCo rendering; read when mujoco is first imported
+        __import__("torch._dynamo")  # CUDA wheels' triton segfaults when first loaded after MuJoCo's EGL context
+    try:  # the env, and for --capture-video its renderer, which would otherwise fail at the first evaluation
+        env = make_env(args.env_id, "" if args.capture_video else None)()
+        env.reset(seed=0)
+        frame = env.render() if args.capture_video else None
+    except Exception as e:  # an unknown id, a missing package or renderer: one line, whatever the library raised
+        raise ConfigError(f"{args.env_id} cannot be made ({type(e).__name__}: {e}): is it an unknown env id (see "
+                          "`python -c 'import gymnasium; gymnasium.pprint_registry()'`), or does it need an extra "
+                          "(requirements/requirements-*.txt) or, for --capture-video, a renderer?") from None
+    check_spaces(args.env_id, env.observation_space, env.action_space)
+    check([(args.capture_video and frame is None, f"--capture-video: {args.env_id} renders no frames")])
+    random.seed(args.seed)
+    np.random.seed(args.seed)
+    torch.manual_seed(args.seed)
+    torch.backends.cudnn.deterministic = True
+    device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
+    compiler = device.type != "cpu" or shutil.which(os.environ.get("CXX", "g++"))  # torch.compile's on the CPU
+    check([(args.compile and not compiler, "--compile needs a C++ compiler (g++, or $CXX): install one, or drop it")])
+    # unset --compile: compiled where the 20-70 s it takes pay back, CPU runs of COMPILE_MIN_STEPS training steps
+    train_steps = args.total_timesteps - getattr(args, "learning_starts", 0)  # the off-policy scripts start late
+    long_run = device.type == "cpu" and train_steps >= (COMPILE_MIN_STEPS or math.inf)
+    if args.compile is None and long_run and not compiler:
+        print("note: no C++ compiler (g++, or $CXX) found, so the updates run eagerly", file=sys.stderr)
+    compile = bool(long_run and compiler) if args.compile is None else args.compile
+    return replace(args, compile=compile), checkpoint, device
+
+
+class Run:
+    """A run's envs, directory, TensorBoard writer, signal handling, progress line, evaluations and checkpoints."""
+
+    def __init__(self, args, checkpoint: dict | None, device):
+        self.args, self.checkpoint, self.device = args, checkpoint, device
+        saved = checkpoint and pickle.loads(checkpoint["envs"])  # the sub-envs, with their RNG and simulator state
+        for env, (np_random, state) in zip(*saved) if saved else []:
+            env.unwrapped.np_random = np_random
+            if hasattr(env.unwrapped, "ale"):
+                env.unwrapped.ale.restoreState(state)
+            elif state is not None:
+                __import__("mujoco").mj_copyData(env.unwrapped.data, env.unwrapped.model, state)
+        thunks = [lambda env=env: env for env in saved[0]] if saved else [make_env(args.env_id)] * args.num_envs
+        # SAME_STEP autoreset: a step that ends an episode returns the reset observation, the final one in infos
+        self.envs = gym.vector.SyncVectorEnv(thunks, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+        self.exact = saved and all(state is not None or not isinstance(env.unwrapped, gym.utils.EzPickle)
+                                   for env, (_, state) in zip(*saved))  # else EzPickle rebuilt a new env
+        safe = f"{args.env_id}__{args.exp_name}".replace("/", "-")
+        self.name = checkpoint["run_name"] if checkpoint else f"{safe}__{args.seed}__{int(time.time())}"
+        self.dir = os.path.dirname(os.path.abspath(args.resume)) if checkpoint else f"runs/{self.name}"
+        # purge_step drops what a killed run logged after its last checkpoint
+        self.writer = SummaryWriter(self.dir, purge_step=checkpoint["counters"][0] + 1 if checkpoint else None)
+        self.writer.add_text("hyperparameters", "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items()))
+        self.last_return, self.eval_step = checkpoint["last_return"] if checkpoint else None, None
+        self.stop_signal, self.tty, self.last_print = [], sys.stdout.isatty(), 0.0
+        self.handlers = {sig: signal.signal(sig, lambda signum, frame: self.stop_signal.append(signum))
+                         for sig in (signal.SIGINT, signal.SIGTERM)}
+
+    def resume(self, stateful: dict, counters: tuple):
+        """The loop's (counters, obs), global_step first: the given counters and a first observation, or a resumed
+        run's, with `stateful` (modules, optimizers, buffers and tensors, by name) and the RNGs loaded."""
+        self.stateful, checkpoint, obs = stateful, self.checkpoint, None
+        if checkpoint:
+            for key, obj in stateful.items():
+                obj.data.copy_(checkpoint[key]) if isinstance(obj, torch.Tensor) else obj.load_state_dict(checkpoint[key])
+            for set_state, state in zip((torch.set_rng_state, np.random.set_state, random.setstate), checkpoint["rng"]):
+                set_state(state)
+            if self.device.type == "cuda":
+                torch.cuda.set_rng_state_all(checkpoint["rng"][3])
+            counters, obs = checkpoint["counters"], checkpoint["obs"] if self.exact else None
+            print(f"resumed {self.dir} at step {counters[0]:,}" + ("" if self.exact else "; new episodes start"))
+        self.start, self.start_step = time.time(), counters[0]
+        return counters, self.envs.reset(seed=self.args.seed + counters[0])[0] if obs is None else obs
+
+    def save_checkpoint(self, counters: tuple, obs) -> str:
+        """runs/<run_name>/checkpoint.pt, written atomically; the sub-envs beside their RNG and simulator state."""
+        states = [(env.unwrapped.np_random, env.unwrapped.ale.cloneState(include_rng=True)
+                   if hasattr(env.unwrapped, "ale") else getattr(env.unwrapped, "data", None)) for env in self.envs.envs]
+        state = {key: obj.detach().cpu() if isinstance(obj, torch.Tensor) else obj.state_dict()
+                 for key, obj in self.stateful.items()}
+        rng = torch.get_rng_state(), np.random.get_state(), random.getstate()
+        state.update(args=asdict(self.args), run_name=self.name, counters=counters, obs=obs, last_return=self.last_return,
+                     rng=(*rng, torch.cuda.get_rng_state_all() if self.device.type == "cuda" else None),
+                     envs=pickle.dumps((self.envs.envs, states)))
+        torch.save(state, f"{self.dir}/checkpoint.pt.tmp")
+        os.replace(f"{self.dir}/checkpoint.pt.tmp", f"{self.dir}/checkpoint.pt")  # never half a checkpoint
+        return f"{self.dir}/checkpoint.pt"
+
+    def log(self, infos: dict, metrics: dict | None, previous_step: int, global_step: int) -> None:
+        """The episodes that ended; every --log-freq env steps, `metrics` (0-d tensors, one host sync) and SPS."""
+        for i in np.flatnonzero(infos.get("final_info", {}).get("_episode", [])):
+            self.last_return = float(infos["final_info"]["episode"]["r"][i])
+            self.writer.add_scalar("charts/episodic_return", self.last_return, global_step)
+            self.writer.add_scalar("charts/episodic_length", int(infos["final_info"]["episode"]["l"][i]), global_step)
+        if metrics and crossed(previous_step, global_step, self.args.log_freq):
+            for key, value in zip(metrics, torch.stack([v.float() for v in metrics.values()]).tolist()):
+                self.writer.add_scalar(f"losses/{key}", value, global_step)
+            sps = int((global_step - self.start_step) / (time.time() - self.start))
+            self.writer.add_scalar("charts/SPS", sps, global_step)
+
+    def evaluate(self, policy, global_step: int) -> None:
+        """eval/episodic_return: the mean return of `policy` (numpy observations to actions; it draws nothing from
+        torch's RNG) over --eval-episodes real episodes (whole Atari games), reset with seeds of their own."""
+        video_dir = f"{self.dir}/videos/step_{global_step}" if self.args.capture_video else None
+        env, returns = make_env(self.args.env_id, video_dir)(), []
+        for k in range(self.args.eval_episodes):
+            obs, _ = env.reset(seed=self.args.seed + EVAL_SEED_OFFSET + k)
+            while True:
+                with torch.no_grad():
+                    obs, _, terminated, truncated, info = env.step(policy(obs[None])[0])
+                if "episode" in info:  # the real episode ended: RecordEpisodeStatistics sits below EpisodicLife
+                    returns.append(float(info["episode"]["r"]))
+                    break
+                if terminated or truncated:  # a life lost under EpisodicLife: the game goes on
+                    obs, _ = env.reset()
+        env.close()
+        self.eval_return, self.eval_step = float(np.mean(returns)), global_step
+        self.writer.add_scalar("eval/episodic_return", self.eval_return, global_step)
+        print(("\n" if self.tty else "") + f"step {global_step:,}: eval/episodic_return {self.eval_return:.2f}")
+
+    def after_step(self, previous_step: int, counters: tuple, obs, policy) -> None:
+        """Evaluate and checkpoint where their intervals were crossed, and refresh the progress line."""
+        global_step, total = counters[0], self.args.total_timesteps
+        if crossed(previous_step, global_step, self.args.eval_freq):
+            self.evaluate(policy, global_step)
+        if crossed(previous_step, global_step, self.args.checkpoint_freq):
+            self.save_checkpoint(counters, obs)
+        if time.time() - self.last_print > (0.5 if self.tty else 30.0):  # on a terminal, or to a log file
+            sps, self.last_print = (global_step - self.start_step) / (time.time() - self.start), time.time()
+            last = "-" if self.last_return is None else f"{self.last_return:.2f}"
+            line = f"step {global_step:,}/{total:,} ({100 * global_step / total:.1f}%)  SPS {sps:.0f}  last return {last}"
+            print(f"\r{line}\033[K" if self.tty else line, end="" if self.tty else "\n", flush=True)
+
+    def finish(self, counters: tuple, obs, policy, model: dict) -> dict:
+        """On a signal the checkpoint; else the final evaluation (unless just done) and --save-model. The summary."""
+        if self.stop_signal:
+            path = self.save_checkpoint(counters, obs)
+            print(f"\nstopped by signal {self.stop_signal[0]} at step {counters[0]:,}; checkpoint written to {path}; "
                   f"continue with --resume {path}")
         else:
-            if not crossed(global_step - args.num_envs, global_step, args.eval_freq):
-                eval_return = run_evaluation()
-            print(f"step {global_step:,}: final eval/episodic_return {eval_return:.2f}")
-            if args.save_model:
-                model = {"actor": actor.state_dict(), "qf1": qf1.state_dict(), "qf2": qf2.state_dict(),
-                         "log_alpha": log_alpha.detach().cpu(), "args": asdict(args)}
-                torch.save(model, f"{run_dir}/model.pt")
-                print(f"model saved to {run_dir}/model.pt")
-    finally:
-        for sig, handler in handlers.items():
+            if self.eval_step != counters[0]:
+                self.evaluate(policy, counters[0])
+            print(f"step {counters[0]:,}: final eval/episodic_return {self.eval_return:.2f}")
+            if self.args.save_model:
+                torch.save({**model, "args": asdict(self.args)}, f"{self.dir}/model.pt")
+                print(f"model saved to {self.dir}/model.pt")
+        return {"run_dir": self.dir, "global_step": counters[0], "eval_return": self.eval_return,
+                "stopped_by": self.stop_signal[0] if self.stop_signal else None}
+
+    def close(self) -> None:
+        for sig, handler in self.handlers.items():
             signal.signal(sig, handler)
-        envs.close()
-        writer.close()
-        if args.track:
-            wandb.finish()
-
-    if train_sps is not None:
-        print(f"training-phase SPS: {train_sps:.1f}")
-    return {"run_dir": run_dir, "global_step": global_step, "critic_updates": updates, "actor_updates": updates,
-            "eval_return": eval_return, "train_sps": train_sps, "stopped_by": stop_signal[0] if stop_signal else None}
-
-
-def parse_args(argv=None) -> Args:
-    """tyro's parser, its boxed errors (an unknown flag, a value that does not parse or is missing) cut to one line on
-    stderr and exit code 2, like the checks of `check_args`."""
-    box = io.StringIO()
-    try:
-        with contextlib.redirect_stderr(box):
-            return tyro.cli(Args, args=argv)
-    except SystemExit as e:
-        if not e.code:  # --help
-            sys.stderr.write(box.getvalue())
-            raise
-        message = []  # the box's first section, between its title and the first rule, is the message
-        for line in box.getvalue().splitlines()[1:]:
-            text = line.strip("│╭╮╰╯ ")
-            if text and set(text) <= {"─"}:
-                break
-            message.append(text)
-        message = " ".join(" ".join(message).split()) or " ".join(box.getvalue().split())
-        print(f"error: {message.rstrip('.')}; see --help", file=sys.stderr)
-        raise SystemExit(2) from None
+        self.envs.close()
+        self.writer.close()
 
 
 def cli(argv=None) -> dict:
-    """Command-line entry: bad input ends in one line on stderr and exit code 2; a stop by signal exits 128 + signum."""
-    args = parse_args(argv)
+    """Command line: bad input ends in one line on stderr and exit code 2; a stop by a signal exits with 128 + signum."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    try:  # tyro's own error box is silenced (console_outputs=False) and replaced by one line; --help prints as usual
+        args = tyro.cli(Args, args=argv, console_outputs=bool({"-h", "--help"} & set(argv)))
+    except SystemExit as e:
+        if not e.code:
+            raise
+        flags = {f"--{no}{field.name.replace('_', '-')}" for field in fields(Args) for no in ("", "no-")}
+        unknown = [a.split("=")[0] for a in argv if a.startswith("--") and a.split("=")[0] not in flags]
+        why = f"unrecognized flag {' '.join(unknown)}" if unknown else "a flag's value is missing or does not parse"
+        print(f"error: {why} in `{' '.join(argv)}`; see --help", file=sys.stderr)
+        raise SystemExit(2) from None
     try:
         summary = main(args)
     except ConfigError as e:

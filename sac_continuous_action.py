@@ -22,8 +22,10 @@ Deviations from the papers (each marked `# DEVIATION(n)` in the code):
     6. Training starts with `learning_starts` env steps of uniformly random actions (as SpinningUp and CleanRL).
 """
 
+import contextlib
 import importlib.util
 import inspect
+import io
 import math
 import operator
 import os
@@ -114,7 +116,6 @@ class Args:
     """clip the gradient norm of the actor and the critics to this value (off by default; HIL-SERL: 40)"""
 
 
-
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0  # DEVIATION(3)
 HIDDEN = 256  # units per hidden layer (SAC paper, Table 1)
 COMPILE_MIN_STEPS = 100_000  # unset --compile compiles CPU runs of this many env steps after learning starts
@@ -139,9 +140,7 @@ def tanh_gaussian_log_prob(u: torch.Tensor, eps: torch.Tensor, log_std: torch.Te
 
 
 def soft_q_target(rewards, terminations, next_q, next_log_prob, alpha, gamma: float, backup_entropy: bool):
-    """Soft Bellman target of the critics.
-
-    Shapes: rewards, terminations, next_log_prob (B,); next_q (M, B), the target critics' Q'_i(s', a'), a' ~ pi(.|s').
+    """Soft Bellman target of the critics. Shapes: rewards, terminations, next_log_prob (B,); next_q (M, B), the target critics' Q'_i(s', a'), a' ~ pi(.|s').
     y = r + gamma * (1 - terminated) * (min_i Q'_i(s', a') - alpha * log pi(a'|s'))   [arXiv:1812.05905 eq. 3, 5]
     A truncation is stored with terminated = 0, so the target bootstraps from the true final observation s'.
     backup_entropy=False drops the -alpha log pi term (HIL-SERL's `use_backup_entropy`).
@@ -153,25 +152,18 @@ def soft_q_target(rewards, terminations, next_q, next_log_prob, alpha, gamma: fl
 
 
 def subsample_critics(num_critics: int, num_subsample: int, device=None):
-    """Indices of `num_subsample` distinct critics out of `num_critics`, uniformly at random (REDQ, Alg. 1 line 8).
-
-    Returns None, meaning all critics, when num_subsample == num_critics.
-    """
+    """Indices of `num_subsample` distinct critics of `num_critics`, drawn uniformly (REDQ, Alg. 1 line 8); None: all."""
     if num_subsample == num_critics:
         return None
     return torch.randperm(num_critics, device=device)[:num_subsample]
-
 
 
 # ---------------------------------------------------------------------------------------------------------------------
 # NETWORKS AND REPLAY BUFFER
 # ---------------------------------------------------------------------------------------------------------------------
 class QEnsemble(nn.Module):
-    """N soft Q networks Q_i(s, a), each 256-256-1 with ReLU, evaluated in one batched pass.
-
-    Layer weights are stacked to (N, in, out) and applied with `torch.baddbmm`, so N critics cost one kernel per layer.
-    Each member is initialised as `nn.Linear` would be: U(-1/sqrt(fan_in), 1/sqrt(fan_in)).
-    """
+    """N soft Q networks Q_i(s, a), each 256-256-1 with ReLU, in one batched pass: layer weights are stacked to
+    (N, in, out) for `torch.baddbmm`. Each member is initialised as `nn.Linear` is: U(+-1/sqrt(fan_in))."""
 
     def __init__(self, envs, num_critics: int = 2):
         super().__init__()
@@ -221,24 +213,15 @@ class Actor(nn.Module):
         log_std = LOG_STD_MIN + 0.5 * (LOG_STD_MAX - LOG_STD_MIN) * (log_std + 1)  # DEVIATION(3)
         return self.fc_mean(x), log_std
 
-    def sample(self, obs):
-        """Returns (action, u, eps, mean, log_std): a = tanh(u) * scale + bias, u = mean + std * eps, eps ~ N(0, I)."""
+    def get_action(self, obs):
+        """Returns (action, log_prob (B, 1), deterministic action tanh(mean)), actions rescaled to the Box bounds."""
         mean, log_std = self(obs)
         eps = torch.randn_like(mean)
         # a = tanh(mean + std * eps) * scale + bias: the reparameterization trick   [arXiv:1801.01290 eq. 11]
         u = torch.addcmul(mean, log_std.exp(), eps)
-        return torch.addcmul(self.action_bias, torch.tanh(u), self.action_scale), u, eps, mean, log_std
-
-    def action_log_prob(self, obs):
-        """Returns (action, log_prob (B, 1)), the action reparameterized; what the losses need."""
-        action, u, eps, _, log_std = self.sample(obs)
-        return action, tanh_gaussian_log_prob(u, eps, log_std, self.action_scale)
-
-    def get_action(self, obs):
-        """Returns (action, log_prob (B, 1), deterministic action), actions rescaled to the Box bounds."""
-        action, u, eps, mean, log_std = self.sample(obs)
+        action = torch.addcmul(self.action_bias, torch.tanh(u), self.action_scale)
         log_prob = tanh_gaussian_log_prob(u, eps, log_std, self.action_scale)
-        return action, log_prob, torch.tanh(mean) * self.action_scale + self.action_bias
+        return action, log_prob, torch.addcmul(self.action_bias, torch.tanh(mean), self.action_scale)
 
 
 class ReplayBuffer:
@@ -277,7 +260,7 @@ def compute_loss_q(actor, qf, qf_target, batch, alpha, gamma, backup_entropy, nu
     """J_Q = sum_i E[(Q_i(s, a) - y)^2], y from `soft_q_target`   [arXiv:1812.05905 eq. 5; DEVIATION(2)]. Returns (loss, metrics)."""
     obs, actions, rewards, next_obs, terminations = batch
     with torch.no_grad():
-        next_actions, next_log_prob = actor.action_log_prob(next_obs)
+        next_actions, next_log_prob, _ = actor.get_action(next_obs)
         idx = subsample_critics(qf.weights[0].shape[0], num_subsample, obs.device)
         next_q = qf_target(next_obs, next_actions, idx)
         y = soft_q_target(rewards, terminations, next_q, next_log_prob.squeeze(-1), alpha, gamma, backup_entropy)
@@ -290,11 +273,9 @@ def compute_loss_q(actor, qf, qf_target, batch, alpha, gamma, backup_entropy, nu
 
 
 def compute_loss_pi(actor, qf, obs, alpha):
-    """J_pi = E_s[alpha * log pi(a|s) - min_i Q_i(s, a)], a ~ pi(.|s) reparameterized   [arXiv:1801.01290 eq. 12, with alpha].
-
-    Gradients reach the actor only: the critics' parameters enter detached. Returns (loss, detached log_prob (B,)).
-    """
-    actions, log_prob = actor.action_log_prob(obs)
+    """J_pi = E_s[alpha * log pi(a|s) - min_i Q_i(s, a)], a ~ pi(.|s) reparameterized   [arXiv:1801.01290 eq. 12]; the
+    critics' parameters enter detached, so gradients reach the actor only. Returns (loss, detached log_prob (B,))."""
+    actions, log_prob, _ = actor.get_action(obs)
     q = qf(obs, actions, detach_params=True).min(dim=0).values
     log_prob = log_prob.squeeze(-1)
     return (alpha * log_prob - q).mean(), log_prob.detach()
@@ -303,7 +284,6 @@ def compute_loss_pi(actor, qf, obs, alpha):
 def compute_loss_alpha(log_alpha, log_prob, target_entropy: float):
     """J(alpha) = E_a~pi[-alpha * log pi(a|s) - alpha * H-bar]   [arXiv:1812.05905 eq. 18]; log_prob is detached."""
     return (-log_alpha.exp() * (log_prob + target_entropy)).mean()
-
 
 
 def sac_updates(actor, qf, qf_target, log_alpha, q_optimizer, actor_optimizer, args, target_entropy: float):
@@ -367,8 +347,9 @@ def check_spaces(env_id: str, obs_space, action_space) -> None:
            (not isinstance(action_space, gym.spaces.Box), f"{env_id}'s action space is no Box; this script needs one"),
            (not (isinstance(obs_space, gym.spaces.Box) and len(obs_space.shape) == 1), f"{env_id} has {obs_space} "
             "observations; this script needs a 1-D Box: wrap the env in gymnasium.wrappers.FlattenObservation"),
-           (not np.all(np.isfinite(action_space.low) & np.isfinite(action_space.high) & (action_space.high >
-            action_space.low)), f"{env_id} has unbounded or empty action bounds; tanh squashing needs finite low < high")])
+           (isinstance(action_space, gym.spaces.Box) and not np.all(np.isfinite(action_space.low) & np.isfinite(
+            action_space.high) & (action_space.high > action_space.low)), f"{env_id} has unbounded or empty action "
+            "bounds; tanh squashing needs finite low < high")])
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -402,9 +383,9 @@ def main(args: Args) -> dict:
         update_critic, update_actor = updates(actor, qf, qf_target, log_alpha, q_optimizer, actor_optimizer, args,
                                               target_entropy)
 
-        def policy(obs):  # the deterministic action tanh(mean), for evaluation
-            return (torch.tanh(actor(torch.as_tensor(obs, dtype=torch.float32, device=device))[0]) * actor.action_scale
-                    + actor.action_bias).cpu().numpy()
+        def policy(obs):  # the deterministic action tanh(mean) * scale + bias, for evaluation
+            mean = actor(torch.as_tensor(obs, dtype=torch.float32, device=device))[0]
+            return torch.addcmul(actor.action_bias, torch.tanh(mean), actor.action_scale).cpu().numpy()
 
         metrics = {}
         while global_step + args.num_envs <= args.total_timesteps and not run.stop_signal:
@@ -414,7 +395,7 @@ def main(args: Args) -> dict:
                 actions = (u * actor.action_scale + actor.action_bias).cpu().numpy()
             else:
                 with torch.no_grad():
-                    actions = actor.sample(torch.as_tensor(obs, dtype=torch.float32, device=device))[0].cpu().numpy()
+                    actions = actor.get_action(torch.as_tensor(obs, dtype=torch.float32, device=device))[0].cpu().numpy()
             next_obs, rewards, terminations, truncations, infos = run.envs.step(actions)
             previous_step, global_step = global_step, global_step + args.num_envs
 
@@ -471,10 +452,10 @@ def crossed(before: int, now: int, every: int) -> bool:
 
 
 def make_env(env_id: str, video_dir: str | None = None):
-    """One env recording episode statistics (`infos["episode"]`), and with a video_dir rendering and recording its
-    first episode there. Atari ids get seed 000's wrappers above those statistics, so they hold whole games' unclipped
-    returns: SB3's AtariWrapper (NoopReset(30), MaxAndSkip(4), EpisodicLife, FireReset, 84x84 gray, ClipReward) and
-    FrameStack(4); `ALE/*` ids keep their sticky actions."""
+    """A thunk making one env that records episode statistics (`infos["episode"]`); a video_dir makes it render, and
+    record its first episode there. Atari ids get seed 000's wrappers above the statistics, which so see whole games
+    and unclipped rewards: SB3's AtariWrapper (NoopReset, MaxAndSkip(4), EpisodicLife, FireReset, 84x84 gray,
+    ClipReward) and FrameStack(4); `ALE/*` ids keep their sticky actions."""
 
     def thunk():
         atari = env_id.startswith("ALE/") or "NoFrameskip" in env_id
@@ -505,8 +486,8 @@ def final_observations(next_obs: np.ndarray, infos: dict) -> np.ndarray:
 
 
 def setup(args):
-    """Before anything is written: load --resume's checkpoint (its flags win), check flags and env, seed, pick the
-    device and whether to compile. Returns (args, checkpoint, device)."""
+    """Before anything is written: load --resume's checkpoint (its flags win), check the flags and the env, seed, and
+    choose the device and whether to compile. Returns (args, checkpoint, device)."""
     checkpoint = None
     if args.resume:
         check([(not os.path.isfile(args.resume), f"--resume {args.resume}: no such file; pass a run's checkpoint.pt")])
@@ -527,38 +508,38 @@ def setup(args):
     if args.capture_video:
         os.environ.setdefault("MUJOCO_GL", "egl")  # headless MuJoCo rendering; read when mujoco is first imported
         __import__("torch._dynamo")  # CUDA wheels' triton segfaults when first loaded after MuJoCo's EGL context
-    try:  # the env, and for --capture-video its renderer (which would otherwise fail at the first evaluation)
+    try:  # the env, and for --capture-video its renderer, which would otherwise fail at the first evaluation
         env = make_env(args.env_id, "" if args.capture_video else None)()
         env.reset(seed=0)
-        env.render() if args.capture_video else None
+        frame = env.render() if args.capture_video else None
     except Exception as e:  # an unknown id, a missing package or renderer: one line, whatever the library raised
         raise ConfigError(f"{args.env_id} cannot be made ({type(e).__name__}: {e}): is it an unknown env id (see "
                           "`python -c 'import gymnasium; gymnasium.pprint_registry()'`), or does it need an extra "
                           "(requirements/requirements-*.txt) or, for --capture-video, a renderer?") from None
     check_spaces(args.env_id, env.observation_space, env.action_space)
+    check([(args.capture_video and frame is None, f"--capture-video: {args.env_id} renders no frames")])
     random.seed(args.seed)
     np.random.seed(args.seed)
     torch.manual_seed(args.seed)
     torch.backends.cudnn.deterministic = True
     device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
-    compiler = shutil.which(os.environ.get("CXX", "g++"))  # the C++ compiler torch.compile's CPU backend uses
+    compiler = device.type != "cpu" or shutil.which(os.environ.get("CXX", "g++"))  # torch.compile's on the CPU
+    check([(args.compile and not compiler, "--compile needs a C++ compiler (g++, or $CXX): install one, or drop it")])
+    # unset --compile: compiled where the 20-70 s it takes pay back, CPU runs of COMPILE_MIN_STEPS training steps
     train_steps = args.total_timesteps - getattr(args, "learning_starts", 0)  # the off-policy scripts start late
-    compile = args.compile  # unset: compiled where the 20-70 s it takes pay back, CPU runs of COMPILE_MIN_STEPS+
-    if compile is None:
-        compile = device.type == "cpu" and COMPILE_MIN_STEPS is not None and train_steps >= COMPILE_MIN_STEPS
-        if compile and not compiler:
-            print("note: no C++ compiler (g++ or $CXX) found, so the updates run eagerly", file=sys.stderr)
-    check([(args.compile and device.type == "cpu" and not compiler,
-            "--compile needs a C++ compiler on the CPU (g++, or $CXX) and none was found: install one, or drop it")])
-    return replace(args, compile=bool(compile and (compiler or device.type != "cpu"))), checkpoint, device
+    long_run = device.type == "cpu" and train_steps >= (COMPILE_MIN_STEPS or math.inf)
+    if args.compile is None and long_run and not compiler:
+        print("note: no C++ compiler (g++, or $CXX) found, so the updates run eagerly", file=sys.stderr)
+    compile = bool(long_run and compiler) if args.compile is None else args.compile
+    return replace(args, compile=compile), checkpoint, device
 
 
 class Run:
-    """A run's envs, directory, TensorBoard writer, signal handling, progress, evaluations and checkpoints."""
+    """A run's envs, directory, TensorBoard writer, signal handling, progress line, evaluations and checkpoints."""
 
     def __init__(self, args, checkpoint: dict | None, device):
         self.args, self.checkpoint, self.device = args, checkpoint, device
-        saved = checkpoint and pickle.loads(checkpoint["envs"])  # the sub-envs, with RNG and simulator states
+        saved = checkpoint and pickle.loads(checkpoint["envs"])  # the sub-envs, with their RNG and simulator state
         for env, (np_random, state) in zip(*saved) if saved else []:
             env.unwrapped.np_random = np_random
             if hasattr(env.unwrapped, "ale"):
@@ -569,30 +550,30 @@ class Run:
         # SAME_STEP autoreset: a step that ends an episode returns the reset observation, the final one in infos
         self.envs = gym.vector.SyncVectorEnv(thunks, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
         self.exact = saved and all(state is not None or not isinstance(env.unwrapped, gym.utils.EzPickle)
-                                   for env, (_, state) in zip(*saved))  # EzPickle alone makes a new env
+                                   for env, (_, state) in zip(*saved))  # else EzPickle rebuilt a new env
         safe = f"{args.env_id}__{args.exp_name}".replace("/", "-")
         self.name = checkpoint["run_name"] if checkpoint else f"{safe}__{args.seed}__{int(time.time())}"
         self.dir = os.path.dirname(os.path.abspath(args.resume)) if checkpoint else f"runs/{self.name}"
         # purge_step drops what a killed run logged after its last checkpoint
         self.writer = SummaryWriter(self.dir, purge_step=checkpoint["counters"][0] + 1 if checkpoint else None)
         self.writer.add_text("hyperparameters", "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items()))
-        self.last_return, self.eval_step = checkpoint["last_return"] if checkpoint else None, None
+        self.last_return = checkpoint["last_return"] if checkpoint else None
+        self.eval_return = self.eval_step = None
         self.stop_signal, self.tty, self.last_print = [], sys.stdout.isatty(), 0.0
         self.handlers = {sig: signal.signal(sig, lambda signum, frame: self.stop_signal.append(signum))
                          for sig in (signal.SIGINT, signal.SIGTERM)}
 
     def resume(self, stateful: dict, counters: tuple):
-        """Returns the loop's (counters, obs), global_step first: the given counters and the first observation, or
-        for a resumed run the checkpoint's, with `stateful` (modules, optimizers, buffers, tensors) and RNGs loaded."""
+        """The loop's (counters, obs), global_step first: the given counters and a first observation, or a resumed
+        run's, with `stateful` (modules, optimizers, buffers and tensors, by name) and the RNGs loaded."""
         self.stateful, checkpoint, obs = stateful, self.checkpoint, None
         if checkpoint:
             for key, obj in stateful.items():
                 obj.data.copy_(checkpoint[key]) if isinstance(obj, torch.Tensor) else obj.load_state_dict(checkpoint[key])
-            torch.set_rng_state(checkpoint["rng"]["torch"])
-            np.random.set_state(checkpoint["rng"]["numpy"])
-            random.setstate(checkpoint["rng"]["random"])
+            for set_state, state in zip((torch.set_rng_state, np.random.set_state, random.setstate), checkpoint["rng"]):
+                set_state(state)
             if self.device.type == "cuda":
-                torch.cuda.set_rng_state_all(checkpoint["rng"]["cuda"])
+                torch.cuda.set_rng_state_all(checkpoint["rng"][3])
             counters, obs = checkpoint["counters"], checkpoint["obs"] if self.exact else None
             print(f"resumed {self.dir} at step {counters[0]:,}" + ("" if self.exact else "; new episodes start"))
         self.start, self.start_step = time.time(), counters[0]
@@ -604,16 +585,16 @@ class Run:
                    if hasattr(env.unwrapped, "ale") else getattr(env.unwrapped, "data", None)) for env in self.envs.envs]
         state = {key: obj.detach().cpu() if isinstance(obj, torch.Tensor) else obj.state_dict()
                  for key, obj in self.stateful.items()}
-        rng = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "random": random.getstate(),
-               "cuda": torch.cuda.get_rng_state_all() if self.device.type == "cuda" else None}
-        state.update(args=asdict(self.args), run_name=self.name, counters=counters, obs=obs, rng=rng,
-                     last_return=self.last_return, envs=pickle.dumps((self.envs.envs, states)))
+        rng = torch.get_rng_state(), np.random.get_state(), random.getstate()
+        state.update(args=asdict(self.args), run_name=self.name, counters=counters, obs=obs, last_return=self.last_return,
+                     rng=(*rng, torch.cuda.get_rng_state_all() if self.device.type == "cuda" else None),
+                     envs=pickle.dumps((self.envs.envs, states)))
         torch.save(state, f"{self.dir}/checkpoint.pt.tmp")
         os.replace(f"{self.dir}/checkpoint.pt.tmp", f"{self.dir}/checkpoint.pt")  # never half a checkpoint
         return f"{self.dir}/checkpoint.pt"
 
     def log(self, infos: dict, metrics: dict | None, previous_step: int, global_step: int) -> None:
-        """Episodes that ended; every --log-freq env steps losses/<metric> (0-d tensors, one host sync) and SPS."""
+        """The episodes that ended; every --log-freq env steps, `metrics` (0-d tensors, one host sync) and SPS."""
         for i in np.flatnonzero(infos.get("final_info", {}).get("_episode", [])):
             self.last_return = float(infos["final_info"]["episode"]["r"][i])
             self.writer.add_scalar("charts/episodic_return", self.last_return, global_step)
@@ -625,7 +606,7 @@ class Run:
             self.writer.add_scalar("charts/SPS", sps, global_step)
 
     def evaluate(self, policy, global_step: int) -> None:
-        """eval/episodic_return: the mean return of `policy` (numpy observations to actions, drawing nothing from
+        """eval/episodic_return: the mean return of `policy` (numpy observations to actions; it draws nothing from
         torch's RNG) over --eval-episodes real episodes (whole Atari games), reset with seeds of their own."""
         video_dir = f"{self.dir}/videos/step_{global_step}" if self.args.capture_video else None
         env, returns = make_env(self.args.env_id, video_dir)(), []
@@ -658,7 +639,7 @@ class Run:
             print(f"\r{line}\033[K" if self.tty else line, end="" if self.tty else "\n", flush=True)
 
     def finish(self, counters: tuple, obs, policy, model: dict) -> dict:
-        """Checkpoint on a signal, else the final evaluation (unless just done) and --save-model. Returns a summary."""
+        """On a signal the checkpoint; else the final evaluation (unless just done) and --save-model. The summary."""
         if self.stop_signal:
             path = self.save_checkpoint(counters, obs)
             print(f"\nstopped by signal {self.stop_signal[0]} at step {counters[0]:,}; checkpoint written to {path}; "
@@ -682,13 +663,14 @@ class Run:
 
 def cli(argv=None) -> dict:
     """Command line: bad input ends in one line on stderr and exit code 2; a stop by a signal exits with 128 + signum."""
-    argv = sys.argv[1:] if argv is None else list(argv)
-    try:
-        args = tyro.cli(Args, args=argv, console_outputs=bool({"-h", "--help"} & set(argv)))
+    argv, box = sys.argv[1:] if argv is None else list(argv), io.StringIO()
+    try:  # tyro's error box is replaced by one line; --help prints as usual
+        with contextlib.redirect_stderr(sys.stderr if {"-h", "--help"} & set(argv) else box):
+            args = tyro.cli(Args, args=argv)
     except SystemExit as e:
-        if not e.code:  # --help
+        if not e.code:
             raise
-        flags = {f"--{p}{f.name.replace('_', '-')}" for f in fields(Args) for p in ("", "no-")}
+        flags = {f"--{no}{field.name.replace('_', '-')}" for field in fields(Args) for no in ("", "no-")}
         unknown = [a.split("=")[0] for a in argv if a.startswith("--") and a.split("=")[0] not in flags]
         why = f"unrecognized flag {' '.join(unknown)}" if unknown else "a flag's value is missing or does not parse"
         print(f"error: {why} in `{' '.join(argv)}`; see --help", file=sys.stderr)
@@ -704,13 +686,12 @@ def cli(argv=None) -> dict:
 
 
 # ======================================================================================================================
-# COMPILED UPDATES (--compile): `sac_updates`' losses and steps as two compiled graphs, one per optimizer. The gradients
-# come from torch.func.grad_and_value and Adam is written out, so inductor sees forward, backward and Adam step as one
-# graph; `sac_updates` compiled as it is, with autograd and torch.optim.Adam, runs slower than eager on the CPU.
+# COMPILED UPDATES (--compile): `sac_updates` as two compiled graphs, forward, backward and Adam step each, from the same
+# losses: gradients from torch.func.grad_and_value, Adam written out on the optimizers' own state (so checkpoints are
+# alike). `sac_updates` compiled as it is, with autograd and torch.optim.Adam, runs slower than eager on the CPU.
 # ======================================================================================================================
 class WithParams:
-    """`module` with the tensors `params` ({name: tensor}) as its parameters, in its methods too (they run with this
-    object as `self`, so their `self(...)` calls come here); its buffers are its own."""
+    """`module` with the tensors `params` ({name: tensor}) as its parameters, in its methods too."""
 
     def __init__(self, module: nn.Module, params: dict):
         self.module, self.params = module, params
@@ -718,11 +699,9 @@ class WithParams:
     def __call__(self, *inputs, **kwargs):
         return torch.func.functional_call(self.module, self.params, inputs, kwargs)
 
-    def __getattr__(self, name):
+    def __getattr__(self, name):  # a method runs with this object as `self`, so its `self(...)` calls come here
         method = getattr(type(self.module), name, None)
-        if inspect.isfunction(method):
-            return lambda *args, **kwargs: method(self, *args, **kwargs)
-        return getattr(self.module, name)
+        return (lambda *a, **k: method(self, *a, **k)) if inspect.isfunction(method) else getattr(self.module, name)
 
 
 def adam_(optimizer, params: dict, grads: dict, max_norm: float | None, clipped: list) -> None:
@@ -736,28 +715,27 @@ def adam_(optimizer, params: dict, grads: dict, max_norm: float | None, clipped:
     for group in optimizer.param_groups:
         for state, name in zip((optimizer.state[p] for p in group["params"]), names):
             state["step"] += 1
+            t = state["step"].double()  # the bias corrections in double precision, as torch.optim.Adam's
             state["exp_avg"].lerp_(grads[name], 1 - beta1)
             state["exp_avg_sq"].mul_(beta2).addcmul_(grads[name], grads[name], value=1 - beta2)
-            denom = (state["exp_avg_sq"].sqrt() / (1 - beta2 ** state["step"]).sqrt()).add_(eps)
-            params[name].sub_(state["exp_avg"] / denom * (group["lr"] / (1 - beta1 ** state["step"])))
+            denom = (state["exp_avg_sq"].sqrt() / (1 - beta2**t).sqrt().float()).add_(eps)
+            params[name].sub_(state["exp_avg"] / denom * (group["lr"] / (1 - beta1**t)).float())
 
 
 def compiled_updates(actor, qf, qf_target, log_alpha, q_optimizer, actor_optimizer, args, target_entropy: float):
-    """`sac_updates`, compiled: same losses, same optimizer state (so checkpoints and --resume work alike)."""
+    """`sac_updates`' update_critic and update_actor, each compiled to one graph."""
     import torch._inductor.config
-
     torch._inductor.config.fallback_random = True  # the policy's noise from torch's generator, as in eager mode
-    q_params = {name: p.detach() for name, p in qf.named_parameters()}  # aliases: written in place
+    q_params = {name: p.detach() for name, p in qf.named_parameters()}  # aliases, written in place
     pi_params = {name: p.detach() for name, p in actor.named_parameters()}
     pi_params.update({"log_alpha": log_alpha.detach()} if args.autotune else {})  # the actor optimizer's 2nd group
     targets = {name: p.detach() for name, p in qf_target.named_parameters()}
     for optimizer in (q_optimizer, actor_optimizer):  # Adam's state laid out as torch's, unless a resume loaded it
         for p in (p for group in optimizer.param_groups for p in group["params"] if not optimizer.state[p]):
             optimizer.state[p].update(step=torch.tensor(0.0), exp_avg=torch.zeros_like(p), exp_avg_sq=torch.zeros_like(p))
-    num_subsample = args.num_subsample_critics or args.num_critics
 
     def loss_q(params, batch):
-        alpha = log_alpha.detach().exp()
+        alpha, num_subsample = log_alpha.detach().exp(), args.num_subsample_critics or args.num_critics
         return compute_loss_q(WithParams(actor, pi_params), WithParams(qf, params), WithParams(qf_target, targets),
                               batch, alpha, args.gamma, args.backup_entropy, num_subsample)
 
@@ -773,7 +751,7 @@ def compiled_updates(actor, qf, qf_target, log_alpha, q_optimizer, actor_optimiz
 
     @torch.compile
     def update_critic(batch, update_target: bool):
-        grads, (_, metrics) = torch.func.grad_and_value(loss_q, has_aux=True)(q_params, tuple(batch))
+        grads, (_, metrics) = torch.func.grad_and_value(loss_q, has_aux=True)(q_params, batch)
         adam_(q_optimizer, q_params, grads, args.grad_clip_norm, list(q_params))
         if update_target:  # theta' <- tau * theta + (1 - tau) * theta'   [arXiv:1801.01290 Algorithm 1]
             torch._foreach_lerp_(list(targets.values()), list(q_params.values()), args.tau)

@@ -17,9 +17,10 @@ Deviations from the paper (each marked `# DEVIATION(n)` in the code):
 """
 
 import contextlib
-import inspect
+import importlib.util
 import io
 import math
+import operator
 import os
 import pickle
 import random
@@ -27,7 +28,7 @@ import shutil
 import signal
 import sys
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, fields, replace
 from typing import Annotated
 
 import gymnasium as gym
@@ -36,50 +37,42 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 import tyro
-from gymnasium.vector import AutoresetMode
+from torch.utils.tensorboard import SummaryWriter
 
 
 @dataclass
 class Args:
-    # --- common block: experiment, seeding, device, tracking, video, saving, evaluation, checkpointing ---
+    # --- COMMON ARGS: the same text in all five scripts ---
     exp_name: str = os.path.basename(__file__)[: -len(".py")]
-    """name of this experiment; part of the run name runs/<env_id>__<exp_name>__<seed>__<unix time>"""
+    """name of this experiment; part of the run name runs/<env_id>__<exp_name>__<seed>__<unix time> ('/' becomes '-')"""
     seed: int = 1
     """seed of torch, numpy, random, the environments and the evaluation episodes"""
-    torch_deterministic: bool = True
-    """set `torch.backends.cudnn.deterministic`"""
     cuda: bool = True
     """use a CUDA GPU when one is present (falls back to the CPU otherwise)"""
     compile: Annotated[bool | None, tyro.conf.DisallowNone] = None
-    """compile each env step's updates into one graph (torch.compile); unset: on for CPU runs of 100k+ training steps (README, Performance)"""
-    track: bool = False
-    """log to Weights and Biases as well (needs `pip install wandb`)"""
-    wandb_project_name: str = "actor-critic"
-    """the W&B project name"""
-    wandb_entity: str | None = None
-    """the W&B entity (team)"""
+    """torch.compile the updates; unset: compiled for CPU runs of COMPILE_MIN_STEPS+ training steps with a C++ compiler"""
     capture_video: bool = False
     """record the first episode of each evaluation to runs/<run_name>/videos/step_<env step> (needs moviepy)"""
     save_model: bool = False
     """write the trained networks to runs/<run_name>/model.pt at the end"""
-    eval_freq: int = 10_000
-    """evaluate the policy without exploration noise every this many env steps, and at the end; 0: only at the end"""
     eval_episodes: int = 10
     """episodes per evaluation"""
     checkpoint_freq: int = 0
     """write runs/<run_name>/checkpoint.pt every this many env steps (0: only on SIGINT/SIGTERM)"""
     resume: str | None = None
     """continue the run saved in this checkpoint.pt; the run's saved configuration is used and other flags ignored"""
-    log_freq: int = 100
-    """write the loss metrics to TensorBoard every this many env steps"""
+    # --- END OF COMMON ARGS ---
 
-    # --- algorithm ---
     env_id: str = "Hopper-v5"
     """the id of a gymnasium environment with a Box action space"""
     total_timesteps: int = 1_000_000
     """environment steps in total, summed over all `num_envs` environments"""
     num_envs: int = 1
     """number of environments stepped in parallel (SyncVectorEnv)"""
+    eval_freq: int = 10_000
+    """evaluate the policy without exploration noise every this many env steps, and at the end; 0: only at the end"""
+    log_freq: int = 100
+    """write the loss metrics to TensorBoard every this many env steps"""
     buffer_size: int = 1_000_000
     """replay buffer capacity in transitions (TD3 paper, Sec. 6.1)"""
     learning_rate: float = 3e-4  # DEVIATION(3)
@@ -104,24 +97,16 @@ class Args:
 
 HIDDEN = 256  # units per hidden layer (DEVIATION(1))
 FIRST_CRITIC = slice(0, 1)  # the actor ascends Q_1 alone (TD3 paper, Sec. 4.2)
-EVAL_SEED_OFFSET = 1_000_000  # evaluation episode k is reset with seed + EVAL_SEED_OFFSET + k
-COMPILE_MIN_STEPS = 100_000  # unset --compile: compile CPU runs with this many env steps after learning starts
-PROGRESS_SECONDS = 0.5, 30.0  # progress refresh interval on a terminal, and between plain lines otherwise
-
-
-class ConfigError(Exception):
-    """A bad flag, env or checkpoint: the CLI prints the message on one line and exits with code 2."""
+COMPILE_MIN_STEPS = 100_000  # unset --compile compiles CPU runs of this many env steps after learning starts
 
 
 # ---------------------------------------------------------------------------------------------------------------------
 # PURE MATH
 # ---------------------------------------------------------------------------------------------------------------------
 def smoothed_target_actions(next_actions, action_scale, low, high, policy_noise: float, noise_clip: float):
-    """Target policy smoothing: a~' = clip(pi'(s') + clip(eps, -c, c), low, high)   [TD3 eq. 15]
-
-    eps ~ N(0, (policy_noise * action_scale)^2), drawn independently for every sample and action dimension;
-    c = noise_clip * action_scale. Shapes: next_actions (B, |A|); action_scale, low, high (|A|,).
-    """
+    """Target policy smoothing: a~' = clip(pi'(s') + clip(eps, -c, c), low, high)   [TD3 eq. 15], with
+    eps ~ N(0, (policy_noise * action_scale)^2) drawn independently for every sample and action dimension and
+    c = noise_clip * action_scale. Shapes: next_actions (B, |A|); action_scale, low, high (|A|,)."""
     noise = torch.randn_like(next_actions) * (policy_noise * action_scale)
     clip = noise_clip * action_scale
     return torch.clamp(next_actions + torch.clamp(noise, -clip, clip), low, high)
@@ -129,85 +114,17 @@ def smoothed_target_actions(next_actions, action_scale, low, high, policy_noise:
 
 def td3_target(rewards, terminations, next_q, gamma: float):
     """Clipped double-Q target. Shapes: rewards, terminations (B,); next_q (2, B), Q'_i(s', a~').
-
     y = r + gamma * (1 - terminated) * min_{i=1,2} Q'_i(s', a~')   [TD3 eq. 10 and 15]
-    A truncation is stored with terminated = 0, so the target bootstraps from the true final observation s'.
-    """
+    A truncation is stored with terminated = 0, so the target bootstraps from the true final observation s'."""
     return rewards + gamma * (1.0 - terminations) * next_q.min(dim=0).values
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# ENVIRONMENTS
-# ---------------------------------------------------------------------------------------------------------------------
-def make_env(env_id: str):
-    """A thunk building one training env that records per-episode statistics (`infos["episode"]`).
-
-    Seeding happens at the first reset: `envs.reset(seed=seed)` gives sub-env i the seed seed + i.
-    """
-
-    def thunk():
-        return gym.wrappers.RecordEpisodeStatistics(gym.make(env_id))
-
-    return thunk
-
-
-def final_observations(next_obs: np.ndarray, infos: dict) -> np.ndarray:
-    """The true s_{t+1} of every sub-env, shape (num_envs, obs_dim).
-
-    Under SAME_STEP autoreset an ended sub-env's `next_obs` row is already its reset observation; the final
-    observation of the ended episode is in infos["final_obs"] (mask infos["_final_obs"]).
-    """
-    real_next_obs = next_obs.copy()
-    if "_final_obs" in infos:
-        for i in np.flatnonzero(infos["_final_obs"]):
-            real_next_obs[i] = infos["final_obs"][i]
-    return real_next_obs
-
-
-def env_snapshot(envs: gym.vector.SyncVectorEnv) -> bytes:
-    """Pickle the sub-envs with their simulator state and RNG, for an exact resume.
-
-    MuJoCo and ALE envs pickle through EzPickle, which rebuilds them from their constructor arguments; their np_random
-    and simulator state (MjData, or the ALE state with its RNG) are stored beside them and put back by `env_restore`.
-    """
-    extras = []
-    for env in envs.envs:
-        base = env.unwrapped
-        state = base.ale.cloneState(include_rng=True) if hasattr(base, "ale") else getattr(base, "data", None)
-        extras.append((base.np_random, state))
-    exact = all(state is not None or not isinstance(env.unwrapped, gym.utils.EzPickle)
-                for env, (_, state) in zip(envs.envs, extras))
-    return pickle.dumps((envs.envs, extras, exact))
-
-
-def env_restore(snapshot: bytes):
-    """Inverse of `env_snapshot`: returns (sub-envs, exact), exact=False where an env's state could not be saved."""
-    sub_envs, extras, exact = pickle.loads(snapshot)
-    for env, (np_random, state) in zip(sub_envs, extras):
-        env.unwrapped.np_random = np_random
-        if hasattr(env.unwrapped, "ale"):
-            env.unwrapped.ale.restoreState(state)
-        elif state is not None:
-            import mujoco
-
-            mujoco.mj_copyData(env.unwrapped.data, env.unwrapped.model, state)
-    return sub_envs, exact
-
-
-def vector_env(thunks) -> gym.vector.SyncVectorEnv:
-    """SAME_STEP autoreset: a step that ends an episode returns the reset observation and infos["final_obs"]."""
-    return gym.vector.SyncVectorEnv(thunks, autoreset_mode=AutoresetMode.SAME_STEP)
-
-
-# ---------------------------------------------------------------------------------------------------------------------
-# NETWORKS
+# NETWORKS AND REPLAY BUFFER
 # ---------------------------------------------------------------------------------------------------------------------
 class QEnsemble(nn.Module):
-    """N Q networks Q_i(s, a), each 256-256-1 with ReLU, evaluated in one batched pass.
-
-    Layer weights are stacked to (N, in, out) and applied with `torch.baddbmm`, so N critics cost one kernel per layer.
-    Each member is initialised as `nn.Linear` would be: U(-1/sqrt(fan_in), 1/sqrt(fan_in)).
-    """
+    """N Q networks Q_i(s, a), each 256-256-1 with ReLU, in one batched pass: layer weights stacked to (N, in, out)
+    and applied with `torch.baddbmm`, each member initialised as `nn.Linear`'s, U(-1/sqrt(fan_in), 1/sqrt(fan_in))."""
 
     def __init__(self, envs, num_critics: int = 2):
         super().__init__()
@@ -221,7 +138,7 @@ class QEnsemble(nn.Module):
             self.biases.append(nn.Parameter(torch.empty(num_critics, 1, fan_out).uniform_(-bound, bound)))
 
     def forward(self, obs, actions, idx=None, detach_params: bool = False):
-        """Q values (N, B), or (M, B) for the critics `idx` selects; detach_params=True lets no gradient into the critics."""
+        """Q values (N, B), or (M, B) for the critics `idx` selects; detach_params lets no gradient into the critics."""
         x = torch.cat([obs, actions], dim=-1)
         ws, bs = list(self.weights), list(self.biases)
         if idx is not None:
@@ -257,85 +174,41 @@ class Actor(nn.Module):
         return torch.tanh(self.fc_mu(x)) * self.action_scale + self.action_bias
 
 
-def flatten_parameters(module: nn.Module, grad: bool = True) -> torch.Tensor:
-    """Make every parameter of `module` a view into one flat tensor (and, with grad=True, every gradient a view into
-    its gradient); returns the flat parameter.
-
-    Adam, gradient clipping and the Polyak update then each run one kernel on one tensor instead of one per layer.
-    Backward accumulates into the existing `.grad` views in place, so clear them with `flat.grad.zero_()`, never by
-    setting them to None. Call it after `.to(device)`, which would make new tensors.
-    """
-    params = list(module.parameters())
-    flat = nn.Parameter(torch.cat([p.detach().reshape(-1) for p in params]), requires_grad=grad)
-    if grad:
-        flat.grad = torch.zeros_like(flat)
-    offset = 0
-    for p in params:
-        p.data = flat.data[offset: offset + p.numel()].view_as(p)
-        if grad:
-            p.grad = flat.grad[offset: offset + p.numel()].view_as(p)
-        offset += p.numel()
-    return flat
-
-
-# ---------------------------------------------------------------------------------------------------------------------
-# REPLAY BUFFER
-# ---------------------------------------------------------------------------------------------------------------------
 class ReplayBuffer:
-    """Preallocated circular storage of (s, a, r, s', terminated), sampled uniformly with torch indices.
-
-    The five fields are column blocks of one (capacity, 2 |S| + |A| + 2) tensor, so storing a step is one copy and
-    drawing a minibatch is one gather; `obs`, `actions`, ... are views of it.
-    """
+    """Preallocated circular storage of (s, a, r, s', terminated), sampled uniformly. The five fields are column blocks
+    of one (capacity, 2 |S| + |A| + 2) tensor, so storing a step is one copy and drawing a minibatch one gather."""
 
     def __init__(self, capacity: int, obs_dim: int, act_dim: int, device):
         self.capacity, self.pos, self.size, self.device = capacity, 0, 0, device
         self.widths = (obs_dim, act_dim, 1, obs_dim, 1)
         self.storage = torch.empty((capacity, sum(self.widths)), device=device)  # rows >= size are never read
-        self.obs, self.actions, self.rewards, self.next_obs, self.terminations = self.split(self.storage)
-
-    def split(self, rows: torch.Tensor):
-        """The (obs, actions, rewards, next_obs, terminations) column views of rows of the storage."""
-        obs, actions, rewards, next_obs, terminations = rows.split(self.widths, dim=-1)
-        return obs, actions, rewards.squeeze(-1), next_obs, terminations.squeeze(-1)
-
-    def fields(self):
-        return self.obs, self.actions, self.rewards, self.next_obs, self.terminations
 
     def add(self, obs, actions, rewards, next_obs, terminations):
         """Store one row per sub-env; arrays are (num_envs, ...)."""
-        n = len(obs)
-        rows = np.concatenate([np.asarray(obs, np.float32), np.asarray(actions, np.float32),
-                               np.asarray(rewards, np.float32)[:, None], np.asarray(next_obs, np.float32),
-                               np.asarray(terminations, np.float32)[:, None]], axis=1)
-        rows = torch.from_numpy(rows).to(self.device)
-        if self.pos + n <= self.capacity:
-            self.storage[self.pos: self.pos + n] = rows
-        else:
-            self.storage[torch.arange(self.pos, self.pos + n, device=self.device) % self.capacity] = rows
-        self.pos = (self.pos + n) % self.capacity
-        self.size = min(self.size + n, self.capacity)
+        rows = np.concatenate([obs, actions, rewards[:, None], next_obs, terminations[:, None]], 1, dtype=np.float32)
+        index = torch.arange(self.pos, self.pos + len(rows)) % self.capacity
+        self.storage[index] = torch.from_numpy(rows).to(self.device)
+        self.pos, self.size = (self.pos + len(rows)) % self.capacity, min(self.size + len(rows), self.capacity)
 
     def sample(self, batch_size: int):
-        """Returns (obs, actions, rewards, next_obs, terminations) for `batch_size` uniformly drawn transitions."""
-        idx = torch.randint(0, self.size, (batch_size,), device=self.device)
-        return self.split(self.storage.index_select(0, idx))
+        """(obs, actions, rewards, next_obs, terminations) of `batch_size` transitions drawn uniformly."""
+        rows = self.storage.index_select(0, torch.randint(0, self.size, (batch_size,), device=self.device))
+        obs, actions, rewards, next_obs, terminations = rows.split(self.widths, dim=-1)
+        return obs, actions, rewards.squeeze(-1), next_obs, terminations.squeeze(-1)
 
     def state_dict(self):
-        # contiguous copies: a view would pickle the whole preallocated storage
-        return {"pos": self.pos, "size": self.size, "fields": [f[: self.size].contiguous().cpu() for f in self.fields()]}
+        return {"pos": self.pos, "size": self.size, "storage": self.storage[: self.size].cpu()}
 
     def load_state_dict(self, state):
         self.pos, self.size = state["pos"], state["size"]
-        for storage, saved in zip(self.fields(), state["fields"]):
-            storage[: self.size] = saved.to(self.device)
+        self.storage[: self.size] = state["storage"].to(self.device)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# LOSSES
+# LOSSES AND UPDATES
 # ---------------------------------------------------------------------------------------------------------------------
 def compute_loss_q(actor_target, qf, qf_target, batch, gamma: float, policy_noise: float, noise_clip: float):
-    """J_Q = sum_i E[(Q_i(s, a) - y)^2], y from `td3_target`   [TD3 Algorithm 1; DEVIATION(2)]. Returns (loss, metrics)."""
+    """J_Q = sum_i E[(Q_i(s, a) - y)^2], y from `td3_target`   [TD3 Algorithm 1; DEVIATION(2)]; (loss, metrics)."""
     obs, actions, rewards, next_obs, terminations = batch
     with torch.no_grad():
         next_actions = smoothed_target_actions(actor_target(next_obs), actor_target.action_scale,
@@ -351,417 +224,92 @@ def compute_loss_q(actor_target, qf, qf_target, batch, gamma: float, policy_nois
 
 
 def compute_loss_pi(actor, qf, obs):
-    """J_pi = -E_s[Q_1(s, mu(s))], the deterministic policy gradient through critic 1   [TD3 Algorithm 1].
-
-    Gradients reach the actor only: the critic's parameters enter detached.
-    """
+    """J_pi = -E_s[Q_1(s, mu(s))], the deterministic policy gradient through critic 1   [TD3 Algorithm 1]; the critic's
+    parameters enter detached, so gradients reach the actor only."""
     return -qf(obs, actor(obs), idx=FIRST_CRITIC, detach_params=True).mean()
 
 
-def adam_(params, grads, exp_avgs, exp_avg_sqs, step_size, bias_correction2_sqrt, betas, eps):
-    """Adam in place, in torch.optim.Adam's arithmetic (no weight decay; Kingma and Ba 2015, Algorithm 1):
-    m <- b1 m + (1 - b1) g,  v <- b2 v + (1 - b2) g^2,
-    theta <- theta - lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)
-
-    step_size = lr / (1 - b1^t) and bias_correction2_sqrt = sqrt(1 - b2^t) are 0-d tensors, so a compiled caller is
-    not recompiled as t grows. Used by `--compile` only; the eager path steps torch.optim.Adam.
-    """
-    for param, grad, exp_avg, exp_avg_sq in zip(params, grads, exp_avgs, exp_avg_sqs):
-        exp_avg.lerp_(grad, 1 - betas[0])
-        exp_avg_sq.mul_(betas[1]).addcmul_(grad, grad, value=1 - betas[1])
-        param.add_(exp_avg / (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(eps) * -step_size)
-
-
-class WithParams:
-    """`module` with the tensors of `params` ({name: tensor}) as its parameters: calling it, or one of its methods
-    (which run with this object as `self`, so their `self(...)` calls come here), uses them; its buffers are its own."""
-
-    def __init__(self, module: nn.Module, params: dict):
-        self.module, self.params = module, params
-
-    def __call__(self, *inputs, **kwargs):
-        return torch.func.functional_call(self.module, self.params, inputs, kwargs)
-
-    def __getattr__(self, name):
-        method = getattr(type(self.module), name, None)
-        if inspect.isfunction(method):
-            return lambda *args, **kwargs: method(self, *args, **kwargs)
-        return getattr(self.module, name)
-
-
-def functional_update(actor, actor_target, qf, qf_target, q_optimizer, actor_optimizer, args, compile: bool = True):
-    """`--compile`: one env step's updates as one compiled function, update(batch, actor_step) -> (critic metrics,
-    actor metrics or None): the critic update and, when `actor_step`, the actor update and the Polyak updates.
-
-    The losses are `compute_loss_q` and `compute_loss_pi` themselves. Their gradients come from
-    `torch.func.grad_and_value`, and `adam_` steps on the optimizers' own state, so checkpoints are as in eager mode.
-    Inductor then sees forward, backward and optimizer steps as one graph: no autograd engine, one call per env
-    step, and no boolean ReLU masks saved between a forward and a backward graph (inductor's kernel for those is
-    slow on AVX2 CPUs). Parameters are read and written only through `params` and `targets`, aliases of the modules'
-    tensors. compile=False runs the same function eagerly (tests).
-    """
-    import torch._inductor.config
-
-    torch._inductor.config.fallback_random = True  # the smoothing noise from torch's generator, as in eager mode
-    nets = {"q": (qf, qf_target, q_optimizer), "pi": (actor, actor_target, actor_optimizer)}
-    params, targets, states, counts, coefs = {}, {}, {}, {}, {}
-    for key, (net, target, optimizer) in nets.items():
-        params[key] = {name: p.detach() for name, p in net.named_parameters()}
-        targets[key] = {name: p.detach() for name, p in target.named_parameters()}
-        for p in net.parameters():
-            if not optimizer.state[p]:  # laid out as torch.optim.Adam does; a resumed run's state is already there
-                optimizer.state[p].update(step=torch.tensor(0.0), exp_avg=torch.zeros_like(p),
-                                          exp_avg_sq=torch.zeros_like(p))
-        states[key] = [optimizer.state[p] for p in net.parameters()]
-        counts[key] = int(states[key][0]["step"])
-        coefs[key] = torch.zeros(()), torch.zeros(())  # lr / (1 - b1^t), sqrt(1 - b2^t)
-
-    def adam_step(key, grads):
-        for state in states[key]:
-            state["step"].add_(1)
-        adam_(list(params[key].values()), [grads[name] for name in params[key]],
-              [state["exp_avg"] for state in states[key]], [state["exp_avg_sq"] for state in states[key]],
-              *coefs[key], nets[key][2].defaults["betas"], nets[key][2].defaults["eps"])
-
-    def loss_q(q_params, batch):
-        return compute_loss_q(WithParams(actor_target, targets["pi"]), WithParams(qf, q_params),
-                              WithParams(qf_target, targets["q"]), batch, args.gamma, args.policy_noise,
-                              args.noise_clip)
-
-    def loss_pi(pi_params, obs):
-        loss = compute_loss_pi(WithParams(actor, pi_params), WithParams(qf, params["q"]), obs)
-        return loss, loss.detach()
-
-    def step(batch, actor_step: bool):
-        grads, (_, critic_metrics) = torch.func.grad_and_value(loss_q, has_aux=True)(params["q"], batch)
-        adam_step("q", grads)
-        if not actor_step:
-            return critic_metrics, None
-        grads, (_, actor_loss) = torch.func.grad_and_value(loss_pi, has_aux=True)(params["pi"], batch[0])
-        adam_step("pi", grads)
-        for key in nets:  # theta' <- tau * theta + (1 - tau) * theta', phi' likewise   [TD3 Algorithm 1]
-            for name, p in params[key].items():
-                targets[key][name].lerp_(p, args.tau)
-        return critic_metrics, {"actor_loss": actor_loss}
-
-    step = torch.compile(step) if compile else step  # two graphs: actor_step False and True
+def td3_update(actor, actor_target, qf, qf_target, q_optimizer, actor_optimizer, args):
+    """update(batch, actor_step): one critic step and, when `actor_step`, one actor step and the Polyak updates of both
+    targets ("delayed policy updates", TD3 paper Sec. 5.2); returns detached metrics (no host sync)."""
+    online, targets = [*qf.parameters(), *actor.parameters()], [*qf_target.parameters(), *actor_target.parameters()]
 
     def update(batch, actor_step: bool):
-        for key in ("q", "pi") if actor_step else ("q",):
-            counts[key] += 1
-            lr, (beta1, beta2) = nets[key][2].defaults["lr"], nets[key][2].defaults["betas"]
-            coefs[key][0].fill_(lr / (1 - beta1 ** counts[key]))
-            coefs[key][1].fill_(math.sqrt(1 - beta2 ** counts[key]))
-        return step(tuple(batch), actor_step)
+        loss, metrics = compute_loss_q(actor_target, qf, qf_target, batch, args.gamma, args.policy_noise,
+                                       args.noise_clip)
+        q_optimizer.zero_grad()
+        loss.backward()
+        q_optimizer.step()
+        if actor_step:
+            actor_loss = compute_loss_pi(actor, qf, batch[0])
+            actor_optimizer.zero_grad()
+            actor_loss.backward()
+            actor_optimizer.step()
+            # theta' <- tau * theta + (1 - tau) * theta', phi' <- tau * phi + (1 - tau) * phi'   [TD3 Algorithm 1]
+            with torch.no_grad():
+                torch._foreach_lerp_(targets, online, args.tau)
+            metrics["actor_loss"] = actor_loss.detach()
+        return metrics
 
     return update
 
 
-# ---------------------------------------------------------------------------------------------------------------------
-# CHECKS, EVALUATION, PROGRESS
-# ---------------------------------------------------------------------------------------------------------------------
 def check_args(args: Args) -> None:
-    """Raise ConfigError for out-of-range or contradictory flags, before anything is written."""
-    problems = [
-        (args.total_timesteps < args.num_envs, "--total-timesteps must be at least --num-envs"),
-        (args.num_envs < 1, "--num-envs must be at least 1"),
-        (args.batch_size < 1, "--batch-size must be at least 1"),
-        (args.buffer_size < args.num_envs, "--buffer-size must be at least --num-envs"),
-        (args.batch_size > args.buffer_size,
-         f"--batch-size {args.batch_size} is larger than --buffer-size {args.buffer_size}: lower it or raise the other"),
-        (args.learning_starts >= args.total_timesteps,
-         f"--learning-starts {args.learning_starts} >= --total-timesteps {args.total_timesteps}: no update would run;"
-         " lower --learning-starts or raise --total-timesteps"),
-        (args.learning_starts < args.batch_size,
-         f"--learning-starts must be at least --batch-size ({args.batch_size}) so the first batch can be drawn"),
-        (not args.learning_rate > 0, "--learning-rate must be positive"),
-        (not 0 < args.tau <= 1, "--tau must lie in (0, 1]"),
-        (not 0 < args.gamma <= 1, "--gamma must lie in (0, 1]"),
-        (not args.policy_noise >= 0, "--policy-noise must be non-negative"),
-        (not args.noise_clip >= 0, "--noise-clip must be non-negative"),
-        (not args.exploration_noise >= 0, "--exploration-noise must be non-negative"),
-        (args.policy_frequency < 1, "--policy-frequency must be at least 1"),
-        (args.eval_freq < 0, "--eval-freq must be non-negative (0: evaluate only at the end)"),
-        (args.eval_episodes < 1, "--eval-episodes must be at least 1"),
-        (args.checkpoint_freq < 0, "--checkpoint-freq must be non-negative (0: only on SIGINT/SIGTERM)"),
-        (args.log_freq < 1, "--log-freq must be at least 1"),
-    ]
-    for bad, message in problems:
-        if bad:
-            raise ConfigError(message)
-    for flag, module, hint in [(args.track, "wandb", "--track"), (args.capture_video, "moviepy", "--capture-video")]:
-        if flag:
-            try:
-                __import__(module)
-            except ImportError:
-                raise ConfigError(f"{hint} needs {module}: `pip install {module}`, or drop {hint}") from None
+    """Raise ConfigError for this script's out-of-range or contradictory flags."""
+    check([(args.batch_size < 1, "--batch-size must be at least 1"),
+           (args.buffer_size < max(args.batch_size, args.num_envs),
+            f"--buffer-size must be at least --batch-size ({args.batch_size}) and --num-envs ({args.num_envs})"),
+           (args.learning_starts >= args.total_timesteps, f"--learning-starts {args.learning_starts} >= "
+            f"--total-timesteps {args.total_timesteps}: no update would run; lower one or raise the other"),
+           (args.learning_starts < args.batch_size, "--learning-starts must be at least --batch-size"),
+           (not args.learning_rate > 0, "--learning-rate must be positive"),
+           (not 0 < args.tau <= 1, "--tau must lie in (0, 1]"),
+           (not 0 < args.gamma <= 1, "--gamma must lie in (0, 1]"),
+           (not min(args.policy_noise, args.noise_clip, args.exploration_noise) >= 0,
+            "--policy-noise, --noise-clip and --exploration-noise must be non-negative"),
+           (args.policy_frequency < 1, "--policy-frequency must be at least 1")])
 
 
-def cpp_compiler() -> str | None:
-    """The C++ compiler torch.compile's CPU backend (inductor) would use, or None when there is none."""
-    try:
-        from torch._inductor.cpp_builder import get_cpp_compiler
-    except ImportError:  # a torch without inductor's cpp_builder module
-        return shutil.which(os.environ.get("CXX", "g++"))
-    try:
-        return get_cpp_compiler()
-    except Exception:  # inductor's InvalidCxxCompiler: none of its candidates is on the PATH
-        return None
-
-
-def resolve_compile(args: Args, device: torch.device) -> bool:
-    """Whether the updates are compiled: `--compile` or `--no-compile` when given; unset, compiled on the CPU when at
-    least COMPILE_MIN_STEPS env steps train and a C++ compiler is found, where the compile time (20-70 s) is repaid
-    many times (README, Performance); eager on a GPU, where the compiled path is unmeasured. Raises ConfigError for
-    `--compile` on the CPU without a C++ compiler."""
-    if args.compile is None:
-        if device.type != "cpu" or args.total_timesteps - args.learning_starts < COMPILE_MIN_STEPS:
-            return False
-        if cpp_compiler() is None:
-            print("note: no C++ compiler found (g++, or $CXX), so the updates run eagerly, about 1.2 times slower; "
-                  "install one to compile them", file=sys.stderr)
-            return False
-        return True
-    if args.compile and device.type == "cpu" and cpp_compiler() is None:
-        raise ConfigError("--compile needs a C++ compiler on the CPU (g++, or the one $CXX names) and none was found: "
-                          "install one, or drop --compile")
-    return args.compile
-
-
-def check_env(env_id: str, render: bool = False) -> None:
-    """Raise ConfigError unless env_id makes an env with flat Box observations and a bounded Box action space, and,
-    with render=True, one that renders frames for --capture-video."""
-    if env_id.startswith("ALE/") or "NoFrameskip" in env_id:
-        raise ConfigError(f"{env_id} is an Atari env with discrete actions: use a discrete-action algorithm (sac_atari.py)")
-    try:
-        env = gym.make(env_id)
-    except gym.error.DependencyNotInstalled as e:
-        raise ConfigError(f"{env_id} needs an extra dependency ({e}); for MuJoCo: "
-                          "pip install -r requirements/requirements-mujoco.txt") from None
-    except gym.error.Error as e:
-        raise ConfigError(f"unknown env id {env_id!r} ({e}); list ids with "
-                          "`python -c 'import gymnasium; gymnasium.pprint_registry()'`") from None
-    space, obs_space = env.action_space, env.observation_space
-    env.close()
-    if render:
-        try:
-            env = gym.make(env_id, render_mode="rgb_array")
-            env.reset(seed=0)
-            env.render()
-            env.close()
-        except Exception as e:  # a missing renderer (pygame, EGL) would otherwise fail at the first evaluation
-            raise ConfigError(f"--capture-video: {env_id} cannot render ({type(e).__name__}: {e}); install its "
-                              "renderer or drop --capture-video") from None
-    if not (isinstance(obs_space, gym.spaces.Box) and len(obs_space.shape) == 1):
-        raise ConfigError(f"{env_id} has {obs_space} observations; this script needs a 1-D Box: flatten them in your "
-                          "env (gymnasium.wrappers.FlattenObservation) before registering it")
-    if isinstance(space, gym.spaces.Discrete):
-        raise ConfigError(f"{env_id} has a Discrete action space; TD3 needs a Box: use sac_atari.py (SAC-discrete)")
-    if not isinstance(space, gym.spaces.Box):
-        raise ConfigError(f"{env_id} has a {type(space).__name__} action space; this script needs a Box")
-    if not (np.all(np.isfinite(space.low)) and np.all(np.isfinite(space.high)) and np.all(space.high > space.low)):
-        raise ConfigError(f"{env_id} has unbounded or empty action bounds; the tanh actor needs finite low < high")
-
-
-def load_checkpoint(path: str) -> dict:
-    """Read a checkpoint written by this script; ConfigError if it is missing or unreadable."""
-    if not os.path.isfile(path):
-        raise ConfigError(f"--resume {path}: no such file; pass the checkpoint.pt inside a run directory")
-    try:
-        # weights_only=False: the checkpoint holds pickled environments. Resume only from checkpoints you wrote.
-        checkpoint = torch.load(path, map_location="cpu", weights_only=False)
-        env_restore(checkpoint["envs"])
-        Args(**checkpoint["args"])
-    except Exception as e:  # a truncated zip, a foreign pickle or missing keys all mean the same to the user
-        raise ConfigError(f"--resume {path}: not a readable checkpoint of this script ({type(e).__name__}); "
-                          "pass a checkpoint.pt written by --checkpoint-freq or on SIGINT/SIGTERM") from None
-    return checkpoint
-
-
-@torch.no_grad()
-def evaluate(actor: Actor, env_id: str, episodes: int, seed: int, device="cpu", video_dir: str | None = None):
-    """Returns of `episodes` episodes with the actor's action, no noise added; episode k is reset with seed + k.
-
-    Draws nothing from torch's RNG, so evaluating does not change the training run.
-    """
-    env = gym.make(env_id, render_mode="rgb_array" if video_dir else None)
-    if video_dir:
-        env = gym.wrappers.RecordVideo(env, video_dir, episode_trigger=lambda k: k == 0, disable_logger=True)
-    returns = []
-    for k in range(episodes):
-        obs, _ = env.reset(seed=seed + k)
-        done, episodic_return = False, 0.0
-        while not done:
-            action = actor(torch.as_tensor(obs, dtype=torch.float32, device=device).unsqueeze(0))
-            obs, reward, terminated, truncated, _ = env.step(action[0].cpu().numpy())
-            episodic_return += float(reward)
-            done = terminated or truncated
-        returns.append(episodic_return)
-    env.close()
-    return np.array(returns)
-
-
-def crossed(before: int, now: int, every: int) -> bool:
-    """True when a multiple of `every` lies in (before, now]."""
-    return every > 0 and now // every > before // every
+def check_spaces(env_id: str, obs_space, action_space) -> None:
+    """Raise ConfigError unless the env has 1-D Box observations and a bounded Box action space."""
+    check([(isinstance(action_space, gym.spaces.Discrete), f"{env_id} has a Discrete action space: use sac_atari.py"),
+           (not isinstance(action_space, gym.spaces.Box), f"{env_id}'s action space is no Box; this script needs one"),
+           (not (isinstance(obs_space, gym.spaces.Box) and len(obs_space.shape) == 1), f"{env_id} has {obs_space} "
+            "observations; this script needs a 1-D Box: wrap the env in gymnasium.wrappers.FlattenObservation"),
+           (not np.all(np.isfinite(action_space.low) & np.isfinite(action_space.high) & (action_space.high >
+            action_space.low)), f"{env_id} has unbounded or empty action bounds; tanh needs finite low < high")])
 
 
 # ---------------------------------------------------------------------------------------------------------------------
 # MAIN
 # ---------------------------------------------------------------------------------------------------------------------
 def main(args: Args) -> dict:
-    """Train; returns a summary dict. Raises ConfigError, before writing anything, on bad flags, envs or checkpoints."""
-    checkpoint = load_checkpoint(args.resume) if args.resume else None
-    if checkpoint is not None:
-        args = Args(**{**checkpoint["args"], "resume": args.resume})
-    check_args(args)
-    if args.capture_video and not os.environ.get("DISPLAY"):
-        os.environ.setdefault("MUJOCO_GL", "egl")  # headless MuJoCo rendering; read when mujoco is first imported
-    if args.capture_video:
-        # torch's CUDA wheels bring triton, which the optimizers import at their first step; loaded after MuJoCo has
-        # made an EGL context, triton's library segfaults (torch 2.14.1+cu130, mujoco 4.0.0), so load it first
-        __import__("torch._dynamo")  # (an import statement here would make `torch` local to main)
-    check_env(args.env_id, render=args.capture_video)
-
-    # SEEDING AND DEVICE
-    random.seed(args.seed)
-    np.random.seed(args.seed)
-    torch.manual_seed(args.seed)
-    torch.backends.cudnn.deterministic = args.torch_deterministic
-    device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
-    args = replace(args, compile=resolve_compile(args, device))  # what a checkpoint resumes with
-
-    if checkpoint:
-        run_name, run_dir = checkpoint["run_name"], os.path.dirname(os.path.abspath(args.resume))
-    else:
-        run_name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
-        run_dir = f"runs/{run_name}"
-    if args.track:
-        import wandb
-
-        wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, sync_tensorboard=True, config=asdict(args),
-                   name=run_name, id=run_name, resume="allow", save_code=True)
-    from torch.utils.tensorboard import SummaryWriter
-
-    # purge_step drops events a killed run logged after its last checkpoint
-    writer = SummaryWriter(run_dir, purge_step=checkpoint["counters"][0] + 1 if checkpoint else None)
-    if not checkpoint:
-        writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in
-                                                                                 asdict(args).items()))
-
-    if checkpoint:
-        sub_envs, exact_resume = env_restore(checkpoint["envs"])
-        envs = vector_env([lambda env=env: env for env in sub_envs])
-    else:
-        envs = vector_env([make_env(args.env_id) for _ in range(args.num_envs)])
-    obs_dim = int(np.prod(envs.single_observation_space.shape))
-    act_dim = int(np.prod(envs.single_action_space.shape))
-
-    actor = Actor(envs).to(device)
-    actor_target = Actor(envs).to(device)
-    actor_target.load_state_dict(actor.state_dict())
-    qf = QEnsemble(envs, num_critics=2).to(device)  # clipped double Q: twin critics in one batched module
-    qf_target = QEnsemble(envs, num_critics=2).to(device)
-    qf_target.load_state_dict(qf.state_dict())
-    actor_target.requires_grad_(False)
-    qf_target.requires_grad_(False)
-    if args.compile:  # `functional_update` steps Adam itself, on these optimizers' state
-        q_optimizer = torch.optim.Adam(qf.parameters(), lr=args.learning_rate)
-        actor_optimizer = torch.optim.Adam(actor.parameters(), lr=args.learning_rate)
-    else:
-        qf_flat, actor_flat = flatten_parameters(qf), flatten_parameters(actor)
-        targets_flat = flatten_parameters(qf_target, grad=False), flatten_parameters(actor_target, grad=False)
-        fused = {"fused": True} if device.type in ("cpu", "cuda") else {}  # one Adam kernel for all tensors
-        q_optimizer = torch.optim.Adam([qf_flat], lr=args.learning_rate, **fused)
-        actor_optimizer = torch.optim.Adam([actor_flat], lr=args.learning_rate, **fused)
-    rb = ReplayBuffer(args.buffer_size, obs_dim, act_dim, device)
-
-    # UPDATE FUNCTIONS: take a batch, step an optimizer, return detached metrics (no host sync)
-    def update_critic(batch):
-        loss, metrics = compute_loss_q(actor_target, qf, qf_target, batch, args.gamma, args.policy_noise,
-                                       args.noise_clip)
-        qf_flat.grad.zero_()
-        loss.backward()
-        q_optimizer.step()
-        return metrics
-
-    def update_actor(obs):
-        actor_loss = compute_loss_pi(actor, qf, obs)
-        actor_flat.grad.zero_()
-        actor_loss.backward()
-        actor_optimizer.step()
-        return {"actor_loss": actor_loss.detach()}
-
-    @torch.no_grad()
-    def update_targets():
-        # theta' <- tau * theta + (1 - tau) * theta', phi' <- tau * phi + (1 - tau) * phi'   [TD3 Algorithm 1]
-        for target_flat, online_flat in zip(targets_flat, (qf_flat, actor_flat)):
-            target_flat.lerp_(online_flat, args.tau)
-
-    def update(batch, actor_step: bool):
-        critic_metrics = update_critic(batch)
-        if not actor_step:
-            return critic_metrics, None
-        actor_metrics = update_actor(batch[0])
-        update_targets()
-        return critic_metrics, actor_metrics
-
-    global_step = critic_updates = actor_updates = 0
-    last_return = None
-    stateful = {"actor": actor, "actor_target": actor_target, "qf": qf, "qf_target": qf_target,
-                "q_optimizer": q_optimizer, "actor_optimizer": actor_optimizer, "rb": rb}
-    if checkpoint:
-        for key, module in stateful.items():
-            module.load_state_dict(checkpoint[key])
-        global_step, critic_updates, actor_updates = checkpoint["counters"]
-        last_return = checkpoint["last_return"]
-        obs = checkpoint["obs"]
-        torch.set_rng_state(checkpoint["rng"]["torch"])
-        np.random.set_state(checkpoint["rng"]["numpy"])
-        random.setstate(checkpoint["rng"]["random"])
-        if device.type == "cuda" and checkpoint["rng"]["cuda"]:
-            torch.cuda.set_rng_state_all(checkpoint["rng"]["cuda"])
-        if not exact_resume:
-            print(f"warning: {args.env_id}'s state cannot be saved; episodes in progress restart", file=sys.stderr)
-            obs, _ = envs.reset(seed=args.seed + global_step)
-        print(f"resumed {run_dir} at step {global_step:,}")
-    else:
-        obs, _ = envs.reset(seed=args.seed)
-    if args.compile:  # after a resume has loaded the optimizers' state
-        print("the updates are compiled at the first one: 20-70 s on a 2-core CPU (--no-compile: eager)")
-        update = functional_update(actor, actor_target, qf, qf_target, q_optimizer, actor_optimizer, args)
-
-    def save_checkpoint():
-        state = {key: module.state_dict() for key, module in stateful.items()}
-        state.update(args=asdict(args), run_name=run_name, obs=obs,
-                     counters=(global_step, critic_updates, actor_updates), last_return=last_return,
-                     envs=env_snapshot(envs),
-                     rng={"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "random": random.getstate(),
-                          "cuda": torch.cuda.get_rng_state_all() if device.type == "cuda" else []})
-        path = f"{run_dir}/checkpoint.pt"
-        torch.save(state, path + ".tmp")
-        os.replace(path + ".tmp", path)  # atomic: a reader sees the old checkpoint or the new one, never half of one
-        return path
-
-    stop_signal = []
-    handlers = {sig: signal.signal(sig, lambda signum, frame: stop_signal.append(signum))
-                for sig in (signal.SIGINT, signal.SIGTERM)}
-    tty = sys.stdout.isatty()
-    total_steps = args.total_timesteps // args.num_envs * args.num_envs
-    start_time = last_print = time.time()
-    start_step, train_start = global_step, None
-    critic_metrics = actor_metrics = None
-    eval_return = None
-
-    def run_evaluation():
-        video_dir = f"{run_dir}/videos/step_{global_step}" if args.capture_video else None  # one folder per evaluation
-        mean_return = evaluate(actor, args.env_id, args.eval_episodes, args.seed + EVAL_SEED_OFFSET, device,
-                               video_dir).mean()
-        writer.add_scalar("eval/episodic_return", mean_return, global_step)
-        return mean_return
-
+    """Train; returns a summary. Raises ConfigError, before writing anything, on bad flags, envs or checkpoints."""
+    args, checkpoint, device = setup(args)
+    run = Run(args, checkpoint, device)
     try:
-        while global_step < total_steps and not stop_signal:
+        obs_dim, act_dim = run.envs.single_observation_space.shape[0], run.envs.single_action_space.shape[0]
+        actor, actor_target = Actor(run.envs).to(device), Actor(run.envs).to(device)
+        qf, qf_target = (QEnsemble(run.envs, num_critics=2).to(device) for _ in range(2))  # twin critics, batched
+        for target, net in ((actor_target, actor), (qf_target, qf)):
+            target.load_state_dict(net.state_dict())
+            target.requires_grad_(False)
+        fused = {"fused": True} if device.type in ("cpu", "cuda") else {}  # one Adam kernel for all tensors
+        q_optimizer = torch.optim.Adam(qf.parameters(), lr=args.learning_rate, **fused)
+        actor_optimizer = torch.optim.Adam(actor.parameters(), lr=args.learning_rate, **fused)
+        rb = ReplayBuffer(args.buffer_size, obs_dim, act_dim, device)
+        stateful = dict(actor=actor, actor_target=actor_target, qf=qf, qf_target=qf_target, q_optimizer=q_optimizer,
+                        actor_optimizer=actor_optimizer, rb=rb)
+        counters, obs = run.resume(stateful, (0, 0, 0))
+        global_step, critic_updates, actor_updates = counters
+        updates = compiled_update if args.compile else td3_update  # compiled: after a resume loaded the optimizers
+        update = updates(actor, actor_target, qf, qf_target, q_optimizer, actor_optimizer, args)
+
+        def policy(obs):  # the actor's action mu(s), without exploration noise, for evaluation
+            return actor(torch.as_tensor(obs, dtype=torch.float32, device=device)).cpu().numpy()
+
+        metrics = {}
+        while global_step + args.num_envs <= args.total_timesteps and not run.stop_signal:
             # COLLECT: random actions for the first learning_starts steps (DEVIATION(4)), then
             # a = clip(mu(s) + eps, low, high), eps ~ N(0, (exploration_noise * action_scale)^2)   [TD3 Algorithm 1]
             if global_step < args.learning_starts:
@@ -772,15 +320,8 @@ def main(args: Args) -> dict:
                     actions = actor(torch.as_tensor(obs, dtype=torch.float32, device=device))
                     actions += torch.randn_like(actions) * (args.exploration_noise * actor.action_scale)
                     actions = torch.clamp(actions, actor.action_low, actor.action_high).cpu().numpy()
-            next_obs, rewards, terminations, truncations, infos = envs.step(actions)
+            next_obs, rewards, terminations, truncations, infos = run.envs.step(actions)
             previous_step, global_step = global_step, global_step + args.num_envs
-
-            if "final_info" in infos and "_episode" in infos["final_info"]:
-                episode = infos["final_info"]["episode"]
-                for i in np.flatnonzero(infos["final_info"]["_episode"]):
-                    last_return = float(episode["r"][i])
-                    writer.add_scalar("charts/episodic_return", last_return, global_step)
-                    writer.add_scalar("charts/episodic_length", int(episode["l"][i]), global_step)
 
             # STORE: bootstrap through truncations, never through terminations: s' is the true final observation and
             # `terminations` alone masks the target. SAME_STEP autoreset means no stored transition spans a reset.
@@ -790,97 +331,268 @@ def main(args: Args) -> dict:
             # UPDATE: one critic update per env step; every d-th, an actor update and the target updates
             # ("delayed policy updates", TD3 paper Sec. 5.2)
             if global_step >= args.learning_starts:
-                train_start = train_start or (time.time(), global_step)
                 for _ in range(args.num_envs):
                     critic_updates += 1
                     actor_step = critic_updates % args.policy_frequency == 0
-                    critic_metrics, metrics = update(rb.sample(args.batch_size), actor_step)
-                    if actor_step:
-                        actor_metrics = metrics
-                        actor_updates += 1
+                    metrics.update(update(rb.sample(args.batch_size), actor_step))
+                    actor_updates += actor_step
 
-            # LOG
-            if crossed(previous_step, global_step, args.log_freq) and critic_metrics is not None:
-                for key, value in {**critic_metrics, **(actor_metrics or {})}.items():
-                    writer.add_scalar(f"losses/{key}", value.item(), global_step)
-                writer.add_scalar("charts/SPS", int((global_step - start_step) / (time.time() - start_time)),
-                                  global_step)
+            # LOG, EVALUATE, CHECKPOINT
+            counters = (global_step, critic_updates, actor_updates)
+            run.log(infos, metrics, previous_step, global_step)
+            run.after_step(previous_step, counters, obs, policy)
+        summary = run.finish(counters, obs, policy, {"actor": actor.state_dict(), "qf": qf.state_dict()})
+    finally:
+        run.close()
+    return {**summary, "critic_updates": critic_updates, "actor_updates": actor_updates}
 
-            # EVALUATE
-            if crossed(previous_step, global_step, args.eval_freq):
-                eval_return = run_evaluation()
-                print(("\n" if tty else "") + f"step {global_step:,}: eval/episodic_return {eval_return:.2f}")
 
-            if crossed(previous_step, global_step, args.checkpoint_freq):
-                save_checkpoint()
-            if time.time() - last_print > PROGRESS_SECONDS[0 if tty else 1]:
-                last_print = time.time()
-                sps = (global_step - start_step) / (last_print - start_time)
-                done = global_step / total_steps
-                line = (f"step {global_step:,}/{total_steps:,} ({100 * done:.1f}%)  SPS {sps:.0f}"
-                        f"  last return {'-' if last_return is None else f'{last_return:.2f}'}")
-                if tty:
-                    bar = "#" * int(30 * done) + "." * (30 - int(30 * done))
-                    print(f"\r[{bar}] {line}", end="", flush=True)
-                else:
-                    print(line, flush=True)
+# ======================================================================================================================
+# COMMON BLOCK: the same text in all five scripts (tests/test_common_block.py compares them)
+# ======================================================================================================================
+EVAL_SEED_OFFSET = 1_000_000  # evaluation episode k is reset with seed + EVAL_SEED_OFFSET + k
 
-        # env steps per second after learning started: stepping, sampling and updating
-        train_sps = (global_step - train_start[1]) / (time.time() - train_start[0]) if train_start else None
-        if tty:
-            print()
-        if stop_signal:
-            path = save_checkpoint()
-            print(f"stopped by signal {stop_signal[0]} at step {global_step:,}; checkpoint written to {path}; "
+
+class ConfigError(Exception):
+    """A bad flag, env or checkpoint: `cli` prints the message on one line and exits with code 2."""
+
+
+def check(problems) -> None:
+    """Raise ConfigError with the message of the first (bad, message) pair that is bad."""
+    for bad, message in problems:
+        if bad:
+            raise ConfigError(message)
+
+
+def crossed(before: int, now: int, every: int) -> bool:
+    """True when a multiple of `every` lies in (before, now]."""
+    return every > 0 and now // every > before // every
+
+
+def make_env(env_id: str, video_dir: str | None = None):
+    """A thunk making one env that records episode statistics (`infos["episode"]`); a video_dir makes it render, and
+    record its first episode there. Atari ids get seed 000's wrappers above the statistics, which so see whole games
+    and unclipped rewards: SB3's AtariWrapper (NoopReset, MaxAndSkip(4), EpisodicLife, FireReset, 84x84 gray,
+    ClipReward) and FrameStack(4); `ALE/*` ids keep their sticky actions."""
+
+    def thunk():
+        atari = env_id.startswith("ALE/") or "NoFrameskip" in env_id
+        if atari:
+            gym.register_envs(__import__("ale_py"))
+        kwargs = {"frameskip": 1} if env_id.startswith("ALE/") else {}  # MaxAndSkip skips
+        env = gym.make(env_id, **kwargs, **({"render_mode": "rgb_array"} if video_dir is not None else {}))
+        if video_dir:
+            env = gym.wrappers.RecordVideo(env, video_dir, episode_trigger=lambda k: k == 0, disable_logger=True)
+        env = gym.wrappers.RecordEpisodeStatistics(env)
+        if atari:
+            from stable_baselines3.common.atari_wrappers import AtariWrapper
+
+            frames = gym.spaces.Box(0, 255, (84, 84), np.uint8)  # (84, 84, 1) frames as (84, 84); itemgetter pickles
+            env = gym.wrappers.TransformObservation(AtariWrapper(env), operator.itemgetter((..., 0)), frames)
+            env = gym.wrappers.FrameStackObservation(env, 4)  # pads a new episode with its first frame
+        return env
+
+    return thunk
+
+
+def final_observations(next_obs: np.ndarray, infos: dict) -> np.ndarray:
+    """The true s_{t+1}: under SAME_STEP autoreset an ended sub-env's row of next_obs is already its reset observation."""
+    real_next_obs = next_obs.copy()
+    for i in np.flatnonzero(infos.get("_final_obs", [])):
+        real_next_obs[i] = infos["final_obs"][i]
+    return real_next_obs
+
+
+def setup(args):
+    """Before anything is written: load --resume's checkpoint (its flags win), check the flags and the env, seed, and
+    choose the device and whether to compile. Returns (args, checkpoint, device)."""
+    checkpoint = None
+    if args.resume:
+        check([(not os.path.isfile(args.resume), f"--resume {args.resume}: no such file; pass a run's checkpoint.pt")])
+        try:  # weights_only=False: the checkpoint holds pickled environments; resume only from checkpoints you wrote
+            checkpoint = torch.load(args.resume, map_location="cpu", weights_only=False)
+            args, _ = Args(**{**checkpoint["args"], "resume": args.resume}), pickle.loads(checkpoint["envs"])
+        except Exception as e:  # a truncated zip, a foreign pickle or missing keys all mean the same to the user
+            raise ConfigError(f"--resume {args.resume}: not a readable checkpoint of this script ({type(e).__name__}); "
+                              "pass a checkpoint.pt written by --checkpoint-freq or on SIGINT/SIGTERM") from None
+    check([(args.num_envs < 1, "--num-envs must be at least 1"),
+           (args.total_timesteps < args.num_envs, "--total-timesteps must be at least --num-envs"),
+           (args.eval_freq < 0, "--eval-freq must be non-negative (0: evaluate only at the end)"),
+           (args.eval_episodes < 1, "--eval-episodes must be at least 1"),
+           (args.checkpoint_freq < 0, "--checkpoint-freq must be non-negative (0: only on SIGINT/SIGTERM)"),
+           (args.log_freq < 1, "--log-freq must be at least 1"),
+           (args.capture_video and not importlib.util.find_spec("moviepy"), "--capture-video needs `pip install moviepy`")])
+    check_args(args)
+    if args.capture_video:
+        os.environ.setdefault("MUJOCO_GL", "egl")  # headless MuJoCo rendering; read when mujoco is first imported
+        __import__("torch._dynamo")  # CUDA wheels' triton segfaults when first loaded after MuJoCo's EGL context
+    try:  # the env, and for --capture-video its renderer, which would otherwise fail at the first evaluation
+        env = make_env(args.env_id, "" if args.capture_video else None)()
+        env.reset(seed=0)
+        frame = env.render() if args.capture_video else None
+    except Exception as e:  # an unknown id, a missing package or renderer: one line, whatever the library raised
+        raise ConfigError(f"{args.env_id} cannot be made ({type(e).__name__}: {e}): is it an unknown env id (see "
+                          "`python -c 'import gymnasium; gymnasium.pprint_registry()'`), or does it need an extra "
+                          "(requirements/requirements-*.txt) or, for --capture-video, a renderer?") from None
+    check_spaces(args.env_id, env.observation_space, env.action_space)
+    check([(args.capture_video and frame is None, f"--capture-video: {args.env_id} renders no frames")])
+    random.seed(args.seed)
+    np.random.seed(args.seed)
+    torch.manual_seed(args.seed)
+    torch.backends.cudnn.deterministic = True
+    device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
+    compiler = device.type != "cpu" or shutil.which(os.environ.get("CXX", "g++"))  # torch.compile's on the CPU
+    check([(args.compile and not compiler, "--compile needs a C++ compiler (g++, or $CXX): install one, or drop it")])
+    # unset --compile: compiled where the 20-70 s it takes pay back, CPU runs of COMPILE_MIN_STEPS training steps
+    train_steps = args.total_timesteps - getattr(args, "learning_starts", 0)  # the off-policy scripts start late
+    long_run = device.type == "cpu" and train_steps >= (COMPILE_MIN_STEPS or math.inf)
+    if args.compile is None and long_run and not compiler:
+        print("note: no C++ compiler (g++, or $CXX) found, so the updates run eagerly", file=sys.stderr)
+    compile = bool(long_run and compiler) if args.compile is None else args.compile
+    return replace(args, compile=compile), checkpoint, device
+
+
+class Run:
+    """A run's envs, directory, TensorBoard writer, signal handling, progress line, evaluations and checkpoints."""
+
+    def __init__(self, args, checkpoint: dict | None, device):
+        self.args, self.checkpoint, self.device = args, checkpoint, device
+        saved = checkpoint and pickle.loads(checkpoint["envs"])  # the sub-envs, with their RNG and simulator state
+        for env, (np_random, state) in zip(*saved) if saved else []:
+            env.unwrapped.np_random = np_random
+            if hasattr(env.unwrapped, "ale"):
+                env.unwrapped.ale.restoreState(state)
+            elif state is not None:
+                __import__("mujoco").mj_copyData(env.unwrapped.data, env.unwrapped.model, state)
+        thunks = [lambda env=env: env for env in saved[0]] if saved else [make_env(args.env_id)] * args.num_envs
+        # SAME_STEP autoreset: a step that ends an episode returns the reset observation, the final one in infos
+        self.envs = gym.vector.SyncVectorEnv(thunks, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+        self.exact = saved and all(state is not None or not isinstance(env.unwrapped, gym.utils.EzPickle)
+                                   for env, (_, state) in zip(*saved))  # else EzPickle rebuilt a new env
+        safe = f"{args.env_id}__{args.exp_name}".replace("/", "-")
+        self.name = checkpoint["run_name"] if checkpoint else f"{safe}__{args.seed}__{int(time.time())}"
+        self.dir = os.path.dirname(os.path.abspath(args.resume)) if checkpoint else f"runs/{self.name}"
+        # purge_step drops what a killed run logged after its last checkpoint
+        self.writer = SummaryWriter(self.dir, purge_step=checkpoint["counters"][0] + 1 if checkpoint else None)
+        self.writer.add_text("hyperparameters", "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items()))
+        self.last_return = checkpoint["last_return"] if checkpoint else None
+        self.eval_return = self.eval_step = None
+        self.stop_signal, self.tty, self.last_print = [], sys.stdout.isatty(), 0.0
+        self.handlers = {sig: signal.signal(sig, lambda signum, frame: self.stop_signal.append(signum))
+                         for sig in (signal.SIGINT, signal.SIGTERM)}
+
+    def resume(self, stateful: dict, counters: tuple):
+        """The loop's (counters, obs), global_step first: the given counters and a first observation, or a resumed
+        run's, with `stateful` (modules, optimizers, buffers and tensors, by name) and the RNGs loaded."""
+        self.stateful, checkpoint, obs = stateful, self.checkpoint, None
+        if checkpoint:
+            for key, obj in stateful.items():
+                obj.data.copy_(checkpoint[key]) if isinstance(obj, torch.Tensor) else obj.load_state_dict(checkpoint[key])
+            for set_state, state in zip((torch.set_rng_state, np.random.set_state, random.setstate), checkpoint["rng"]):
+                set_state(state)
+            if self.device.type == "cuda":
+                torch.cuda.set_rng_state_all(checkpoint["rng"][3])
+            counters, obs = checkpoint["counters"], checkpoint["obs"] if self.exact else None
+            print(f"resumed {self.dir} at step {counters[0]:,}" + ("" if self.exact else "; new episodes start"))
+        self.start, self.start_step = time.time(), counters[0]
+        return counters, self.envs.reset(seed=self.args.seed + counters[0])[0] if obs is None else obs
+
+    def save_checkpoint(self, counters: tuple, obs) -> str:
+        """runs/<run_name>/checkpoint.pt, written atomically; the sub-envs beside their RNG and simulator state."""
+        states = [(env.unwrapped.np_random, env.unwrapped.ale.cloneState(include_rng=True)
+                   if hasattr(env.unwrapped, "ale") else getattr(env.unwrapped, "data", None)) for env in self.envs.envs]
+        state = {key: obj.detach().cpu() if isinstance(obj, torch.Tensor) else obj.state_dict()
+                 for key, obj in self.stateful.items()}
+        rng = torch.get_rng_state(), np.random.get_state(), random.getstate()
+        state.update(args=asdict(self.args), run_name=self.name, counters=counters, obs=obs, last_return=self.last_return,
+                     rng=(*rng, torch.cuda.get_rng_state_all() if self.device.type == "cuda" else None),
+                     envs=pickle.dumps((self.envs.envs, states)))
+        torch.save(state, f"{self.dir}/checkpoint.pt.tmp")
+        os.replace(f"{self.dir}/checkpoint.pt.tmp", f"{self.dir}/checkpoint.pt")  # never half a checkpoint
+        return f"{self.dir}/checkpoint.pt"
+
+    def log(self, infos: dict, metrics: dict | None, previous_step: int, global_step: int) -> None:
+        """The episodes that ended; every --log-freq env steps, `metrics` (0-d tensors, one host sync) and SPS."""
+        for i in np.flatnonzero(infos.get("final_info", {}).get("_episode", [])):
+            self.last_return = float(infos["final_info"]["episode"]["r"][i])
+            self.writer.add_scalar("charts/episodic_return", self.last_return, global_step)
+            self.writer.add_scalar("charts/episodic_length", int(infos["final_info"]["episode"]["l"][i]), global_step)
+        if metrics and crossed(previous_step, global_step, self.args.log_freq):
+            for key, value in zip(metrics, torch.stack([v.float() for v in metrics.values()]).tolist()):
+                self.writer.add_scalar(f"losses/{key}", value, global_step)
+            sps = int((global_step - self.start_step) / (time.time() - self.start))
+            self.writer.add_scalar("charts/SPS", sps, global_step)
+
+    def evaluate(self, policy, global_step: int) -> None:
+        """eval/episodic_return: the mean return of `policy` (numpy observations to actions; it draws nothing from
+        torch's RNG) over --eval-episodes real episodes (whole Atari games), reset with seeds of their own."""
+        video_dir = f"{self.dir}/videos/step_{global_step}" if self.args.capture_video else None
+        env, returns = make_env(self.args.env_id, video_dir)(), []
+        for k in range(self.args.eval_episodes):
+            obs, _ = env.reset(seed=self.args.seed + EVAL_SEED_OFFSET + k)
+            while True:
+                with torch.no_grad():
+                    obs, _, terminated, truncated, info = env.step(policy(obs[None])[0])
+                if "episode" in info:  # the real episode ended: RecordEpisodeStatistics sits below EpisodicLife
+                    returns.append(float(info["episode"]["r"]))
+                    break
+                if terminated or truncated:  # a life lost under EpisodicLife: the game goes on
+                    obs, _ = env.reset()
+        env.close()
+        self.eval_return, self.eval_step = float(np.mean(returns)), global_step
+        self.writer.add_scalar("eval/episodic_return", self.eval_return, global_step)
+        print(("\n" if self.tty else "") + f"step {global_step:,}: eval/episodic_return {self.eval_return:.2f}")
+
+    def after_step(self, previous_step: int, counters: tuple, obs, policy) -> None:
+        """Evaluate and checkpoint where their intervals were crossed, and refresh the progress line."""
+        global_step, total = counters[0], self.args.total_timesteps
+        if crossed(previous_step, global_step, self.args.eval_freq):
+            self.evaluate(policy, global_step)
+        if crossed(previous_step, global_step, self.args.checkpoint_freq):
+            self.save_checkpoint(counters, obs)
+        if time.time() - self.last_print > (0.5 if self.tty else 30.0):  # on a terminal, or to a log file
+            sps, self.last_print = (global_step - self.start_step) / (time.time() - self.start), time.time()
+            last = "-" if self.last_return is None else f"{self.last_return:.2f}"
+            line = f"step {global_step:,}/{total:,} ({100 * global_step / total:.1f}%)  SPS {sps:.0f}  last return {last}"
+            print(f"\r{line}\033[K" if self.tty else line, end="" if self.tty else "\n", flush=True)
+
+    def finish(self, counters: tuple, obs, policy, model: dict) -> dict:
+        """On a signal the checkpoint; else the final evaluation (unless just done) and --save-model. The summary."""
+        if self.stop_signal:
+            path = self.save_checkpoint(counters, obs)
+            print(f"\nstopped by signal {self.stop_signal[0]} at step {counters[0]:,}; checkpoint written to {path}; "
                   f"continue with --resume {path}")
         else:
-            if not crossed(global_step - args.num_envs, global_step, args.eval_freq):
-                eval_return = run_evaluation()
-            print(f"step {global_step:,}: final eval/episodic_return {eval_return:.2f}")
-            if args.save_model:
-                model = {"actor": actor.state_dict(), "qf": qf.state_dict(), "args": asdict(args)}
-                torch.save(model, f"{run_dir}/model.pt")
-                print(f"model saved to {run_dir}/model.pt")
-    finally:
-        for sig, handler in handlers.items():
+            if self.eval_step != counters[0]:
+                self.evaluate(policy, counters[0])
+            print(f"step {counters[0]:,}: final eval/episodic_return {self.eval_return:.2f}")
+            if self.args.save_model:
+                torch.save({**model, "args": asdict(self.args)}, f"{self.dir}/model.pt")
+                print(f"model saved to {self.dir}/model.pt")
+        return {"run_dir": self.dir, "global_step": counters[0], "eval_return": self.eval_return,
+                "stopped_by": self.stop_signal[0] if self.stop_signal else None}
+
+    def close(self) -> None:
+        for sig, handler in self.handlers.items():
             signal.signal(sig, handler)
-        envs.close()
-        writer.close()
-        if args.track:
-            wandb.finish()
-
-    if train_sps is not None:
-        print(f"training-phase SPS: {train_sps:.1f}")
-    return {"run_dir": run_dir, "global_step": global_step, "critic_updates": critic_updates,
-            "actor_updates": actor_updates, "eval_return": eval_return, "train_sps": train_sps,
-            "stopped_by": stop_signal[0] if stop_signal else None}
-
-
-def parse_args(argv=None) -> Args:
-    """tyro's parser, its boxed errors (an unknown flag, a value that does not parse or is missing) cut to one line on
-    stderr and exit code 2, like the checks of `check_args`."""
-    box = io.StringIO()
-    try:
-        with contextlib.redirect_stderr(box):
-            return tyro.cli(Args, args=argv)
-    except SystemExit as e:
-        if not e.code:  # --help
-            sys.stderr.write(box.getvalue())
-            raise
-        message = []  # the box's first section, between its title and the first rule, is the message
-        for line in box.getvalue().splitlines()[1:]:
-            text = line.strip("│╭╮╰╯ ")
-            if text and set(text) <= {"─"}:
-                break
-            message.append(text)
-        message = " ".join(" ".join(message).split()) or " ".join(box.getvalue().split())
-        print(f"error: {message.rstrip('.')}; see --help", file=sys.stderr)
-        raise SystemExit(2) from None
+        self.envs.close()
+        self.writer.close()
 
 
 def cli(argv=None) -> dict:
-    """Command-line entry: bad input ends in one line on stderr and exit code 2; a stop by signal exits 128 + signum."""
-    args = parse_args(argv)
+    """Command line: bad input ends in one line on stderr and exit code 2; a stop by a signal exits with 128 + signum."""
+    argv, box = sys.argv[1:] if argv is None else list(argv), io.StringIO()
+    try:  # tyro's error box is replaced by one line; --help prints as usual
+        with contextlib.redirect_stderr(sys.stderr if {"-h", "--help"} & set(argv) else box):
+            args = tyro.cli(Args, args=argv)
+    except SystemExit as e:
+        if not e.code:
+            raise
+        flags = {f"--{no}{field.name.replace('_', '-')}" for field in fields(Args) for no in ("", "no-")}
+        unknown = [a.split("=")[0] for a in argv if a.startswith("--") and a.split("=")[0] not in flags]
+        why = f"unrecognized flag {' '.join(unknown)}" if unknown else "a flag's value is missing or does not parse"
+        print(f"error: {why} in `{' '.join(argv)}`; see --help", file=sys.stderr)
+        raise SystemExit(2) from None
     try:
         summary = main(args)
     except ConfigError as e:
@@ -889,6 +601,73 @@ def cli(argv=None) -> dict:
     if summary["stopped_by"]:
         raise SystemExit(128 + summary["stopped_by"])
     return summary
+
+
+# ======================================================================================================================
+# COMPILED UPDATES (--compile): `td3_update` as one compiled graph per env step, from the same losses: gradients from
+# torch.func.grad_and_value, Adam and Polyak written out on the optimizers' and targets' own tensors (so checkpoints
+# are alike). `td3_update` compiled as it is, with autograd and torch.optim.Adam, runs slower than eager on the CPU.
+# ======================================================================================================================
+class WithParams:
+    """`module` called with the tensors `params` ({name: tensor}) as its parameters; its other attributes its own."""
+
+    def __init__(self, module: nn.Module, params: dict):
+        self.module, self.params = module, params
+
+    def __call__(self, *inputs, **kwargs):
+        return torch.func.functional_call(self.module, self.params, inputs, kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self.module, name)
+
+
+def adam_(optimizer, params: dict, grads: dict) -> None:
+    """torch.optim.Adam's step on its own state (Kingma and Ba 2015, Algorithm 1): m <- b1 m + (1 - b1) g,
+    v <- b2 v + (1 - b2) g^2, theta <- theta - lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps).
+    `params` is in the optimizer's order."""
+    (beta1, beta2), eps, names = optimizer.defaults["betas"], optimizer.defaults["eps"], iter(params)
+    for group in optimizer.param_groups:
+        for state, name in zip((optimizer.state[p] for p in group["params"]), names):
+            state["step"] += 1
+            t = state["step"].double()  # the bias corrections in float64, as torch.optim.Adam computes them
+            state["exp_avg"].lerp_(grads[name], 1 - beta1)
+            state["exp_avg_sq"].mul_(beta2).addcmul_(grads[name], grads[name], value=1 - beta2)
+            denom = (state["exp_avg_sq"].sqrt() / (1 - beta2**t).sqrt()).add_(eps)
+            params[name].sub_(state["exp_avg"] / denom * (group["lr"] / (1 - beta1**t)))
+
+
+def compiled_update(actor, actor_target, qf, qf_target, q_optimizer, actor_optimizer, args):
+    """`td3_update`'s update(batch, actor_step), compiled to one graph for each value of actor_step."""
+    import torch._inductor.config
+    torch._inductor.config.fallback_random = True  # the smoothing noise from torch's generator, as in eager mode
+    q_params, pi_params, q_targets, pi_targets = ({name: p.detach() for name, p in net.named_parameters()}
+                                                  for net in (qf, actor, qf_target, actor_target))  # aliases
+    for optimizer in (q_optimizer, actor_optimizer):  # Adam's state laid out as torch's, unless a resume loaded it
+        for p in (p for group in optimizer.param_groups for p in group["params"] if not optimizer.state[p]):
+            optimizer.state[p].update(step=torch.tensor(0.0), exp_avg=torch.zeros_like(p),
+                                      exp_avg_sq=torch.zeros_like(p))
+
+    def loss_q(params, batch):
+        return compute_loss_q(WithParams(actor_target, pi_targets), WithParams(qf, params),
+                              WithParams(qf_target, q_targets), batch, args.gamma, args.policy_noise, args.noise_clip)
+
+    def loss_pi(params, obs):
+        loss = compute_loss_pi(WithParams(actor, params), WithParams(qf, q_params), obs)
+        return loss, loss.detach()
+
+    @torch.compile
+    def update(batch, actor_step: bool):
+        grads, (_, metrics) = torch.func.grad_and_value(loss_q, has_aux=True)(q_params, batch)
+        adam_(q_optimizer, q_params, grads)
+        if actor_step:
+            grads, (_, metrics["actor_loss"]) = torch.func.grad_and_value(loss_pi, has_aux=True)(pi_params, batch[0])
+            adam_(actor_optimizer, pi_params, grads)
+            # theta' <- tau * theta + (1 - tau) * theta', phi' <- tau * phi + (1 - tau) * phi'   [TD3 Algorithm 1]
+            torch._foreach_lerp_([*q_targets.values(), *pi_targets.values()], [*q_params.values(), *pi_params.values()],
+                                 args.tau)
+        return metrics
+
+    return update
 
 
 if __name__ == "__main__":

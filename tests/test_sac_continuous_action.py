@@ -2,6 +2,7 @@
 reach updates, and a short learning run. The common block (episode ends, resume, bad input, ...) is specified in
 test_common_block.py."""
 
+import glob
 import math
 import os
 from types import SimpleNamespace
@@ -169,7 +170,7 @@ def test_alpha_rises_when_entropy_is_below_target():
 # ---------------------------------------------------------------------------------------------------------------------
 # SMOKE: every boolean flag in both states reaches gradient updates
 # ---------------------------------------------------------------------------------------------------------------------
-BOOLEAN_FLAGS = ["autotune", "backup_entropy", "torch_deterministic", "cuda", "save_model"]
+BOOLEAN_FLAGS = ["autotune", "backup_entropy", "cuda", "save_model"]
 
 
 @pytest.mark.parametrize("value", [True, False])
@@ -207,6 +208,169 @@ def test_smoke_ensemble_options_count_updates(in_tmp):
 def test_smoke_compile(in_tmp):
     summary = sac.main(tiny(compile=True))
     assert summary["critic_updates"] == 201 and summary["actor_updates"] == 200
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# REPLAY BUFFER AND STORED TRANSITIONS
+# ---------------------------------------------------------------------------------------------------------------------
+def test_replay_buffer_wraps_samples_only_stored_rows_and_round_trips():
+    rb = sac.ReplayBuffer(capacity=5, obs_dim=2, act_dim=1, device="cpu")
+    for start in (0, 3, 6):  # three sub-envs per step: rows 0..8 land at (row mod 5)
+        rows = np.arange(start, start + 3, dtype=np.float32)
+        rb.add(np.stack([rows, rows], 1), rows[:, None], rows, np.stack([rows, rows], 1) + 0.5, rows % 2)
+        if start == 0:
+            assert rb.size == 3 and set(rb.sample(1000)[2].tolist()) == {0.0, 1.0, 2.0}  # never an empty row
+    assert rb.size == 5 and rb.pos == 9 % 5
+    np.testing.assert_array_equal(rb.storage[:, 3].numpy(), [5, 6, 7, 8, 4])  # the oldest rows were overwritten
+    obs, actions, rewards, next_obs, terminations = rb.sample(64)
+    torch.testing.assert_close(obs[:, 0], rewards)  # fields of one transition stay together
+    torch.testing.assert_close(next_obs[:, 1], rewards + 0.5)
+    torch.testing.assert_close(terminations, rewards % 2)
+    copy = sac.ReplayBuffer(capacity=5, obs_dim=2, act_dim=1, device="cpu")
+    copy.load_state_dict(rb.state_dict())
+    assert torch.equal(copy.storage, rb.storage) and (copy.pos, copy.size) == (rb.pos, rb.size)
+    # a checkpoint holds the stored rows only, not the whole preallocated storage
+    big = sac.ReplayBuffer(capacity=10_000, obs_dim=2, act_dim=1, device="cpu")
+    big.add(np.ones((3, 2)), np.ones((3, 1)), np.ones(3), np.ones((3, 2)), np.zeros(3))
+    assert big.state_dict()["storage"].shape == (3, 7)
+
+
+@pytest.mark.parametrize("env_id,num_envs,total", [("Pendulum-v1", 2, 460), ("InvertedPendulum-v5", 1, 300)])
+def test_stored_transitions_replay_exactly_in_a_fresh_env(in_tmp, env_id, num_envs, total):
+    """Every stored (s, a, r, s', terminated) is what a fresh env seeded alike gives; s' at an episode end is the true
+    final observation, and no transition runs from a final observation into a reset."""
+    summary = sac.main(tiny(env_id=env_id, num_envs=num_envs, total_timesteps=total, learning_starts=total - 40,
+                            checkpoint_freq=total, seed=3))
+    checkpoint = torch.load(f"{summary['run_dir']}/checkpoint.pt", weights_only=False)
+    obs_dim, act_dim = gym.make(env_id).observation_space.shape[0], gym.make(env_id).action_space.shape[0]
+    widths = np.cumsum([obs_dim, act_dim, 1, obs_dim])  # the buffer's column blocks
+    obs, actions, rewards, next_obs, terminations = np.split(checkpoint["rb"]["storage"].numpy(), widths, axis=1)
+    assert len(obs) == total
+    ends = {"terminated": 0, "truncated": 0}
+    for i in range(num_envs):
+        env = gym.make(env_id)
+        o, _ = env.reset(seed=3 + i)
+        for row in range(i, total, num_envs):
+            np.testing.assert_array_equal(obs[row], o.astype(np.float32))
+            o, r, terminated, truncated, _ = env.step(actions[row])
+            np.testing.assert_array_equal(next_obs[row], o.astype(np.float32))
+            assert rewards[row, 0] == np.float32(r) and terminations[row, 0] == float(terminated)
+            if terminated or truncated:
+                ends["terminated" if terminated else "truncated"] += 1
+                o, _ = env.reset()
+    if env_id == "Pendulum-v1":
+        assert ends == {"terminated": 0, "truncated": 2}  # 200-step time limit, bootstrapped
+    else:
+        assert ends["terminated"] >= 5 and terminations.sum() == ends["terminated"]
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# --compile: THE SAME UPDATES, COMPILED
+# ---------------------------------------------------------------------------------------------------------------------
+def sac_setup(args, seed: int = 0):
+    """Networks and optimizers laid out as `main` lays them out: log alpha in the actor optimizer's second group."""
+    torch.manual_seed(seed)
+    envs = fake_envs([-2.0, 0.0, 10.0], [5.0, 0.5, 10.1])
+    actor, qf, qf_target = sac.Actor(envs), sac.QEnsemble(envs, args.num_critics), sac.QEnsemble(envs, args.num_critics)
+    qf_target.load_state_dict(qf.state_dict())
+    qf_target.requires_grad_(False)
+    log_alpha = torch.zeros(1, requires_grad=True)
+    q_optimizer = torch.optim.Adam(qf.parameters(), lr=args.q_lr)
+    actor_optimizer = torch.optim.Adam(actor.parameters(), lr=args.policy_lr)
+    if args.autotune:
+        actor_optimizer.add_param_group({"params": [log_alpha], "lr": args.q_lr})
+    else:
+        log_alpha.data.fill_(math.log(args.alpha))
+    return actor, qf, qf_target, log_alpha, q_optimizer, actor_optimizer
+
+
+def run_updates(update_critic, update_actor, batches):
+    """A critic update every batch, the target every other one, an actor update every other one (reseeding torch
+    before each, for the policy's noise and the critics' subsampling); the metrics of each."""
+    logged = []
+    for i, batch in enumerate(batches):
+        torch.manual_seed(100 + i)
+        metrics = update_critic(batch, i % 2 == 0)
+        if i % 2 == 1:
+            metrics = {**metrics, **update_actor(batch[0])}
+        logged.append(metrics)
+    return logged
+
+
+def random_batches(n: int, size: int = 64):
+    torch.manual_seed(7)
+    low, high = torch.tensor([-2.0, 0.0, 10.0]), torch.tensor([5.0, 0.5, 10.1])
+    return [(torch.randn(size, 3), low + (high - low) * torch.rand(size, 3), torch.randn(size), torch.randn(size, 3),
+             (torch.rand(size) < 0.1).float()) for _ in range(n)]
+
+
+def assert_same_training(nets, other_nets, logged, other_logged, rtol, atol):
+    """The same metrics at every update, and the same parameters at the end, to float rounding: `atol` for the
+    metrics and ten times it for the parameters, where Adam's division by sqrt(v) magnifies the rounding of a
+    near-zero gradient element."""
+    for step, (metrics, other) in enumerate(zip(logged, other_logged)):
+        assert metrics.keys() == other.keys(), step
+        for key in metrics:
+            torch.testing.assert_close(metrics[key], other[key], rtol=rtol, atol=atol,
+                                       msg=lambda m, key=key, step=step: f"{key} at update {step}: {m}")
+    for net, other in zip(nets, other_nets):
+        for (name, p), q in zip(net.named_parameters(), other.parameters()):
+            torch.testing.assert_close(p.detach(), q.detach(), rtol=rtol, atol=10 * atol,
+                                       msg=lambda m, name=name: f"{name}: {m}")
+
+
+CASES = {"defaults": {}, "fixed alpha, clipping, 3 critics subsampled to 2":
+         dict(autotune=False, grad_clip_norm=1.0, num_critics=3, num_subsample_critics=2, backup_entropy=False)}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_compiled_updates_run_eagerly_match_the_autograd_updates(monkeypatch, case):
+    """`compiled_updates` (written-out Adam and clipping, gradients from torch.func) against `sac_updates` (autograd,
+    torch.optim.Adam, clip_grad_norm_): the same metrics at every update (the actor's loss is computed after this
+    step's critic update, which a stale critic would change) and the same networks and log alpha after 8 updates, at
+    learning rates that move them. torch.compile is replaced by the identity, so the functions run eagerly."""
+    monkeypatch.setattr(torch, "compile", lambda function: function)
+    args = sac.Args(policy_lr=0.01, q_lr=0.01, tau=0.1, **CASES[case])
+    batches = random_batches(8)
+    reference = sac_setup(args)
+    logged = run_updates(*sac.sac_updates(*reference, args, -3.0), batches)
+    nets = sac_setup(args)
+    assert_same_training(nets[:3], reference[:3], run_updates(*sac.compiled_updates(*nets, args, -3.0), batches), logged,
+                         rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(nets[3], reference[3], rtol=1e-5, atol=1e-6)
+    assert (nets[3].item() == pytest.approx(math.log(0.2))) != args.autotune  # log alpha tuned, or fixed alpha
+    assert not torch.equal(nets[0].fc1.weight, sac_setup(args)[0].fc1.weight)  # the networks did move
+    for optimizer, other in zip(nets[4:], reference[4:]):  # Adam's state is torch's: checkpoints are alike
+        for p, q in zip(optimizer.state.values(), other.state.values()):
+            assert float(p["step"]) == float(q["step"]) == 4 + 4 * (optimizer is nets[4])
+            torch.testing.assert_close(p["exp_avg_sq"], q["exp_avg_sq"], rtol=1e-4, atol=1e-9)
+
+
+@pytest.mark.slow
+def test_compiled_updates_match_the_same_updates_eager(monkeypatch):
+    args = sac.Args()
+    batches = random_batches(6, size=256)
+    results = [(nets := sac_setup(args), run_updates(*sac.compiled_updates(*nets, args, -3.0), batches))]
+    monkeypatch.setattr(torch, "compile", lambda function: function)
+    results.append((nets := sac_setup(args), run_updates(*sac.compiled_updates(*nets, args, -3.0), batches)))
+    (compiled_nets, compiled_logged), (eager_nets, eager_logged) = results
+    assert_same_training(compiled_nets[:3], eager_nets[:3], compiled_logged, eager_logged, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.slow
+def test_compiled_run_stopped_and_resumed_ends_identical(tmp_path):
+    """--compile keeps Adam's state in the optimizers, so a checkpoint resumes the compiled path exactly."""
+    from test_common_block import run_cli, stop_with_sigterm_and_resume
+
+    flags = ["--env-id", "Pendulum-v1", "--total-timesteps", "1500", "--learning-starts", "300", "--batch-size", "64",
+             "--eval-freq", "500", "--eval-episodes", "1", "--save-model", "--no-cuda", "--compile"]
+    (tmp_path / "a").mkdir()
+    assert run_cli(sac, flags, tmp_path / "a").returncode == 0
+    stop_with_sigterm_and_resume(tmp_path, sac, flags, 400, 1500, "b")
+    a, b = (torch.load(glob.glob(f"{tmp_path}/{d}/runs/*/model.pt")[0], weights_only=False) for d in "ab")
+    for key in ("actor", "qf"):
+        for name, tensor in a[key].items():
+            assert torch.equal(tensor, b[key][name]), (key, name)
 
 
 # ---------------------------------------------------------------------------------------------------------------------

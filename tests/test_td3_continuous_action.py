@@ -1,7 +1,9 @@
 """Specification of td3_continuous_action.py: target policy smoothing checked statistically, the clipped double-Q
-target, the actor, smoke runs of its flags that reach both updates, and a short learning run. The common block
-(episode ends, resume, bad input, ...) is specified in test_common_block.py."""
+target, the actor, its eager and compiled updates against plain autograd, its own bad input, smoke runs of its flags
+that reach both updates, and a short learning run. The common block (episode ends, resume, bad input, ...) is
+specified in test_common_block.py."""
 
+import glob
 import math
 import os
 from types import SimpleNamespace
@@ -103,7 +105,7 @@ def test_actor_loss_uses_critic_one_and_sends_no_gradient_into_the_critics():
 
 
 def td3_nets(seed: int = 0):
-    """Actor, critics and their targets as `main` builds them, with plain (not flattened) parameters."""
+    """Actor, critics and their targets as `main` builds them."""
     torch.manual_seed(seed)
     envs = fake_envs(LOW, HIGH)
     actor, actor_target, qf, qf_target = td3.Actor(envs), td3.Actor(envs), td3.QEnsemble(envs), td3.QEnsemble(envs)
@@ -119,24 +121,23 @@ def run_updates(update, batches, policy_frequency=2):
     logged = []
     for i, batch in enumerate(batches):
         torch.manual_seed(100 + i)
-        critic_metrics, actor_metrics = update(batch, (i + 1) % policy_frequency == 0)
-        logged.append({**critic_metrics, **(actor_metrics or {})})
+        logged.append(dict(update(batch, (i + 1) % policy_frequency == 0)))
     return logged
 
 
 def autograd_update(actor, actor_target, qf, qf_target, args):
-    """The updates written the plain autograd way, with torch.optim.Adam: the reference for `functional_update`."""
+    """The updates written the plain autograd way, one tensor at a time, with torch.optim.Adam: the reference."""
     q_optimizer = torch.optim.Adam(qf.parameters(), lr=args.learning_rate, foreach=False)
     actor_optimizer = torch.optim.Adam(actor.parameters(), lr=args.learning_rate, foreach=False)
 
     def update(batch, actor_step):
-        loss, critic_metrics = td3.compute_loss_q(actor_target, qf, qf_target, batch, args.gamma, args.policy_noise,
-                                                  args.noise_clip)
+        loss, metrics = td3.compute_loss_q(actor_target, qf, qf_target, batch, args.gamma, args.policy_noise,
+                                           args.noise_clip)
         q_optimizer.zero_grad()
         loss.backward()
         q_optimizer.step()
         if not actor_step:
-            return critic_metrics, None
+            return metrics
         actor_loss = td3.compute_loss_pi(actor, qf, batch[0])
         actor_optimizer.zero_grad()
         actor_loss.backward()
@@ -145,8 +146,15 @@ def autograd_update(actor, actor_target, qf, qf_target, args):
             for target, online in ((qf_target, qf), (actor_target, actor)):
                 for p_target, p in zip(target.parameters(), online.parameters()):
                     p_target.lerp_(p, args.tau)
-        return critic_metrics, {"actor_loss": actor_loss.detach()}
+        return {**metrics, "actor_loss": actor_loss.detach()}
     return update
+
+
+def main_update(nets, args, compiled: bool):
+    """`update` as `main` builds it: on fused Adam optimizers, eager (`td3_update`) or compiled (`compiled_update`)."""
+    actor, actor_target, qf, qf_target = nets
+    optimizers = [torch.optim.Adam(net.parameters(), lr=args.learning_rate, fused=True) for net in (qf, actor)]
+    return (td3.compiled_update if compiled else td3.td3_update)(actor, actor_target, qf, qf_target, *optimizers, args)
 
 
 def random_batches(n: int, size: int = 64):
@@ -171,46 +179,96 @@ def assert_same_training(nets, other_nets, logged, other_logged, rtol, atol):
                                        msg=lambda m, name=name: f"{name}: {m}")
 
 
-def test_functional_update_matches_autograd_updates():
-    """The --compile path's update, run eagerly, against autograd and torch.optim.Adam: the same metrics at every
-    update (the actor's loss is computed after this update's critic step, which a stale critic would change) and
-    the same networks, targets included, after 8 updates at a learning rate large enough to move them."""
+def test_adam_matches_torch_optim_adam():
+    """`adam_` (the --compile path's Adam, on the optimizer's own state) against torch.optim.Adam's single-tensor
+    arithmetic: 20 steps of gradients whose magnitudes change, as in training."""
+    torch.manual_seed(0)
+    reference = [torch.randn(5, 3, requires_grad=True), torch.randn(7, requires_grad=True)]
+    params = {name: p.detach().clone() for name, p in zip("ab", reference)}
+    expected = torch.optim.Adam(reference, lr=0.01, betas=(0.8, 0.99), eps=1e-6, foreach=False)
+    optimizer = torch.optim.Adam(params.values(), lr=0.01, betas=(0.8, 0.99), eps=1e-6)
+    for p in params.values():  # the state as `compiled_update` lays it out
+        optimizer.state[p].update(step=torch.tensor(0.0), exp_avg=torch.zeros_like(p), exp_avg_sq=torch.zeros_like(p))
+    for t in range(1, 21):
+        grads = {name: torch.randn_like(p) * 10 ** (t % 3) for name, p in params.items()}
+        for p, grad in zip(reference, grads.values()):
+            p.grad = grad.clone()
+        expected.step()
+        td3.adam_(optimizer, params, grads)
+    for p, q in zip(params.values(), reference):
+        torch.testing.assert_close(p, q.detach(), rtol=1e-6, atol=1e-7)
+        assert int(optimizer.state[p]["step"]) == 20
+
+
+@pytest.mark.parametrize("path", ["eager", "compiled, run eagerly"])
+def test_updates_match_autograd_one_tensor_at_a_time(monkeypatch, path):
+    """`td3_update` (fused Adam, one Polyak kernel) and `compiled_update` (torch.func gradients and `adam_`, here with
+    torch.compile replaced by the identity) against the plain autograd reference: the same metrics at every update
+    (the actor's loss is computed after this update's critic step, which a stale critic would change) and the same
+    networks, targets included, after 8 updates at a learning rate large enough to move them."""
+    monkeypatch.setattr(torch, "compile", lambda function: function)
     args = td3.Args(learning_rate=0.01, tau=0.1)
     batches = random_batches(8)
     reference = td3_nets()
     logged = run_updates(autograd_update(*reference, args), batches)
     nets = td3_nets()
+    update = main_update(nets, args, compiled=path != "eager")
+    assert_same_training(nets, reference, run_updates(update, batches), logged, rtol=1e-5, atol=1e-6)
     actor, actor_target, qf, qf_target = nets
-    q_optimizer, actor_optimizer = (torch.optim.Adam(net.parameters(), lr=args.learning_rate) for net in (qf, actor))
-    update = td3.functional_update(actor, actor_target, qf, qf_target, q_optimizer, actor_optimizer, args,
-                                   compile=False)
-    functional_logged = run_updates(update, batches)
-    assert_same_training(nets, reference, functional_logged, logged, rtol=1e-5, atol=1e-6)
-    assert int(q_optimizer.state[qf.weights[0]]["step"]) == 8
-    assert int(actor_optimizer.state[actor.fc1.weight]["step"]) == 4
     assert not torch.equal(actor.fc1.weight, td3_nets()[0].fc1.weight)  # the networks did move
+    assert not torch.equal(actor_target.fc1.weight, actor.fc1.weight)  # Polyak, not a copy
 
 
-def test_compiled_update_matches_the_same_update_eager():
-    """torch.compile of the functional update (one graph per kind of step) gives what it gives eagerly."""
+def test_compiled_update_matches_the_eager_update():
+    """torch.compile's graphs (one per value of actor_step) train as `td3_update` does eagerly, Adam's state included."""
     args = td3.Args()
     batches = random_batches(6, size=256)
     results = []
-    for compile in (False, True):
+    for compiled in (False, True):
         nets = td3_nets()
-        actor, actor_target, qf, qf_target = nets
-        optimizers = [torch.optim.Adam(net.parameters(), lr=args.learning_rate) for net in (qf, actor)]
-        update = td3.functional_update(actor, actor_target, qf, qf_target, *optimizers, args, compile=compile)
+        update = main_update(nets, args, compiled)
         results.append((nets, run_updates(update, batches)))
     (eager_nets, eager_logged), (compiled_nets, compiled_logged) = results
     assert_same_training(compiled_nets, eager_nets, compiled_logged, eager_logged, rtol=1e-4, atol=1e-5)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
+# BAD INPUT: one line, exit code 2, nothing written
+# ---------------------------------------------------------------------------------------------------------------------
+BAD_INPUT = {
+    "batch above buffer": (["--batch-size", "512", "--buffer-size", "256"], "--buffer-size"),
+    "buffer below num envs": (["--num-envs", "4", "--batch-size", "2", "--buffer-size", "3"], "--buffer-size"),
+    "learning never starts": (["--learning-starts", "1000", "--total-timesteps", "1000"], "--learning-starts"),
+    "learning starts below batch": (["--learning-starts", "100", "--batch-size", "256"], "--learning-starts"),
+    "zero batch": (["--batch-size", "0"], "--batch-size"),
+    "zero tau": (["--tau", "0"], "--tau"),
+    "tau above one": (["--tau", "1.5"], "--tau"),
+    "zero gamma": (["--gamma", "0"], "--gamma"),
+    "gamma above one": (["--gamma", "1.01"], "--gamma"),
+    "zero learning rate": (["--learning-rate", "0"], "--learning-rate"),
+    "negative policy noise": (["--policy-noise", "-0.1"], "--policy-noise"),
+    "negative noise clip": (["--noise-clip", "-1"], "--noise-clip"),
+    "negative exploration noise": (["--exploration-noise", "-0.1"], "--exploration-noise"),
+    "zero policy frequency": (["--policy-frequency", "0"], "--policy-frequency"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_INPUT))
+def test_bad_input_one_line_exit_2_nothing_written(in_tmp, capsys, case):
+    argv, needle = BAD_INPUT[case]
+    with pytest.raises(SystemExit) as exit_info:
+        td3.cli(["--env-id", "Pendulum-v1", *argv])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: ") and needle in err, err
+    assert os.listdir(in_tmp) == []
+
+
+# ---------------------------------------------------------------------------------------------------------------------
 # SMOKE: every boolean flag in both states reaches both updates
 # ---------------------------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("value", [True, False])
-@pytest.mark.parametrize("flag", ["torch_deterministic", "cuda", "save_model"])
+@pytest.mark.parametrize("flag", ["cuda", "save_model"])
 def test_smoke_boolean_flags_reach_updates(in_tmp, flag, value):
     summary = td3.main(tiny(**{flag: value}))
     # steps 100..300 bring 201 critic updates; every second one an actor update and the target updates
@@ -220,6 +278,7 @@ def test_smoke_boolean_flags_reach_updates(in_tmp, flag, value):
                 "losses/actor_loss", "charts/SPS", "charts/episodic_return", "charts/episodic_length",
                 "eval/episodic_return"]:
         assert tag in logged, tag
+    assert [step for step, _ in logged["losses/qf_loss"]] == [100, 150, 200, 250, 300]  # every --log-freq env steps
     assert os.path.exists(f"{summary['run_dir']}/model.pt") == (flag == "save_model" and value)
 
 
@@ -229,16 +288,38 @@ def test_smoke_vector_envs_and_policy_frequency(in_tmp):
     # iterations whose step count reaches learning_starts: global_step = 100, 102, ..., 300 -> 101 iterations
     assert summary["critic_updates"] == 202 and summary["actor_updates"] == 202 // 3
     checkpoint = torch.load(f"{summary['run_dir']}/checkpoint.pt", weights_only=False)
-    actions = checkpoint["rb"]["fields"][1]
+    actions = checkpoint["rb"]["storage"][:, 3]  # Pendulum: columns obs (3), action (1), reward, next obs, terminated
     assert actions.abs().max() <= 2.0 and (actions.abs() == 2.0).any()  # exploration noise clipped to the bounds
     target, online = checkpoint["actor_target"], checkpoint["actor"]
     assert all(not torch.equal(target[k], online[k]) for k in target if k.startswith("fc"))  # Polyak, not a copy
+    assert all(not torch.equal(checkpoint["qf_target"][k], checkpoint["qf"][k]) for k in checkpoint["qf"])
 
 
 @pytest.mark.slow
 def test_smoke_compile(in_tmp):
-    summary = td3.main(tiny(compile=True))
+    summary = td3.main(tiny(compile=True, checkpoint_freq=300))
     assert summary["critic_updates"] == 201 and summary["actor_updates"] == 100
+    assert "losses/actor_loss" in scalars(summary["run_dir"])
+    checkpoint = torch.load(f"{summary['run_dir']}/checkpoint.pt", weights_only=False)
+    assert checkpoint["args"]["compile"] is True
+    assert int(checkpoint["q_optimizer"]["state"][0]["step"]) == 201  # Adam stepped on the optimizers' own state
+    assert int(checkpoint["actor_optimizer"]["state"][0]["step"]) == 100
+
+
+@pytest.mark.slow
+def test_compiled_run_stopped_and_resumed_ends_identical(tmp_path):
+    """--compile keeps Adam's state in the optimizers, so a checkpoint resumes the compiled path exactly."""
+    from test_common_block import run_cli, stop_with_sigterm_and_resume
+
+    flags = ["--env-id", "Pendulum-v1", "--total-timesteps", "1500", "--learning-starts", "300", "--batch-size", "64",
+             "--eval-freq", "500", "--eval-episodes", "1", "--save-model", "--log-freq", "50", "--no-cuda", "--compile"]
+    (tmp_path / "a").mkdir()
+    assert run_cli(td3, flags, tmp_path / "a").returncode == 0
+    stop_with_sigterm_and_resume(tmp_path, td3, flags, 400, 1500, "b")
+    a, b = (torch.load(glob.glob(f"{tmp_path}/{d}/runs/*/model.pt")[0], weights_only=False) for d in "ab")
+    for key in ("actor", "qf"):
+        for name, tensor in a[key].items():
+            assert torch.equal(tensor, b[key][name]), (key, name)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
