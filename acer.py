@@ -41,7 +41,7 @@ import shutil
 import signal
 import sys
 import time
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Annotated, Literal
 
 import gymnasium as gym
@@ -460,24 +460,22 @@ def crossed(before: int, now: int, every: int) -> bool:
 
 
 def make_env(env_id: str, video_dir: str | None = None):
-    """A thunk making one env that records episode statistics (`infos["episode"]`); a video_dir makes it render, and
-    record its first episode there. Atari ids get seed 000's wrappers above the statistics, which so see whole games
-    and unclipped rewards: SB3's AtariWrapper (NoopReset, MaxAndSkip(4), EpisodicLife, FireReset, 84x84 gray,
-    ClipReward) and FrameStack(4); `ALE/*` ids keep their sticky actions."""
+    """A thunk making one env that records episode statistics; a video_dir makes it render and record its first episode
+    there. Atari gets seed 000's wrappers above the statistics, which so see whole games and unclipped rewards: SB3's
+    AtariWrapper (NoopReset, MaxAndSkip(4), EpisodicLife, FireReset, 84x84 gray, ClipReward) and FrameStack(4)."""
 
     def thunk():
         atari = env_id.startswith("ALE/") or "NoFrameskip" in env_id
         if atari:
             gym.register_envs(__import__("ale_py"))
-        kwargs = {"frameskip": 1} if env_id.startswith("ALE/") else {}  # MaxAndSkip skips
+        kwargs = {"frameskip": 1} if env_id.startswith("ALE/") else {}  # MaxAndSkip skips; ALE/* keeps sticky actions
         env = gym.make(env_id, **kwargs, **({"render_mode": "rgb_array"} if video_dir is not None else {}))
         if video_dir:
             env = gym.wrappers.RecordVideo(env, video_dir, episode_trigger=lambda k: k == 0, disable_logger=True)
         env = gym.wrappers.RecordEpisodeStatistics(env)
-        if atari:
+        if atari:  # (84, 84, 1) frames become (84, 84) (itemgetter pickles), then stacks of 4
             from stable_baselines3.common.atari_wrappers import AtariWrapper
-
-            frames = gym.spaces.Box(0, 255, (84, 84), np.uint8)  # (84, 84, 1) frames as (84, 84); itemgetter pickles
+            frames = gym.spaces.Box(0, 255, (84, 84), np.uint8)
             env = gym.wrappers.TransformObservation(AtariWrapper(env), operator.itemgetter((..., 0)), frames)
             env = gym.wrappers.FrameStackObservation(env, 4)  # pads a new episode with its first frame
         return env
@@ -516,16 +514,15 @@ def setup(args):
     if args.capture_video:
         os.environ.setdefault("MUJOCO_GL", "egl")  # headless MuJoCo rendering; read when mujoco is first imported
         __import__("torch._dynamo")  # CUDA wheels' triton segfaults when first loaded after MuJoCo's EGL context
-    try:  # the env, and for --capture-video its renderer, which would otherwise fail at the first evaluation
+    try:  # the env, and for --capture-video a frame, which would otherwise fail at the first evaluation
         env = make_env(args.env_id, "" if args.capture_video else None)()
         env.reset(seed=0)
         frame = env.render() if args.capture_video else None
     except Exception as e:  # an unknown id, a missing package or renderer: one line, whatever the library raised
         raise ConfigError(f"{args.env_id} cannot be made ({type(e).__name__}: {e}): is it an unknown env id (see "
-                          "`python -c 'import gymnasium; gymnasium.pprint_registry()'`), or does it need an extra "
-                          "(requirements/requirements-*.txt) or, for --capture-video, a renderer?") from None
-    check_spaces(args.env_id, env.observation_space, env.action_space)
+                          "gymnasium.pprint_registry()), or does it need an extra or, for --capture-video, a renderer?")
     check([(args.capture_video and frame is None, f"--capture-video: {args.env_id} renders no frames")])
+    check_spaces(args.env_id, env.observation_space, env.action_space)
     random.seed(args.seed)
     np.random.seed(args.seed)
     torch.manual_seed(args.seed)
@@ -533,13 +530,13 @@ def setup(args):
     device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
     compiler = device.type != "cpu" or shutil.which(os.environ.get("CXX", "g++"))  # torch.compile's on the CPU
     check([(args.compile and not compiler, "--compile needs a C++ compiler (g++, or $CXX): install one, or drop it")])
-    # unset --compile: compiled where the 20-70 s it takes pay back, CPU runs of COMPILE_MIN_STEPS training steps
+    # unset --compile: compiled where the 20-70 s it takes pay back, CPU runs of COMPILE_MIN_STEPS+ training steps
     train_steps = args.total_timesteps - getattr(args, "learning_starts", 0)  # the off-policy scripts start late
     long_run = device.type == "cpu" and train_steps >= (COMPILE_MIN_STEPS or math.inf)
     if args.compile is None and long_run and not compiler:
         print("note: no C++ compiler (g++, or $CXX) found, so the updates run eagerly", file=sys.stderr)
-    compile = bool(long_run and compiler) if args.compile is None else args.compile
-    return replace(args, compile=compile), checkpoint, device
+    compile = long_run and bool(compiler)
+    return replace(args, compile=compile if args.compile is None else args.compile), checkpoint, device
 
 
 class Run:
@@ -566,14 +563,13 @@ class Run:
         self.writer = SummaryWriter(self.dir, purge_step=checkpoint["counters"][0] + 1 if checkpoint else None)
         self.writer.add_text("hyperparameters", "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items()))
         self.last_return = checkpoint["last_return"] if checkpoint else None
-        self.eval_return = self.eval_step = None
-        self.stop_signal, self.tty, self.last_print = [], sys.stdout.isatty(), 0.0
+        self.eval_return, self.eval_step, self.stop_signal, self.last_print = None, None, [], 0.0
         self.handlers = {sig: signal.signal(sig, lambda signum, frame: self.stop_signal.append(signum))
                          for sig in (signal.SIGINT, signal.SIGTERM)}
 
     def resume(self, stateful: dict, counters: tuple):
-        """The loop's (counters, obs), global_step first: the given counters and a first observation, or a resumed
-        run's, with `stateful` (modules, optimizers, buffers and tensors, by name) and the RNGs loaded."""
+        """(counters, obs), global_step first: the given counters and a first observation, or, with `stateful`
+        (modules, optimizers, buffers and tensors, by name) and the RNGs loaded, the resumed run's."""
         self.stateful, checkpoint, obs = stateful, self.checkpoint, None
         if checkpoint:
             for key, obj in stateful.items():
@@ -613,7 +609,7 @@ class Run:
             sps = int((global_step - self.start_step) / (time.time() - self.start))
             self.writer.add_scalar("charts/SPS", sps, global_step)
 
-    def evaluate(self, policy, global_step: int) -> None:
+    def evaluate(self, policy, global_step: int) -> float:
         """eval/episodic_return: the mean return of `policy` (numpy observations to actions; it draws nothing from
         torch's RNG) over --eval-episodes real episodes (whole Atari games), reset with seeds of their own."""
         video_dir = f"{self.dir}/videos/step_{global_step}" if self.args.capture_video else None
@@ -631,20 +627,18 @@ class Run:
         env.close()
         self.eval_return, self.eval_step = float(np.mean(returns)), global_step
         self.writer.add_scalar("eval/episodic_return", self.eval_return, global_step)
-        print(("\n" if self.tty else "") + f"step {global_step:,}: eval/episodic_return {self.eval_return:.2f}")
+        print(f"\nstep {global_step:,}: eval/episodic_return {self.eval_return:.2f}")
 
     def after_step(self, previous_step: int, counters: tuple, obs, policy) -> None:
-        """Evaluate and checkpoint where their intervals were crossed, and refresh the progress line."""
+        """Evaluate and checkpoint where their intervals were crossed, and refresh the progress line (every 0.5 s)."""
         global_step, total = counters[0], self.args.total_timesteps
         if crossed(previous_step, global_step, self.args.eval_freq):
             self.evaluate(policy, global_step)
         if crossed(previous_step, global_step, self.args.checkpoint_freq):
             self.save_checkpoint(counters, obs)
-        if time.time() - self.last_print > (0.5 if self.tty else 30.0):  # on a terminal, or to a log file
+        if time.time() - self.last_print > 0.5:
             sps, self.last_print = (global_step - self.start_step) / (time.time() - self.start), time.time()
-            last = "-" if self.last_return is None else f"{self.last_return:.2f}"
-            line = f"step {global_step:,}/{total:,} ({100 * global_step / total:.1f}%)  SPS {sps:.0f}  last return {last}"
-            print(f"\r{line}\033[K" if self.tty else line, end="" if self.tty else "\n", flush=True)
+            print(f"\rstep {global_step:,}/{total:,}  SPS {sps:.0f}  last return {self.last_return}", end="", flush=True)
 
     def finish(self, counters: tuple, obs, policy, model: dict) -> dict:
         """On a signal the checkpoint; else the final evaluation (unless just done) and --save-model. The summary."""
@@ -671,20 +665,17 @@ class Run:
 
 def cli(argv=None) -> dict:
     """Command line: bad input ends in one line on stderr and exit code 2; a stop by a signal exits with 128 + signum."""
-    argv, box = sys.argv[1:] if argv is None else list(argv), io.StringIO()
-    try:  # tyro's error box is replaced by one line; --help prints as usual
-        with contextlib.redirect_stderr(sys.stderr if {"-h", "--help"} & set(argv) else box):
-            args = tyro.cli(Args, args=argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    try:  # tyro's error box is silenced and replaced by one line; --help prints as usual
+        with contextlib.redirect_stderr(sys.stderr if {"-h", "--help"} & set(argv) else io.StringIO()):
+            args, unknown = tyro.cli(Args, args=argv, return_unknown_args=True)
+        check([(unknown, f"unrecognized flag {' '.join(unknown)} in `{' '.join(argv)}`; see --help")])
+        summary = main(args)
     except SystemExit as e:
         if not e.code:
             raise
-        flags = {f"--{no}{field.name.replace('_', '-')}" for field in fields(Args) for no in ("", "no-")}
-        unknown = [a.split("=")[0] for a in argv if a.startswith("--") and a.split("=")[0] not in flags]
-        why = f"unrecognized flag {' '.join(unknown)}" if unknown else "a flag's value is missing or does not parse"
-        print(f"error: {why} in `{' '.join(argv)}`; see --help", file=sys.stderr)
+        print(f"error: a flag's value is missing or does not parse in `{' '.join(argv)}`; see --help", file=sys.stderr)
         raise SystemExit(2) from None
-    try:
-        summary = main(args)
     except ConfigError as e:
         print("error: " + " ".join(str(e).split()), file=sys.stderr)  # one line, whatever a library's message holds
         raise SystemExit(2) from None

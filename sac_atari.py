@@ -20,7 +20,9 @@ Deviations from the papers (each marked `# DEVIATION(n)` in the code):
        CleanRL's SB3 buffer stores both 4-frame stacks of every transition: 8 frames where we store 1.
 """
 
+import contextlib
 import importlib.util
+import io
 import math
 import operator
 import os
@@ -30,7 +32,7 @@ import shutil
 import signal
 import sys
 import time
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Annotated
 
 import gymnasium as gym
@@ -105,8 +107,7 @@ class Args:
     """the target entropy is this times log|A|, the uniform policy's entropy (CleanRL; the paper: 0.98)"""
 
 
-HIDDEN = 256  # units per hidden layer of the MLP encoder for flat observations
-CNN_FEATURES = 512  # NatureCNN's last hidden layer (Mnih et al. 2015)
+HIDDEN, CNN_FEATURES = 256, 512  # hidden units of the MLP for flat observations, and of NatureCNN's last layer
 COMPILE_MIN_STEPS = None  # unset --compile runs eagerly
 
 
@@ -117,7 +118,6 @@ def discrete_soft_q_target(rewards, terminations, next_probs, next_log_probs, ne
     """Soft Bellman target with the expectation over a' taken exactly under the policy (arXiv:1910.07207).
     Shapes: rewards, terminations (B,); next_probs, next_log_probs, next_q_min (B, |A|), next_q_min = min_i Q'_i(s', .).
     y = r + gamma * (1 - terminated) * sum_a' pi(a'|s') * (min_i Q'_i(s', a') - alpha * log pi(a'|s'))   [eq. 9, 10]
-    A truncation is stored with terminated = 0, so the target bootstraps from the true final observation s'.
     """
     next_v = (next_probs * (next_q_min - alpha * next_log_probs)).sum(dim=1)
     return rewards + gamma * (1.0 - terminations) * next_v
@@ -136,7 +136,7 @@ def discrete_alpha_loss(log_alpha, probs, log_probs, target_entropy: float):
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# NETWORKS AND REPLAY BUFFER
+# NETWORKS, REPLAY BUFFER AND LOSSES
 # ---------------------------------------------------------------------------------------------------------------------
 def layer_init(layer: nn.Module) -> nn.Module:
     """He (Kaiming normal) weights and zero biases (CleanRL's sac_atari.py; He et al. 2015)."""
@@ -178,8 +178,7 @@ class SoftQNetwork(nn.Module):
 
 
 class Actor(SoftQNetwork):
-    """Categorical policy, the critics' network with logits as outputs; CleanRL's interface: Actor(envs), forward(obs)
-    -> logits (B, |A|), get_action."""
+    """Categorical policy, the critics' network with logits as outputs; CleanRL's interface: forward, get_action."""
 
     def get_action(self, obs):
         """Returns (action (B,), log pi(.|s) (B, |A|), pi(.|s) (B, |A|)); log_softmax, never log(softmax)."""
@@ -241,8 +240,7 @@ class ReplayBuffer:
         self.transitions += self.num_envs
 
     def observations(self, env, slot):
-        """The observations (B, *obs_shape) of slots `slot` (B,) of streams `env` (B,): the frames of slots
-        slot-stack+1..slot, those before the episode's first slot replaced by it."""
+        """The observations (B, *obs_shape) of slots `slot` (B,) of streams `env` (B,), their stacks padded as above."""
         back = torch.minimum(torch.arange(self.stack - 1, -1, -1), self.age[env, slot][:, None])  # (B, stack)
         frames = self.frames[env[:, None], (slot[:, None] - back) % self.slots]
         return frames if self.stack > 1 else frames[:, 0]
@@ -272,9 +270,6 @@ class ReplayBuffer:
             getattr(self, k)[:, :state[k].shape[1]] = state[k]
 
 
-# ---------------------------------------------------------------------------------------------------------------------
-# LOSSES AND UPDATE
-# ---------------------------------------------------------------------------------------------------------------------
 def compute_loss_q(actor, qf1, qf2, qf1_target, qf2_target, batch, alpha, gamma):
     """J_Q = sum_i E[(Q_i(s, a) - y)^2], y from `discrete_soft_q_target`   [arXiv:1910.07207 eq. 9; DEVIATION(4)]."""
     obs, actions, rewards, next_obs, terminations = batch
@@ -297,32 +292,6 @@ def compute_loss_pi(actor, qf1, qf2, obs, alpha):
     with torch.no_grad():
         q_min = torch.min(qf1(obs), qf2(obs))
     return discrete_actor_loss(probs, log_probs, q_min, alpha), probs.detach(), log_probs.detach()
-
-
-def sac_discrete_update(actor, qf1, qf2, qf1_target, qf2_target, log_alpha, q_optimizer, actor_optimizer, args,
-                        target_entropy: float):
-    """update(batch): one gradient step of the critics, then one of the actor and (--autotune) log alpha, on the losses
-    above; returns detached metrics (no host sync). log alpha is a parameter group of the actor's optimizer."""
-
-    def update(batch):
-        obs, actions, rewards, next_obs, terminations = batch
-        batch = network_input(obs), actions, rewards, network_input(next_obs), terminations  # once, not per network
-        alpha = log_alpha.exp().detach()
-        qf_loss, metrics = compute_loss_q(actor, qf1, qf2, qf1_target, qf2_target, batch, alpha, args.gamma)
-        q_optimizer.zero_grad(set_to_none=True)
-        qf_loss.backward()
-        q_optimizer.step()
-        actor_loss, probs, log_probs = compute_loss_pi(actor, qf1, qf2, batch[0], alpha)
-        metrics.update(actor_loss=actor_loss.detach(), alpha=alpha[0], entropy=-(probs * log_probs).sum(1).mean())
-        if args.autotune:  # one backward for both losses: they share no parameter (alpha and pi enter detached)
-            alpha_loss = discrete_alpha_loss(log_alpha, probs, log_probs, target_entropy)
-            actor_loss, metrics["alpha_loss"] = actor_loss + alpha_loss, alpha_loss.detach()
-        actor_optimizer.zero_grad(set_to_none=True)
-        actor_loss.backward()
-        actor_optimizer.step()
-        return metrics
-
-    return update
 
 
 def check_args(args: Args) -> None:
@@ -368,7 +337,8 @@ def main(args: Args) -> dict:
             target.load_state_dict(source.state_dict())
             target.requires_grad_(False)
         fused = {"fused": True} if device.type in ("cpu", "cuda") else {}  # one Adam kernel for all tensors
-        q_optimizer = torch.optim.Adam([*qf1.parameters(), *qf2.parameters()], lr=args.q_lr, eps=args.adam_eps, **fused)
+        q_params = [*qf1.parameters(), *qf2.parameters()]
+        q_optimizer = torch.optim.Adam(q_params, lr=args.q_lr, eps=args.adam_eps, **fused)
         actor_optimizer = torch.optim.Adam(actor.parameters(), lr=args.policy_lr, eps=args.adam_eps, **fused)
         log_alpha = torch.zeros(1, device=device, requires_grad=True)
         if args.autotune:  # log alpha's Adam: a parameter group of the actor's optimizer, with its own learning rate
@@ -381,12 +351,28 @@ def main(args: Args) -> dict:
         stateful = dict(actor=actor, qf1=qf1, qf2=qf2, qf1_target=qf1_target, qf2_target=qf2_target,
                         q_optimizer=q_optimizer, actor_optimizer=actor_optimizer, log_alpha=log_alpha,
                         **({"rb": rb} if args.checkpoint_buffer else {}))
-        counters, obs = run.resume(stateful, (0, 0))
-        global_step, updates = counters
+        (global_step, updates), obs = run.resume(stateful, (0, 0))
         if not (run.exact and args.checkpoint_buffer):
             rb.start(obs)  # a fresh stream starts here: the stack history before it is not in the buffer
-        update = sac_discrete_update(actor, qf1, qf2, qf1_target, qf2_target, log_alpha, q_optimizer, actor_optimizer,
-                                     args, target_entropy)
+
+        def update(batch):  # one step of the critics, then of the actor and log alpha; detached metrics, no host sync
+            obs, actions, rewards, next_obs, terminations = batch
+            batch = network_input(obs), actions, rewards, network_input(next_obs), terminations  # once, not per network
+            alpha = log_alpha.exp().detach()
+            qf_loss, metrics = compute_loss_q(actor, qf1, qf2, qf1_target, qf2_target, batch, alpha, args.gamma)
+            q_optimizer.zero_grad(set_to_none=True)
+            qf_loss.backward()
+            q_optimizer.step()
+            actor_loss, probs, log_probs = compute_loss_pi(actor, qf1, qf2, batch[0], alpha)
+            metrics.update(actor_loss=actor_loss.detach(), alpha=alpha[0], entropy=-(probs * log_probs).sum(1).mean())
+            if args.autotune:  # one backward for both losses: they share no parameter (alpha and pi enter detached)
+                alpha_loss = discrete_alpha_loss(log_alpha, probs, log_probs, target_entropy)
+                actor_loss, metrics["alpha_loss"] = actor_loss + alpha_loss, alpha_loss.detach()
+            actor_optimizer.zero_grad(set_to_none=True)
+            actor_loss.backward()
+            actor_optimizer.step()
+            return metrics
+
         update = torch.compile(update) if args.compile else update
 
         def policy(obs):  # the greedy action argmax_a pi(a|s), for evaluation
@@ -417,16 +403,14 @@ def main(args: Args) -> dict:
                     updates += 1
                 if crossed(previous_step, global_step, args.target_network_frequency):
                     with torch.no_grad():  # theta' <- tau * theta + (1 - tau) * theta'; tau = 1 copies   [DEVIATION(3)]
-                        torch._foreach_lerp_([*qf1_target.parameters(), *qf2_target.parameters()],
-                                             [*qf1.parameters(), *qf2.parameters()], args.tau)
+                        torch._foreach_lerp_([*qf1_target.parameters(), *qf2_target.parameters()], q_params, args.tau)
 
             # LOG, EVALUATE, CHECKPOINT
-            counters = (global_step, updates)
             run.log(infos, metrics, previous_step, global_step)
-            run.after_step(previous_step, counters, obs, policy)
+            run.after_step(previous_step, (global_step, updates), obs, policy)
         model = {"actor": actor.state_dict(), "qf1": qf1.state_dict(), "qf2": qf2.state_dict(),
                  "log_alpha": log_alpha.detach().cpu()}
-        summary = run.finish(counters, obs, policy, model)
+        summary = run.finish((global_step, updates), obs, policy, model)
     finally:
         run.close()
     return {**summary, "critic_updates": updates, "actor_updates": updates}
@@ -455,24 +439,22 @@ def crossed(before: int, now: int, every: int) -> bool:
 
 
 def make_env(env_id: str, video_dir: str | None = None):
-    """A thunk making one env that records episode statistics (`infos["episode"]`); a video_dir makes it render, and
-    record its first episode there. Atari ids get seed 000's wrappers above the statistics, which so see whole games
-    and unclipped rewards: SB3's AtariWrapper (NoopReset, MaxAndSkip(4), EpisodicLife, FireReset, 84x84 gray,
-    ClipReward) and FrameStack(4); `ALE/*` ids keep their sticky actions."""
+    """A thunk making one env that records episode statistics; a video_dir makes it render and record its first episode
+    there. Atari gets seed 000's wrappers above the statistics, which so see whole games and unclipped rewards: SB3's
+    AtariWrapper (NoopReset, MaxAndSkip(4), EpisodicLife, FireReset, 84x84 gray, ClipReward) and FrameStack(4)."""
 
     def thunk():
         atari = env_id.startswith("ALE/") or "NoFrameskip" in env_id
         if atari:
             gym.register_envs(__import__("ale_py"))
-        kwargs = {"frameskip": 1} if env_id.startswith("ALE/") else {}  # MaxAndSkip skips
+        kwargs = {"frameskip": 1} if env_id.startswith("ALE/") else {}  # MaxAndSkip skips; ALE/* keeps sticky actions
         env = gym.make(env_id, **kwargs, **({"render_mode": "rgb_array"} if video_dir is not None else {}))
         if video_dir:
             env = gym.wrappers.RecordVideo(env, video_dir, episode_trigger=lambda k: k == 0, disable_logger=True)
         env = gym.wrappers.RecordEpisodeStatistics(env)
-        if atari:
+        if atari:  # (84, 84, 1) frames become (84, 84) (itemgetter pickles), then stacks of 4
             from stable_baselines3.common.atari_wrappers import AtariWrapper
-
-            frames = gym.spaces.Box(0, 255, (84, 84), np.uint8)  # (84, 84, 1) frames as (84, 84); itemgetter pickles
+            frames = gym.spaces.Box(0, 255, (84, 84), np.uint8)
             env = gym.wrappers.TransformObservation(AtariWrapper(env), operator.itemgetter((..., 0)), frames)
             env = gym.wrappers.FrameStackObservation(env, 4)  # pads a new episode with its first frame
         return env
@@ -511,16 +493,15 @@ def setup(args):
     if args.capture_video:
         os.environ.setdefault("MUJOCO_GL", "egl")  # headless MuJoCo rendering; read when mujoco is first imported
         __import__("torch._dynamo")  # CUDA wheels' triton segfaults when first loaded after MuJoCo's EGL context
-    try:  # the env, and for --capture-video its renderer, which would otherwise fail at the first evaluation
+    try:  # the env, and for --capture-video a frame, which would otherwise fail at the first evaluation
         env = make_env(args.env_id, "" if args.capture_video else None)()
         env.reset(seed=0)
         frame = env.render() if args.capture_video else None
     except Exception as e:  # an unknown id, a missing package or renderer: one line, whatever the library raised
         raise ConfigError(f"{args.env_id} cannot be made ({type(e).__name__}: {e}): is it an unknown env id (see "
-                          "`python -c 'import gymnasium; gymnasium.pprint_registry()'`), or does it need an extra "
-                          "(requirements/requirements-*.txt) or, for --capture-video, a renderer?") from None
-    check_spaces(args.env_id, env.observation_space, env.action_space)
+                          "gymnasium.pprint_registry()), or does it need an extra or, for --capture-video, a renderer?")
     check([(args.capture_video and frame is None, f"--capture-video: {args.env_id} renders no frames")])
+    check_spaces(args.env_id, env.observation_space, env.action_space)
     random.seed(args.seed)
     np.random.seed(args.seed)
     torch.manual_seed(args.seed)
@@ -528,13 +509,13 @@ def setup(args):
     device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
     compiler = device.type != "cpu" or shutil.which(os.environ.get("CXX", "g++"))  # torch.compile's on the CPU
     check([(args.compile and not compiler, "--compile needs a C++ compiler (g++, or $CXX): install one, or drop it")])
-    # unset --compile: compiled where the 20-70 s it takes pay back, CPU runs of COMPILE_MIN_STEPS training steps
+    # unset --compile: compiled where the 20-70 s it takes pay back, CPU runs of COMPILE_MIN_STEPS+ training steps
     train_steps = args.total_timesteps - getattr(args, "learning_starts", 0)  # the off-policy scripts start late
     long_run = device.type == "cpu" and train_steps >= (COMPILE_MIN_STEPS or math.inf)
     if args.compile is None and long_run and not compiler:
         print("note: no C++ compiler (g++, or $CXX) found, so the updates run eagerly", file=sys.stderr)
-    compile = bool(long_run and compiler) if args.compile is None else args.compile
-    return replace(args, compile=compile), checkpoint, device
+    compile = long_run and bool(compiler)
+    return replace(args, compile=compile if args.compile is None else args.compile), checkpoint, device
 
 
 class Run:
@@ -560,14 +541,14 @@ class Run:
         # purge_step drops what a killed run logged after its last checkpoint
         self.writer = SummaryWriter(self.dir, purge_step=checkpoint["counters"][0] + 1 if checkpoint else None)
         self.writer.add_text("hyperparameters", "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items()))
-        self.last_return, self.eval_step = checkpoint["last_return"] if checkpoint else None, None
-        self.stop_signal, self.tty, self.last_print = [], sys.stdout.isatty(), 0.0
+        self.last_return = checkpoint["last_return"] if checkpoint else None
+        self.eval_return, self.eval_step, self.stop_signal, self.last_print = None, None, [], 0.0
         self.handlers = {sig: signal.signal(sig, lambda signum, frame: self.stop_signal.append(signum))
                          for sig in (signal.SIGINT, signal.SIGTERM)}
 
     def resume(self, stateful: dict, counters: tuple):
-        """The loop's (counters, obs), global_step first: the given counters and a first observation, or a resumed
-        run's, with `stateful` (modules, optimizers, buffers and tensors, by name) and the RNGs loaded."""
+        """(counters, obs), global_step first: the given counters and a first observation, or, with `stateful`
+        (modules, optimizers, buffers and tensors, by name) and the RNGs loaded, the resumed run's."""
         self.stateful, checkpoint, obs = stateful, self.checkpoint, None
         if checkpoint:
             for key, obj in stateful.items():
@@ -607,7 +588,7 @@ class Run:
             sps = int((global_step - self.start_step) / (time.time() - self.start))
             self.writer.add_scalar("charts/SPS", sps, global_step)
 
-    def evaluate(self, policy, global_step: int) -> None:
+    def evaluate(self, policy, global_step: int) -> float:
         """eval/episodic_return: the mean return of `policy` (numpy observations to actions; it draws nothing from
         torch's RNG) over --eval-episodes real episodes (whole Atari games), reset with seeds of their own."""
         video_dir = f"{self.dir}/videos/step_{global_step}" if self.args.capture_video else None
@@ -625,20 +606,18 @@ class Run:
         env.close()
         self.eval_return, self.eval_step = float(np.mean(returns)), global_step
         self.writer.add_scalar("eval/episodic_return", self.eval_return, global_step)
-        print(("\n" if self.tty else "") + f"step {global_step:,}: eval/episodic_return {self.eval_return:.2f}")
+        print(f"\nstep {global_step:,}: eval/episodic_return {self.eval_return:.2f}")
 
     def after_step(self, previous_step: int, counters: tuple, obs, policy) -> None:
-        """Evaluate and checkpoint where their intervals were crossed, and refresh the progress line."""
+        """Evaluate and checkpoint where their intervals were crossed, and refresh the progress line (every 0.5 s)."""
         global_step, total = counters[0], self.args.total_timesteps
         if crossed(previous_step, global_step, self.args.eval_freq):
             self.evaluate(policy, global_step)
         if crossed(previous_step, global_step, self.args.checkpoint_freq):
             self.save_checkpoint(counters, obs)
-        if time.time() - self.last_print > (0.5 if self.tty else 30.0):  # on a terminal, or to a log file
+        if time.time() - self.last_print > 0.5:
             sps, self.last_print = (global_step - self.start_step) / (time.time() - self.start), time.time()
-            last = "-" if self.last_return is None else f"{self.last_return:.2f}"
-            line = f"step {global_step:,}/{total:,} ({100 * global_step / total:.1f}%)  SPS {sps:.0f}  last return {last}"
-            print(f"\r{line}\033[K" if self.tty else line, end="" if self.tty else "\n", flush=True)
+            print(f"\rstep {global_step:,}/{total:,}  SPS {sps:.0f}  last return {self.last_return}", end="", flush=True)
 
     def finish(self, counters: tuple, obs, policy, model: dict) -> dict:
         """On a signal the checkpoint; else the final evaluation (unless just done) and --save-model. The summary."""
@@ -666,18 +645,16 @@ class Run:
 def cli(argv=None) -> dict:
     """Command line: bad input ends in one line on stderr and exit code 2; a stop by a signal exits with 128 + signum."""
     argv = sys.argv[1:] if argv is None else list(argv)
-    try:  # tyro's own error box is silenced (console_outputs=False) and replaced by one line; --help prints as usual
-        args = tyro.cli(Args, args=argv, console_outputs=bool({"-h", "--help"} & set(argv)))
+    try:  # tyro's error box is silenced and replaced by one line; --help prints as usual
+        with contextlib.redirect_stderr(sys.stderr if {"-h", "--help"} & set(argv) else io.StringIO()):
+            args, unknown = tyro.cli(Args, args=argv, return_unknown_args=True)
+        check([(unknown, f"unrecognized flag {' '.join(unknown)} in `{' '.join(argv)}`; see --help")])
+        summary = main(args)
     except SystemExit as e:
         if not e.code:
             raise
-        flags = {f"--{no}{field.name.replace('_', '-')}" for field in fields(Args) for no in ("", "no-")}
-        unknown = [a.split("=")[0] for a in argv if a.startswith("--") and a.split("=")[0] not in flags]
-        why = f"unrecognized flag {' '.join(unknown)}" if unknown else "a flag's value is missing or does not parse"
-        print(f"error: {why} in `{' '.join(argv)}`; see --help", file=sys.stderr)
+        print(f"error: a flag's value is missing or does not parse in `{' '.join(argv)}`; see --help", file=sys.stderr)
         raise SystemExit(2) from None
-    try:
-        summary = main(args)
     except ConfigError as e:
         print("error: " + " ".join(str(e).split()), file=sys.stderr)  # one line, whatever a library's message holds
         raise SystemExit(2) from None

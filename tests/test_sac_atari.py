@@ -1,5 +1,6 @@
 """sac_atari.py: the probability-weighted losses against per-action loops, the frame-deduplicating replay buffer against
-what the env returned, the ALE snapshot, smoke runs that reach updates, and a short CartPole learning run."""
+what the env returned, the Atari wrappers and the ALE snapshot of a checkpoint, smoke runs that reach updates, and a
+short CartPole learning run."""
 
 import glob
 
@@ -18,6 +19,10 @@ def loop_target(rewards, terminations, probs, log_probs, q1, q2, alpha, gamma):
         v = sum(probs[b, a] * (min(q1[b, a], q2[b, a]) - alpha * log_probs[b, a]) for a in range(probs.shape[1]))
         out.append(rewards[b] + (0.0 if terminations[b] else gamma * v))
     return torch.stack(out)
+
+
+def vector_env(thunks):
+    return gym.vector.SyncVectorEnv(thunks, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
 
 
 def random_policy(batch=16, actions=6, seed=0):
@@ -74,7 +79,7 @@ def test_network_input_scales_frames_once_into_channels_last_and_the_networks_ag
     assert x.dtype == torch.float32 and x.is_contiguous(memory_format=torch.channels_last)
     torch.testing.assert_close(x, frames.double().div(255).float(), atol=1e-7, rtol=0)  # [0, 1], to float32 rounding
     assert sa.network_input(torch.randn(5, 4, dtype=torch.float64)).dtype == torch.float32  # flat observations
-    envs = sa.vector_env([sa.make_env("BreakoutNoFrameskip-v4")])
+    envs = vector_env([sa.make_env("BreakoutNoFrameskip-v4")])
     torch.manual_seed(0)
     actor = sa.Actor(envs)
     assert actor.encoder[0].weight.is_contiguous(memory_format=torch.channels_last)
@@ -92,7 +97,7 @@ def test_network_input_scales_frames_once_into_channels_last_and_the_networks_ag
 # ---------------------------------------------------------------------------------------------------------------------
 def fill(env_thunk, num_envs, capacity, steps, seed=0):
     """Step random actions, storing into a buffer and keeping every transition each sub-env made, in order."""
-    envs = sa.vector_env([env_thunk for _ in range(num_envs)])
+    envs = vector_env([env_thunk for _ in range(num_envs)])
     rb = sa.ReplayBuffer(capacity, num_envs, envs.single_observation_space, "cpu")
     obs, _ = envs.reset(seed=seed)
     rb.start(obs)
@@ -166,26 +171,29 @@ def test_atari_pipeline_and_v5_settings():
     while isinstance(e, gym.Wrapper):
         names.append(type(e).__name__)
         e = e.env
-    assert names[:9] == ["FrameStackObservation", "ClipRewardEnv", "DropChannel", "WarpFrame", "FireResetEnv",
-                         "EpisodicLifeEnv", "MaxAndSkipEnv", "NoopResetEnv", "RecordEpisodeStatistics"]
+    assert names[:10] == ["FrameStackObservation", "TransformObservation", "AtariWrapper", "ClipRewardEnv", "WarpFrame",
+                          "FireResetEnv", "EpisodicLifeEnv", "MaxAndSkipEnv", "NoopResetEnv", "RecordEpisodeStatistics"]
     v5 = sa.make_env("ALE/Breakout-v5")()
     for e, sticky in ((v5, 0.25), (env, 0.0)):
         assert e.unwrapped._frameskip == 1 and e.unwrapped.ale.getFloat("repeat_action_probability") == sticky
 
 
-def test_ale_snapshot_restores_the_game_exactly():
-    envs = sa.vector_env([sa.make_env("BreakoutNoFrameskip-v4") for _ in range(2)])
-    envs.reset(seed=0)
+def test_ale_snapshot_restores_the_game_exactly(in_tmp):
+    """A checkpoint's Breakout sub-envs, put back by --resume, step exactly as the ones it was written from."""
+    args, _, device = sa.setup(sa.Args(env_id="BreakoutNoFrameskip-v4", num_envs=2, cuda=False))
+    run = sa.Run(args, None, device)
+    _, obs = run.resume({}, (0,))
     rng = np.random.default_rng(0)
     for _ in range(50):
-        envs.step(rng.integers(0, 4, 2))
-    snapshot = sa.env_snapshot(envs)
+        obs = run.envs.step(rng.integers(0, 4, 2))[0]
+    path = run.save_checkpoint((50,), obs)
     actions = rng.integers(0, 4, (300, 2))
-    original = [envs.step(a)[:2] for a in actions]
-    sub_envs, exact = sa.env_restore(snapshot)
-    restored_envs = sa.vector_env([lambda env=env: env for env in sub_envs])
-    restored = [restored_envs.step(a)[:2] for a in actions]
-    assert exact
+    original = [run.envs.step(a)[:2] for a in actions]
+    run.close()
+    restored_run = sa.Run(*sa.setup(sa.Args(resume=path)))
+    restored = [restored_run.envs.step(a)[:2] for a in actions]
+    restored_run.close()
+    assert restored_run.exact
     for (o1, r1), (o2, r2) in zip(original, restored):
         assert np.array_equal(o1, o2) and np.array_equal(r1, r2)
 
@@ -210,12 +218,12 @@ def test_smoke_atari_reaches_updates(in_tmp, env_id):
 def test_smoke_boolean_flags_cartpole(in_tmp, autotune, checkpoint_buffer):
     args = sa.Args(env_id="CartPole-v1", total_timesteps=400, learning_starts=100, batch_size=32, buffer_size=1_000,
                    update_frequency=1, target_network_frequency=10, tau=0.5, eval_freq=200, eval_episodes=1,
-                   checkpoint_freq=200, autotune=autotune, checkpoint_buffer=checkpoint_buffer, torch_deterministic=False,
-                   save_model=True, cuda=False)
+                   checkpoint_freq=200, autotune=autotune, checkpoint_buffer=checkpoint_buffer, save_model=True,
+                   cuda=False)
     summary = sa.main(args)
     assert summary["critic_updates"] == 301  # every step from step 100 to 400
     checkpoint = torch.load(glob.glob("runs/*/checkpoint.pt")[0], weights_only=False)
-    assert (checkpoint["rb"] is not None) == checkpoint_buffer
+    assert ("rb" in checkpoint) == checkpoint_buffer
     alpha = torch.load(f"{summary['run_dir']}/model.pt", weights_only=False)["log_alpha"].exp().item()
     assert (alpha != pytest.approx(1.0)) if autotune else alpha == pytest.approx(0.2)
 
