@@ -9,17 +9,14 @@ Example:
     python sac_continuous_action.py --env-id Hopper-v5 --seed 1
 
 Deviations from the papers (each marked `# DEVIATION(n)` in the code):
-    1. Two Q networks with the clipped double-Q minimum and no separate V network: the SAC-v2 form (arXiv:1812.05905),
-       generalised to an ensemble of N critics whose target takes the min over a random subset of M (REDQ).
-    2. The critic loss is the plain mean squared error summed over critics, without the 1/2 of arXiv:1812.05905 eq. 5 (as CleanRL).
-       Adam is invariant to this constant factor apart from its epsilon.
-    3. log_std is squashed into [LOG_STD_MIN, LOG_STD_MAX] = [-5, 2] by a tanh rescale (SpinningUp / D. Yarats).
-    4. The actor is updated `policy_frequency` times every `policy_frequency` update steps (TD3's delay, made up for),
-       not once per step as in Algorithm 1 of the paper (CleanRL's schedule).
-    5. The temperature loss reuses log pi(a|s) from the actor step, drawn before the actor's parameters moved, instead
-       of a fresh sample from the updated actor (saves an actor forward pass; the expectation is the same policy's up
-       to one gradient step).
-    6. Training starts with `learning_starts` env steps of uniformly random actions (as SpinningUp and CleanRL).
+    1. Clipped double-Q and no V network, the SAC-v2 form (arXiv:1812.05905), generalised to an ensemble of N critics
+       whose target takes the min over a random subset of M (REDQ).
+    2. The critic loss is the squared error summed over critics, without eq. 5's 1/2 (CleanRL); Adam ignores the factor.
+    3. log_std is squashed into [LOG_STD_MIN, LOG_STD_MAX] = [-5, 2] by a tanh rescale (SpinningUp, D. Yarats).
+    4. The actor is updated `policy_frequency` times every `policy_frequency` update steps (TD3's delay, made up for;
+       CleanRL's schedule), not once per step as in Algorithm 1.
+    5. The temperature loss reuses the actor step's log pi(a|s), drawn before the actor moved, not a fresh sample.
+    6. Training starts with `learning_starts` env steps of uniformly random actions (SpinningUp, CleanRL).
 """
 
 import contextlib
@@ -44,6 +41,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 import tyro
+from torch.optim.adam import adam
 from torch.utils.tensorboard import SummaryWriter
 
 
@@ -126,25 +124,20 @@ LOG_2PI = math.log(2 * math.pi)
 # PURE MATH
 # ---------------------------------------------------------------------------------------------------------------------
 def tanh_gaussian_log_prob(u: torch.Tensor, eps: torch.Tensor, log_std: torch.Tensor, action_scale: torch.Tensor):
-    """log pi(a|s) of a = tanh(u) * action_scale + action_bias with u = mean + exp(log_std) * eps, eps ~ N(0, I).
-
+    """log pi(a|s) of a = tanh(u) * action_scale + action_bias, u = mean + exp(log_std) * eps, eps ~ N(0, I).
     Shapes: u, eps, log_std (B, |A|); action_scale (|A|,). Returns (B, 1).
     log pi(a|s) = sum_i [log N(u_i; mean_i, std_i) - log(1 - tanh(u_i)^2) - log(action_scale_i)]   [arXiv:1801.01290 eq. 21]
-    with log N(u_i; mean_i, std_i) = -eps_i^2 / 2 - log std_i - log(2 pi) / 2, since (u - mean) / std is eps (the same
-    function of the parameters, so the same gradient, in fewer operations), and the stable form
-    log(1 - tanh(u)^2) = 2 * (log 2 - u - softplus(-2u)), exact where tanh(u) rounds to +-1.
-    """
+    with log N(u_i; mean_i, std_i) = -eps_i^2 / 2 - log std_i - log(2 pi) / 2, as (u - mean) / std = eps, and the stable
+    log(1 - tanh(u)^2) = 2 * (log 2 - u - softplus(-2u)), exact where tanh(u) rounds to +-1."""
     log_det_tanh = 2.0 * (math.log(2.0) - u - F.softplus(-2.0 * u))
     per_dim = -0.5 * eps.pow(2) - log_std - log_det_tanh
     return per_dim.sum(-1, keepdim=True) - (0.5 * LOG_2PI * u.shape[-1] + torch.log(action_scale).sum())
 
 
 def soft_q_target(rewards, terminations, next_q, next_log_prob, alpha, gamma: float, backup_entropy: bool):
-    """Soft Bellman target of the critics. Shapes: rewards, terminations, next_log_prob (B,); next_q (M, B), the target critics' Q'_i(s', a'), a' ~ pi(.|s').
+    """Shapes: rewards, terminations, next_log_prob (B,); next_q (M, B), Q'_i(s', a') with a' ~ pi(.|s').
     y = r + gamma * (1 - terminated) * (min_i Q'_i(s', a') - alpha * log pi(a'|s'))   [arXiv:1812.05905 eq. 3, 5]
-    A truncation is stored with terminated = 0, so the target bootstraps from the true final observation s'.
-    backup_entropy=False drops the -alpha log pi term (HIL-SERL's `use_backup_entropy`).
-    """
+    backup_entropy=False drops the -alpha log pi term (HIL-SERL's `use_backup_entropy`)."""
     next_v = next_q.min(dim=0).values  # DEVIATION(1): clipped double-Q over the (subsampled) ensemble
     if backup_entropy:
         next_v = next_v - alpha * next_log_prob
@@ -153,9 +146,7 @@ def soft_q_target(rewards, terminations, next_q, next_log_prob, alpha, gamma: fl
 
 def subsample_critics(num_critics: int, num_subsample: int, device=None):
     """Indices of `num_subsample` distinct critics of `num_critics`, drawn uniformly (REDQ, Alg. 1 line 8); None: all."""
-    if num_subsample == num_critics:
-        return None
-    return torch.randperm(num_critics, device=device)[:num_subsample]
+    return None if num_subsample == num_critics else torch.randperm(num_critics, device=device)[:num_subsample]
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -179,11 +170,8 @@ class QEnsemble(nn.Module):
     def forward(self, obs, actions, idx=None, detach_params: bool = False):
         """Q values (N, B), or (M, B) for the critics `idx` selects; detach_params=True lets no gradient into the critics."""
         x = torch.cat([obs, actions], dim=-1)
-        ws, bs = list(self.weights), list(self.biases)
-        if idx is not None:
-            ws, bs = [w[idx] for w in ws], [b[idx] for b in bs]
-        if detach_params:
-            ws, bs = [w.detach() for w in ws], [b.detach() for b in bs]
+        params = [[p.detach() if detach_params else p for p in ps] for ps in (self.weights, self.biases)]
+        ws, bs = ([p if idx is None else p[idx] for p in ps] for ps in params)
         x = x.expand(ws[0].shape[0], *x.shape)
         for w, b in zip(ws[:-1], bs[:-1]):
             x = F.relu(torch.baddbmm(b, x, w), inplace=True)
@@ -328,8 +316,7 @@ def check_args(args: Args) -> None:
            (args.learning_starts >= args.total_timesteps, f"--learning-starts {args.learning_starts} >= "
             f"--total-timesteps {args.total_timesteps}: no update would run; lower one or raise the other"),
            (args.learning_starts < args.batch_size, "--learning-starts must be at least --batch-size"),
-           (not args.policy_lr > 0, "--policy-lr must be positive"),
-           (not args.q_lr > 0, "--q-lr must be positive"),
+           (not min(args.policy_lr, args.q_lr) > 0, "--policy-lr and --q-lr must be positive"),
            (not 0 < args.tau <= 1, "--tau must lie in (0, 1]"),
            (not 0 < args.gamma <= 1, "--gamma must lie in (0, 1]"),
            (not args.alpha >= 0, "--alpha must be non-negative"),
@@ -677,9 +664,9 @@ def cli(argv=None) -> dict:
 
 
 # ======================================================================================================================
-# COMPILED UPDATES (--compile): `sac_updates` as two compiled graphs, forward, backward and Adam step each, from the same
-# losses: gradients from torch.func.grad_and_value, Adam written out on the optimizers' own state (so checkpoints are
-# alike). `sac_updates` compiled as it is, with autograd and torch.optim.Adam, runs slower than eager on the CPU.
+# COMPILED UPDATES (--compile): `sac_updates` as two compiled graphs, forward, backward and Adam step each, on the same
+# losses: gradients from torch.func.grad_and_value, the step by torch's functional Adam on the optimizers' own state (so
+# checkpoints are alike). `sac_updates` compiled as it is, with autograd and torch.optim.Adam, is slower on the CPU.
 # ======================================================================================================================
 class WithParams:
     """`module` with the tensors `params` ({name: tensor}) as its parameters, in its methods too."""
@@ -695,22 +682,18 @@ class WithParams:
         return (lambda *a, **k: method(self, *a, **k)) if inspect.isfunction(method) else getattr(self.module, name)
 
 
-def adam_(optimizer, params: dict, grads: dict, max_norm: float | None, clipped: list) -> None:
-    """torch.optim.Adam's step on its own state (Kingma and Ba 2015, Algorithm 1), after torch's clip_grad_norm_ of the
-    `clipped` gradients: m <- b1 m + (1 - b1) g,  v <- b2 v + (1 - b2) g^2,
-    theta <- theta - lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps). `params` is in the optimizer's order."""
-    if max_norm is not None:  # g <- g * min(1, max_norm / (||g|| + 1e-6)), ||g|| over all clipped gradients together
-        norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(grads[name]) for name in clipped]))
-        grads = {**grads, **{name: grads[name] * torch.clamp(max_norm / (norm + 1e-6), max=1.0) for name in clipped}}
-    (beta1, beta2), eps, names = optimizer.defaults["betas"], optimizer.defaults["eps"], iter(params)
+def adam_step(optimizer, params: dict, grads: dict, max_norm: float | None, clipped: list) -> None:
+    """`optimizer`'s Adam step, torch's functional form on its state, after clip_grad_norm_'s scaling of the `clipped`
+    gradients g <- g * min(1, max_norm / (||g|| + 1e-6)). `params` is in the optimizer's order."""
+    if max_norm is not None:
+        scale = torch.clamp(max_norm / (torch.nn.utils.get_total_norm([grads[n] for n in clipped]) + 1e-6), max=1.0)
+        grads = {**grads, **{name: grads[name] * scale for name in clipped}}
+    names, (beta1, beta2) = iter(params), optimizer.defaults["betas"]
     for group in optimizer.param_groups:
-        for state, name in zip((optimizer.state[p] for p in group["params"]), names):
-            state["step"] += 1
-            t = state["step"].double()  # the bias corrections in double precision, as torch.optim.Adam's
-            state["exp_avg"].lerp_(grads[name], 1 - beta1)
-            state["exp_avg_sq"].mul_(beta2).addcmul_(grads[name], grads[name], value=1 - beta2)
-            denom = (state["exp_avg_sq"].sqrt() / (1 - beta2**t).sqrt().float()).add_(eps)
-            params[name].sub_(state["exp_avg"] / denom * (group["lr"] / (1 - beta1**t)).float())
+        group_names, states = [next(names) for _ in group["params"]], [optimizer.state[p] for p in group["params"]]
+        adam([params[n] for n in group_names], [grads[n] for n in group_names], [s["exp_avg"] for s in states],
+             [s["exp_avg_sq"] for s in states], [], [s["step"] for s in states], foreach=False, amsgrad=False,
+             beta1=beta1, beta2=beta2, lr=group["lr"], weight_decay=0.0, eps=group["eps"], maximize=False)
 
 
 def compiled_updates(actor, qf, qf_target, log_alpha, q_optimizer, actor_optimizer, args, target_entropy: float):
@@ -743,7 +726,7 @@ def compiled_updates(actor, qf, qf_target, log_alpha, q_optimizer, actor_optimiz
     @torch.compile
     def update_critic(batch, update_target: bool):
         grads, (_, metrics) = torch.func.grad_and_value(loss_q, has_aux=True)(q_params, batch)
-        adam_(q_optimizer, q_params, grads, args.grad_clip_norm, list(q_params))
+        adam_step(q_optimizer, q_params, grads, args.grad_clip_norm, list(q_params))
         if update_target:  # theta' <- tau * theta + (1 - tau) * theta'   [arXiv:1801.01290 Algorithm 1]
             torch._foreach_lerp_(list(targets.values()), list(q_params.values()), args.tau)
         return metrics
@@ -751,7 +734,7 @@ def compiled_updates(actor, qf, qf_target, log_alpha, q_optimizer, actor_optimiz
     @torch.compile
     def update_actor(obs):
         grads, (_, metrics) = torch.func.grad_and_value(loss_pi, has_aux=True)(pi_params, obs)
-        adam_(actor_optimizer, pi_params, grads, args.grad_clip_norm, [n for n in pi_params if n != "log_alpha"])
+        adam_step(actor_optimizer, pi_params, grads, args.grad_clip_norm, [n for n in pi_params if n != "log_alpha"])
         return metrics
 
     return update_critic, update_actor

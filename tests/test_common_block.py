@@ -292,17 +292,17 @@ def test_help_lists_every_flag_and_the_readme_documents_them(script):
     result = subprocess.run([sys.executable, script_path(script), "--help"], capture_output=True, text=True,
                             env={**os.environ, "COLUMNS": "120"})
     assert result.returncode == 0
-    readme = (ROOT / "README.md").read_text()
+    page = (ROOT / "docs" / f"{script.__name__}.md").read_text()
     options = result.stdout[result.stdout.index("╭"):].strip()  # the usage line above names the script's path
-    assert options in readme, "the README's --help block is out of date"
+    assert options in page, f"the --help block of docs/{script.__name__}.md is out of date"
     for field in script.Args.__dataclass_fields__:
         assert "--" + field.replace("_", "-") in result.stdout, field
 
 
 def test_saved_model_loads_and_evaluates_as_the_readme_shows(in_tmp, script):
     summary = script.main(tiny(script, save_model=True, eval_episodes=2))
-    readme = (ROOT / "README.md").read_text()
-    snippet = readme.split(f"<!-- load-model {script.__name__} -->")[1].split("```python")[1].split("```")[0]
+    page = (ROOT / "docs" / f"{script.__name__}.md").read_text()
+    snippet = page.split(f"<!-- load-model {script.__name__} -->")[1].split("```python")[1].split("```")[0]
     namespace = {}
     exec(snippet.replace("runs/RUN_NAME/model.pt", f"{summary['run_dir']}/model.pt"), namespace)
     returns = namespace["returns"]
