@@ -11,8 +11,7 @@ Example:
 Deviations from the papers (each marked `# DEVIATION(n)` in the code):
     1. Synchronous: `num_envs` envs step in lockstep and one update uses all their rollouts (OpenAI baselines' A2C),
        instead of A3C's asynchronous actor-learners with Hogwild updates.
-    2. A truncated episode bootstraps: its last reward gets gamma * V(final observation) added, and the step counts
-       as an episode end. The A3C paper's envs had no time limits.
+    2. A truncated episode's last reward gets gamma * V(final observation) added (the A3C paper had no time limits).
     3. GAE advantages are standardized over the rollout (seed 003; `--norm-adv`), which the GAE paper does not do.
     4. The gradient norm is clipped to `max_grad_norm` (0.5, baselines) and RMSprop's statistics are not shared across
        workers (there is one learner).
@@ -114,11 +113,8 @@ COMPILE_MIN_STEPS = None  # unset --compile runs eagerly
 # PURE MATH
 # ---------------------------------------------------------------------------------------------------------------------
 def nstep_returns(rewards, dones, last_values, gamma: float):
-    """n-step returns, computed backwards through the rollout.
-
-    Shapes: rewards, dones (T, N); last_values (N,), V(s_T). dones[t] = 1: the episode ended at step t.
-    R[T-1] = r[T-1] + gamma * (1 - d[T-1]) * V(s_T);  R[t] = r[t] + gamma * (1 - d[t]) * R[t+1]   [arXiv:1602.01783 Alg. S3]
-    """
+    """n-step returns (T, N) from rewards, dones (T, N) (d[t] = 1: the episode ended at step t), V(s_T) (N,):
+    R[T-1] = r[T-1] + gamma * (1 - d[T-1]) * V(s_T);  R[t] = r[t] + gamma * (1 - d[t]) * R[t+1]   [A3C paper, Alg. S3]"""
     discounts = gamma * (1.0 - dones)
     returns = torch.empty_like(rewards)
     future = last_values
@@ -128,12 +124,8 @@ def nstep_returns(rewards, dones, last_values, gamma: float):
 
 
 def gae_advantages(rewards, values, dones, last_values, gamma: float, gae_lambda: float):
-    """Generalized advantage estimates, computed backwards through the rollout.
-
-    Shapes: rewards, values, dones (T, N); last_values (N,). V[T] = last_values.
-    delta[t] = r[t] + gamma * (1 - d[t]) * V[t+1] - V[t];  A[t] = delta[t] + gamma * lambda * (1 - d[t]) * A[t+1]
-    [arXiv:1506.02438 eq. 16]
-    """
+    """GAE (T, N) from rewards, values, dones (T, N) and V[T] = last_values (N,)   [GAE paper, eq. 16]:
+    delta[t] = r[t] + gamma * (1 - d[t]) * V[t+1] - V[t];  A[t] = delta[t] + gamma * lambda * (1 - d[t]) * A[t+1]"""
     discounts = gamma * (1.0 - dones)
     deltas = rewards + discounts * torch.cat((values[1:], last_values.unsqueeze(0))) - values
     advantages = torch.empty_like(rewards)
@@ -144,11 +136,7 @@ def gae_advantages(rewards, values, dones, last_values, gamma: float, gae_lambda
 
 
 def bootstrap_truncations(rewards, truncations, final_values, gamma: float):
-    """r + gamma * V(final obs) at truncated steps, r elsewhere (DEVIATION(2)); the step then counts as an episode end.
-
-    Shapes: rewards, truncations (N,); final_values (N,), V of each env's final observation (any value where not
-    truncated). A termination gets nothing: its episode has no future.
-    """
+    """r + gamma * V(final obs) at truncated steps, r elsewhere (N,) (DEVIATION(2)); a termination has no future."""
     return rewards + gamma * truncations * final_values
 
 
@@ -169,10 +157,9 @@ def layer_init(layer: nn.Module, gain: float = np.sqrt(2)) -> nn.Module:
 
 
 def trunk(obs_shape) -> nn.Sequential:
-    """NatureCNN for (stack, 84, 84) uint8 frames, scaled to [0, 1] here and nowhere else; a 64-64 tanh MLP for 1-D obs."""
+    """NatureCNN for (stack, 84, 84) frames; a 64-64 tanh MLP for 1-D observations."""
     if len(obs_shape) == 3:
         return nn.Sequential(
-            Scale(1.0 / 255.0),
             layer_init(nn.Conv2d(obs_shape[0], 32, 8, stride=4)), nn.ReLU(),
             layer_init(nn.Conv2d(32, 64, 4, stride=2)), nn.ReLU(),
             layer_init(nn.Conv2d(64, 64, 3, stride=1)), nn.ReLU(), nn.Flatten(),
@@ -182,28 +169,16 @@ def trunk(obs_shape) -> nn.Sequential:
                          layer_init(nn.Linear(HIDDEN, HIDDEN)), nn.Tanh())
 
 
-class Scale(nn.Module):
-    def __init__(self, factor: float):
-        super().__init__()
-        self.factor = factor
-
-    def forward(self, x):
-        return x.float() * self.factor
-
-
 def as_tensor(obs: np.ndarray, device) -> torch.Tensor:
-    """Atari frames stay uint8 (the network scales them); other observations become float32."""
-    return torch.as_tensor(obs, dtype=torch.uint8 if obs.dtype == np.uint8 else torch.float32, device=device)
+    """float32 observations on the device; Atari's uint8 frames are scaled to [0, 1] here and nowhere else."""
+    obs = torch.as_tensor(obs, dtype=torch.uint8 if obs.dtype == np.uint8 else torch.float32, device=device)
+    return obs.float() * (1.0 / 255.0) if obs.dtype == torch.uint8 else obs
 
 
 class Agent(nn.Module):
-    """Policy pi(a|s) and value V(s): one shared trunk with two heads, or separate actor and critic networks.
-
-    Discrete actions: Categorical(logits). Box actions: Normal(mean(s), exp(log_std)) with a state-independent log_std;
-    the env receives the sample clipped to the bounds, the log-probability is of the unclipped sample.
-    The log-probabilities, entropies and samples are written out instead of built from torch.distributions, whose
-    argument checks cost more than the whole network on CartPole; the tests compare them with torch.distributions.
-    """
+    """Policy pi(a|s) and value V(s): one shared trunk with two heads, or separate actor and critic networks. Discrete
+    actions: Categorical(logits); Box actions: Normal(mean(s), exp(log_std)), log_std state-independent, the sample
+    clipped to the bounds for the env only. Written out: torch.distributions' checks cost more than the network."""
 
     def __init__(self, envs, shared: bool):
         super().__init__()
@@ -228,12 +203,9 @@ class Agent(nn.Module):
         return self.actor_head(features), self.critic_head(critic_features).squeeze(-1)
 
     def log_prob_entropy(self, stats, actions):
-        """(log pi(a|s) (B,), H[pi(.|s)] (B,)) from forward's statistics.
-
-        Categorical: log softmax(logits)[a], H = -sum_a p log p.
-        Normal: log pi(a|s) = sum_i -(a_i - mu_i)^2 / (2 sigma_i^2) - log sigma_i - log(2 pi) / 2,
-                H = sum_i 1/2 + log(2 pi) / 2 + log sigma_i.
-        """
+        """(log pi(a|s) (B,), H[pi(.|s)] (B,)) from forward's statistics. Categorical: log softmax(logits)[a],
+        H = -sum_a p log p. Normal: log pi(a|s) = sum_i -(a_i - mu_i)^2 / (2 sigma_i^2) - log sigma_i - log(2 pi) / 2,
+        H = sum_i 1/2 + log(2 pi) / 2 + log sigma_i."""
         if self.discrete:
             log_probs = stats.log_softmax(-1)
             return log_probs.gather(-1, actions.unsqueeze(-1)).squeeze(-1), -(log_probs.exp() * log_probs).sum(-1)
@@ -241,17 +213,10 @@ class Agent(nn.Module):
         log_prob = (-0.5 * z.pow(2) - self.log_std - HALF_LOG_2PI).sum(-1)
         return log_prob, (0.5 + HALF_LOG_2PI + self.log_std).sum().expand(len(stats))
 
-    def evaluate_actions(self, obs, actions):
-        """(log pi(a|s) (B,), entropy (B,), V(s) (B,)) for a batch of actions already taken."""
-        stats, values = self(obs)
-        return *self.log_prob_entropy(stats, actions), values
-
     @torch.no_grad()
     def act(self, obs):
-        """(a ~ pi(.|s) (B,) or (B, A), V(s) (B,)) for the rollout. A Box action is the unclipped Gaussian sample.
-
-        Categorical by the Gumbel-max trick: argmax_a (logits_a + g_a), g_a = -log(-log u_a), u_a ~ U[0, 1).
-        """
+        """(a ~ pi(.|s), V(s) (B,)); a Box action is the unclipped Gaussian sample, a Discrete one is drawn by the
+        Gumbel-max trick: argmax_a (logits_a + g_a), g_a = -log(-log u_a), u_a ~ U[0, 1)."""
         stats, values = self(obs)
         if self.discrete:
             return (stats - torch.rand_like(stats).log_().neg_().log_()).argmax(-1), values
@@ -264,54 +229,19 @@ class Agent(nn.Module):
         return stats.argmax(-1) if self.discrete else stats
 
 
-def flatten_parameters(module: nn.Module) -> nn.Parameter:
-    """Make every parameter of `module` a view into one flat parameter, and every gradient a view into its gradient.
-
-    The optimizer and the gradient clipping then each run a handful of kernels on one tensor instead of a handful per
-    layer: on CartPole's 12 small tensors that is most of an update's cost. Backward accumulates into the existing
-    `.grad` views in place, so clear them with `flat.grad.zero_()`, never by setting them to None. Call it after
-    `.to(device)`, which would make new tensors.
-    """
-    params = list(module.parameters())
-    flat = nn.Parameter(torch.cat([p.detach().reshape(-1) for p in params]))
-    flat.grad = torch.zeros_like(flat)
-    offset = 0
-    for p in params:
-        p.data = flat.data[offset: offset + p.numel()].view_as(p)
-        p.grad = flat.grad[offset: offset + p.numel()].view_as(p)
-        offset += p.numel()
-    return flat
-
-
 # ---------------------------------------------------------------------------------------------------------------------
 # LOSS AND UPDATE
 # ---------------------------------------------------------------------------------------------------------------------
 def compute_loss(agent, obs, actions, advantages, value_targets, vf_coef: float, ent_coef: float):
-    """L = -E[log pi(a|s) * A] + vf_coef * E[(V(s) - V_target)^2] - ent_coef * E[H(pi(.|s))]   [arXiv:1602.01783 Sec. 4]
-
-    advantages and value_targets enter detached. Returns (loss, metrics).
-    """
-    log_prob, entropy, values = agent.evaluate_actions(obs, actions)
+    """(loss, detached metrics), advantages and value_targets detached:
+    L = -E[log pi(a|s) * A] + vf_coef * E[(V(s) - V_target)^2] - ent_coef * E[H(pi(.|s))]   [arXiv:1602.01783 Sec. 4]"""
+    stats, values = agent(obs)
+    log_prob, entropy = agent.log_prob_entropy(stats, actions)
     policy_loss = -(log_prob * advantages).mean()
     value_loss = (values - value_targets).pow(2).mean()
     entropy = entropy.mean()
     loss = policy_loss + vf_coef * value_loss - ent_coef * entropy
     return loss, {"policy_loss": policy_loss.detach(), "value_loss": value_loss.detach(), "entropy": entropy.detach()}
-
-
-def a2c_update(agent, flat_params, optimizer, args):
-    """update(obs, actions, advantages, value_targets): one gradient step on the loss over a whole rollout, returning
-    its detached metrics (no host sync); torch.compile'd as it is with --compile."""
-
-    def update(obs, actions, advantages, value_targets):
-        loss, metrics = compute_loss(agent, obs, actions, advantages, value_targets, args.vf_coef, args.ent_coef)
-        flat_params.grad.zero_()
-        loss.backward()
-        nn.utils.clip_grad_norm_(flat_params, args.max_grad_norm)  # DEVIATION(4)
-        optimizer.step()
-        return metrics
-
-    return torch.compile(update) if args.compile else update
 
 
 def check_args(args: Args) -> None:
@@ -353,21 +283,30 @@ def main(args: Args) -> dict:
         envs, T, N = run.envs, args.num_steps, args.num_envs
         obs_shape, action_space = envs.single_observation_space.shape, envs.single_action_space
         agent = Agent(envs, args.shared_network).to(device)
-        flat_params = flatten_parameters(agent)
+        params = list(agent.parameters())
         if args.optimizer == "rmsprop":
-            optimizer = torch.optim.RMSprop([flat_params], lr=args.learning_rate, alpha=args.rms_alpha, eps=args.rms_eps)
+            optimizer = torch.optim.RMSprop(params, lr=args.learning_rate, alpha=args.rms_alpha, eps=args.rms_eps)
         else:
-            optimizer = torch.optim.Adam([flat_params], lr=args.learning_rate, eps=args.rms_eps)
-        update = a2c_update(agent, flat_params, optimizer, args)
+            optimizer = torch.optim.Adam(params, lr=args.learning_rate, eps=args.rms_eps)
+
+        def update(obs, actions, advantages, value_targets):  # one gradient step on a whole rollout; detached metrics
+            loss, metrics = compute_loss(agent, obs, actions, advantages, value_targets, args.vf_coef, args.ent_coef)
+            optimizer.zero_grad()
+            loss.backward()
+            # g *= min(1, max_grad_norm / ||g||), ||g|| of all gradients as one vector (DEVIATION(4))
+            grad_norm = nn.utils.get_total_norm([torch.cat([p.grad.flatten() for p in params])])
+            nn.utils.clip_grads_with_norm_(params, args.max_grad_norm, grad_norm)
+            optimizer.step()
+            return metrics
+
+        update = torch.compile(update) if args.compile else update
         low, high = (None, None) if agent.discrete else (action_space.low, action_space.high)
 
-        # ROLLOUT STORAGE: (T, N) per quantity
-        obs_dtype = torch.uint8 if envs.single_observation_space.dtype == np.uint8 else torch.float32
-        rollout_obs = torch.zeros((T, N, *obs_shape), dtype=obs_dtype, device=device)
-        rollout_actions = torch.zeros((T, N) if agent.discrete else (T, N, *action_space.shape),
-                                      dtype=torch.long if agent.discrete else torch.float32, device=device)
-        rollout_rewards = np.zeros((T, N), dtype=np.float32)  # numpy until the rollout is complete: a row per step costs
-        rollout_dones = np.zeros((T, N), dtype=np.float32)  # no torch op, the whole rollout then moves in one copy each
+        # ROLLOUT STORAGE: (T, N) per quantity; rewards and dones in numpy until the rollout is complete (one copy each)
+        rollout_obs = torch.zeros((T, N, *obs_shape), device=device)
+        rollout_actions = torch.zeros((T, N, *action_space.shape), device=device,
+                                      dtype=torch.long if agent.discrete else torch.float32)
+        rollout_rewards, rollout_dones = np.zeros((T, N), dtype=np.float32), np.zeros((T, N), dtype=np.float32)
         rollout_values = torch.zeros((T, N), device=device)
 
         num_updates = args.total_timesteps // (T * N)
@@ -392,15 +331,13 @@ def main(args: Args) -> dict:
                 global_step += N
                 run.log(infos, None, global_step - N, global_step)
 
-                # A truncation bootstraps: r += gamma * V(final obs), then the step ends the episode like a termination
-                # (DEVIATION(2)). SAME_STEP autoreset: next_obs already starts the next episode, so nothing bootstraps
-                # across a reset and no reset step enters the rollout.
+                # Bootstrap through truncations, never terminations: r += gamma * V(final obs), then the step ends the
+                # episode (DEVIATION(2)); SAME_STEP autoreset, so no reset step enters the rollout.
                 if truncations.any():
                     with torch.no_grad():
                         final_values = agent.value(as_tensor(final_observations(next_obs, infos), device)).cpu().numpy()
                     rewards = bootstrap_truncations(rewards, truncations, final_values, args.gamma)
-                rollout_rewards[t] = rewards
-                rollout_dones[t] = terminations | truncations
+                rollout_rewards[t], rollout_dones[t] = rewards, terminations | truncations
                 obs = next_obs
 
             # ADVANTAGES, detached

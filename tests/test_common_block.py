@@ -199,6 +199,16 @@ def test_same_seed_is_identical_and_a_run_stopped_by_sigterm_resumes_exactly(tmp
                                   tags)
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["sac_continuous_action", "td3_continuous_action"])
+def test_a_compiled_run_stopped_by_sigterm_resumes_exactly(tmp_path, name):
+    """--compile keeps Adam's state in the optimizers, so a checkpoint resumes the compiled path exactly."""
+    flags, checkpoint_freq, total, model_keys, tags = RESUME[name]
+    flags = [*flags, "--eval-episodes", "1", "--save-model", "--log-freq", "50", "--no-cuda", "--compile"]
+    check_sigterm_resume_is_exact(tmp_path, importlib.import_module(name), flags, checkpoint_freq, total, model_keys,
+                                  tags)
+
+
 def test_a_different_seed_gives_different_losses(in_tmp):
     import sac_continuous_action as sac
 

@@ -2,7 +2,6 @@
 reach updates, and a short learning run. The common block (episode ends, resume, bad input, ...) is specified in
 test_common_block.py."""
 
-import glob
 import math
 import os
 from types import SimpleNamespace
@@ -355,22 +354,6 @@ def test_compiled_updates_match_the_same_updates_eager(monkeypatch):
     results.append((nets := sac_setup(args), run_updates(*sac.compiled_updates(*nets, args, -3.0), batches)))
     (compiled_nets, compiled_logged), (eager_nets, eager_logged) = results
     assert_same_training(compiled_nets[:3], eager_nets[:3], compiled_logged, eager_logged, rtol=1e-4, atol=1e-5)
-
-
-@pytest.mark.slow
-def test_compiled_run_stopped_and_resumed_ends_identical(tmp_path):
-    """--compile keeps Adam's state in the optimizers, so a checkpoint resumes the compiled path exactly."""
-    from test_common_block import run_cli, stop_with_sigterm_and_resume
-
-    flags = ["--env-id", "Pendulum-v1", "--total-timesteps", "1500", "--learning-starts", "300", "--batch-size", "64",
-             "--eval-freq", "500", "--eval-episodes", "1", "--save-model", "--no-cuda", "--compile"]
-    (tmp_path / "a").mkdir()
-    assert run_cli(sac, flags, tmp_path / "a").returncode == 0
-    stop_with_sigterm_and_resume(tmp_path, sac, flags, 400, 1500, "b")
-    a, b = (torch.load(glob.glob(f"{tmp_path}/{d}/runs/*/model.pt")[0], weights_only=False) for d in "ab")
-    for key in ("actor", "qf"):
-        for name, tensor in a[key].items():
-            assert torch.equal(tensor, b[key][name]), (key, name)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
