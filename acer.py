@@ -8,15 +8,6 @@ Paper:
 Example:
     python acer.py --env-id CartPole-v1 --seed 1
 
-The update, for a segment of T steps in each of N envs (on-policy, or replayed with its behaviour policy mu):
-    V(s) = sum_a pi(a|s) Q(s, a)                                          Q and V from one network with two heads
-    Q_ret(s_t, a_t) = r_t + gamma * [rho_bar_{t+1} (Q_ret(s_{t+1}, a_{t+1}) - Q(s_{t+1}, a_{t+1})) + V(s_{t+1})],
-        rho_bar = min(1, pi(a|s) / mu(a|s))                                                         [eq. 5, lambda = 1]
-    g = min(c, rho_t) grad log pi(a_t|s_t) (Q_ret - V(s_t))
-        + E_{a~pi}[ relu(1 - c / rho_t(a)) grad log pi(a|s_t) (Q(s_t, a) - V(s_t)) ]                         [eq. 9]
-    trust region on the logits z: g' = g - max(0, (k.g - delta) / ||k||^2) k, k = grad_z KL(pi_avg || pi)   [eq. 12]
-    Q head: (Q_ret - Q(s_t, a_t)) grad Q(s_t, a_t);  theta_avg <- alpha theta_avg + (1 - alpha) theta
-
 Deviations from the paper (each marked `# DEVIATION(n)` in the code):
     1. Synchronous: `num_envs` envs step in lockstep and one learner updates on all their segments (OpenAI baselines'
        ACER), instead of the paper's asynchronous actor-learner threads, each with its own replay memory.
@@ -24,8 +15,7 @@ Deviations from the paper (each marked `# DEVIATION(n)` in the code):
        network at update time, and the step counts as an episode end. The paper's envs had no time limits.
     3. The Q loss is q_coef * (Q_ret - Q(s_t, a_t))^2 as issue #6 specifies; the paper gives only the gradient
        (Q_ret - Q) grad Q, and baselines halves the square, so q_coef 0.5 here weighs the Q head twice as much as there.
-    4. Importance weights divide by max(mu, 1e-8), so that an action whose behaviour probability underflowed to zero
-       gives a large weight instead of a division by zero.
+    4. Importance weights divide by max(mu, 1e-8): a behaviour probability that underflowed to 0 gives a large weight.
     5. The global gradient norm is clipped to `max_grad_norm` (10, baselines).
 """
 
@@ -89,12 +79,12 @@ class Args:
     """T_max: env steps per env in each on-policy segment, and the length of a replayed segment (paper, baselines)"""
     replay_ratio: int = 4
     """off-policy updates on replayed segments after each on-policy update (paper, baselines)"""
-    replay_ratio_poisson: bool = False
-    """draw the number of replay updates from Poisson(replay_ratio) instead (baselines)"""
     replay_start: int = 10_000
     """transitions stored before replay starts (baselines)"""
     buffer_size: int = 50_000
     """replay buffer capacity in transitions, kept as whole segments of num_envs x num_steps (baselines)"""
+    replay_ratio_poisson: bool = False
+    """draw the number of replay updates from Poisson(replay_ratio) instead (baselines)"""
     gamma: float = 0.99
     """gamma: discount factor (paper)"""
     truncation_c: float = 10.0
@@ -103,10 +93,10 @@ class Args:
     """coefficient of the Q-head loss (baselines)"""
     ent_coef: float = 0.01
     """beta: coefficient of the entropy bonus (baselines)"""
-    avg_decay: float = 0.99
-    """alpha: decay of the exponential moving average of the parameters, the average policy (paper)"""
     trust_region: bool = True
     """project the policy gradient onto the trust region around the average policy (paper, Sec. 3.3)"""
+    avg_decay: float = 0.99
+    """alpha: decay of the exponential moving average of the parameters, the average policy (paper)"""
     max_kl: float = 1.0
     """delta: the trust region's bound on the linearised KL(pi_avg || pi) (paper, baselines)"""
     max_grad_norm: float = 10.0
@@ -134,15 +124,11 @@ COMPILE_MIN_STEPS = None  # unset --compile runs eagerly; --compile compiles `ac
 # PURE MATH
 # ---------------------------------------------------------------------------------------------------------------------
 def retrace_targets(rewards, dones, q_taken, values, rho_bar, last_values, gamma: float):
-    """Retrace targets Q_ret(s_t, a_t), computed backwards through the segment.   [arXiv:1611.01224 eq. 5, Alg. 2]
-
-    Shapes: rewards, dones, q_taken = Q(s_t, a_t), values = V(s_t), rho_bar = min(1, pi(a_t|s_t) / mu(a_t|s_t)) (T, N);
-    last_values (N,), V(s_T). dones[t] = 1: the episode ended at step t (a truncation's bootstrap is in its reward).
-        Q_ret <- V(s_T)
-        for t = T-1 .. 0:   Q_ret <- r_t + gamma * (1 - d_t) * Q_ret;   q_ret[t] = Q_ret
-                            Q_ret <- rho_bar_t * (Q_ret - Q(s_t, a_t)) + V(s_t)
-    An episode end multiplies the carried Q_ret by 0, so the next episode's values never leak into this one.
-    """
+    """Retrace targets Q_ret(s_t, a_t) (T, N), backwards through the segment   [arXiv:1611.01224 eq. 5, Alg. 2]:
+        Q_ret <- V(s_T);  for t = T-1 .. 0:  Q_ret <- r_t + gamma * (1 - d_t) * Q_ret;  q_ret[t] = Q_ret;
+                                             Q_ret <- rho_bar_t * (Q_ret - Q(s_t, a_t)) + V(s_t)
+    rewards, dones (1: the episode ended at step t; a truncation's bootstrap is in its reward), q_taken = Q(s_t, a_t),
+    values = V(s_t) and rho_bar = min(1, pi(a_t|s_t) / mu(a_t|s_t)) are (T, N); last_values = V(s_T) is (N,)."""
     q_ret = torch.empty_like(rewards)
     future = last_values
     for t in reversed(range(len(rewards))):
@@ -152,10 +138,9 @@ def retrace_targets(rewards, dones, q_taken, values, rho_bar, last_values, gamma
 
 
 def trust_region_project(g, k, delta: float):
-    """g' = g - max(0, (k.g - delta) / ||k||^2) k, row by row: the gradient g of the objective with respect to the
-    policy statistics, projected so that the linearised KL change k.g' stays within delta.   [arXiv:1611.01224 eq. 12]
-    Shapes: g, k (B, A). Rows with k.g <= delta come back unchanged, the others get k.g' = delta; a zero row of k
-    (pi = pi_avg) leaves g unchanged."""
+    """g' = g - max(0, (k.g - delta) / ||k||^2) k per row of g, k (B, A): the objective's gradient with respect to the
+    policy statistics, projected so that the linearised KL change k.g' stays within delta   [arXiv:1611.01224 eq. 12].
+    Rows with k.g <= delta come back unchanged (so does a zero row of k, pi = pi_avg); the others get k.g' = delta."""
     excess = ((k * g).sum(-1, keepdim=True) - delta).clamp(min=0.0)
     return g - excess / (k * k).sum(-1, keepdim=True).clamp(min=1e-12) * k
 
@@ -171,18 +156,16 @@ def layer_init(layer: nn.Module, gain: float = np.sqrt(2)) -> nn.Module:
 
 
 class Agent(nn.Module):
-    """One trunk with a policy head (logits of pi(.|s)) and a Q head (Q(s, a) for every action) [paper, Sec. 3];
-    V(s) = sum_a pi(a|s) Q(s, a) is computed from the two heads, not learned by a head of its own."""
+    """One trunk, a policy head (logits of pi(.|s)) and a Q head (Q(s, .))   [paper, Sec. 3]; V = sum_a pi Q(s, a)."""
 
     def __init__(self, envs):
         super().__init__()
         obs_shape, num_actions = envs.single_observation_space.shape, int(envs.single_action_space.n)
         if len(obs_shape) == 3:  # NatureCNN for (stack, 84, 84) frames
-            self.trunk = nn.Sequential(
-                layer_init(nn.Conv2d(obs_shape[0], 32, 8, stride=4)), nn.ReLU(),
-                layer_init(nn.Conv2d(32, 64, 4, stride=2)), nn.ReLU(),
-                layer_init(nn.Conv2d(64, 64, 3, stride=1)), nn.ReLU(), nn.Flatten(),
-                layer_init(nn.Linear(64 * 7 * 7, CNN_FEATURES)), nn.ReLU())
+            self.trunk = nn.Sequential(layer_init(nn.Conv2d(obs_shape[0], 32, 8, stride=4)), nn.ReLU(),
+                                       layer_init(nn.Conv2d(32, 64, 4, stride=2)), nn.ReLU(),
+                                       layer_init(nn.Conv2d(64, 64, 3, stride=1)), nn.ReLU(), nn.Flatten(),
+                                       layer_init(nn.Linear(64 * 7 * 7, CNN_FEATURES)), nn.ReLU())
         else:  # a 64-64 tanh MLP for 1-D observations
             self.trunk = nn.Sequential(layer_init(nn.Linear(obs_shape[0], HIDDEN)), nn.Tanh(),
                                        layer_init(nn.Linear(HIDDEN, HIDDEN)), nn.Tanh())
@@ -191,8 +174,8 @@ class Agent(nn.Module):
         self.q_head = layer_init(nn.Linear(features, num_actions), gain=1.0)
 
     def forward(self, obs):
-        """(logits (B, A), Q(s, .) (B, A)); Atari's uint8 frames are scaled to [0, 1] here and nowhere else."""
-        features = self.trunk(obs.float() * (1.0 / 255.0) if obs.dtype == torch.uint8 else obs)
+        """(logits (B, A), Q(s, .) (B, A)), computed in float32; Atari's uint8 frames are scaled to [0, 1] here only."""
+        features = self.trunk(obs.float() * (1.0 / 255.0) if obs.dtype == torch.uint8 else obs.float())
         return self.policy_head(features), self.q_head(features)
 
     @torch.no_grad()
@@ -204,16 +187,10 @@ class Agent(nn.Module):
         return actions, logits.softmax(-1)
 
 
-def as_tensor(obs: np.ndarray, device) -> torch.Tensor:
-    """Atari frames stay uint8 (the network scales them); other observations become float32."""
-    return torch.as_tensor(obs, dtype=torch.uint8 if obs.dtype == np.uint8 else torch.float32, device=device)
-
-
 class SegmentBuffer:
-    """The last `buffer_size` transitions as whole segments of T steps in each of N envs, as ACER replays them: s_0..s_T
-    (s_T bootstraps the last step), a_t, r_t, d_t (the episode ended at step t) and the behaviour policy mu(.|s_t). The
-    final observation of an episode truncated at step t of env n is kept aside under (slot, t, n), for V of it from the
-    network of the update that replays it (DEVIATION(2))."""
+    """The last `buffer_size` transitions as whole segments of T steps in N envs: s_0..s_T (uint8 Atari frames, else
+    float32; s_T bootstraps the last step), a_t, r_t, d_t (the episode ended at step t), mu(.|s_t), and under
+    (slot, t, n) the final observation of an episode truncated at step t of env n, for V of it (DEVIATION(2))."""
 
     FIELDS = ("obs", "actions", "rewards", "dones", "mu")
 
@@ -222,8 +199,7 @@ class SegmentBuffer:
         obs_dtype = torch.uint8 if obs_space.dtype == np.uint8 else torch.float32
         self.obs = torch.zeros((self.slots, T + 1, N, *obs_space.shape), dtype=obs_dtype, device=device)
         self.actions = torch.zeros((self.slots, T, N), dtype=torch.long, device=device)
-        self.rewards = torch.zeros((self.slots, T, N), device=device)
-        self.dones = torch.zeros((self.slots, T, N), device=device)
+        self.rewards, self.dones = (torch.zeros((self.slots, T, N), device=device) for _ in range(2))
         self.mu = torch.zeros((self.slots, T, N, num_actions), device=device)
         self.final_obs = {}  # (slot, t, n) -> final observation of an episode truncated there
         self.pos = self.size = 0
@@ -261,10 +237,9 @@ class SegmentBuffer:
 # LOSS AND UPDATE
 # ---------------------------------------------------------------------------------------------------------------------
 def acer_loss(agent: Agent, avg_agent: Agent, segment: dict, args: Args):
-    """The ACER loss of one segment (on-policy, or replayed with its stored mu); returns (loss, detached metrics).
-    Its gradient is the paper's: the policy part is -(z * g').sum(-1).mean() on the logits z, g' the trust-region
-    projection of g = d(objective)/dz per sample, so that backward carries g' into the network [eq. 12]; the Q head gets
-    q_coef * (Q_ret - Q(s_t, a_t))^2 (DEVIATION(3))."""
+    """(loss, detached metrics) of one segment, on-policy or replayed with its stored mu. The policy part
+    -(z * g').sum(-1).mean() on the logits z carries g', the trust-region projection of g = d objective / dz, into the
+    network by backward [eq. 12]; the Q head's is q_coef * (Q_ret - Q(s_t, a_t))^2 (DEVIATION(3))."""
     T, N = segment["actions"].shape
     logits, q = (x.view(T + 1, N, -1) for x in agent(segment["obs"].flatten(0, 1)))
     actions = segment["actions"].unsqueeze(-1)
@@ -275,16 +250,17 @@ def acer_loss(agent: Agent, avg_agent: Agent, segment: dict, args: Args):
         rewards = segment["rewards"]
         if segment["final_obs"]:  # DEVIATION(2): r + gamma * V(final obs) at a truncation, V from this network
             final_logits, final_q = agent(torch.stack(list(segment["final_obs"].values())))
-            final_values = torch.zeros_like(rewards)
-            final_values[tuple(zip(*segment["final_obs"]))] = (final_logits.softmax(-1) * final_q).sum(-1)
-            rewards = rewards + args.gamma * final_values
+            rewards = rewards.clone()
+            rewards[tuple(zip(*segment["final_obs"]))] += args.gamma * (final_logits.softmax(-1) * final_q).sum(-1)
         rho_all = pi[:T] / segment["mu"].clamp(min=MU_FLOOR)  # rho(a) = pi(a|s) / mu(a|s) for every a, DEVIATION(4)
         rho = rho_all.gather(-1, actions).squeeze(-1)
         q_ret = retrace_targets(rewards, segment["dones"], q_taken.detach(), values[:T], rho.clamp(max=1.0), values[T],
                                 args.gamma)
         pi_avg = avg_agent(segment["obs"][:T].flatten(0, 1))[0].view(T, N, -1).softmax(-1)
 
-    # Policy objective per sample, as a function of the logits z (leaf copy: g = d objective / dz)        [eq. 9]
+    # g = d objective / dz on a leaf copy z of the logits, per sample                                          [eq. 9]
+    #   = min(c, rho_t) grad log pi(a_t|s_t) (Q_ret - V(s_t)) + E_{a~pi}[relu(1 - c / rho_t(a)) grad log pi(a|s_t)
+    #     (Q(s_t, a) - V(s_t))] + beta grad H(pi(.|s_t)),   rho_t(a) = pi(a|s_t) / mu(a|s_t)
     z = logits[:T].detach().requires_grad_()
     log_pi = z.log_softmax(-1)
     advantage = q_ret - values[:T]
@@ -317,9 +293,7 @@ def update_average(avg_agent: nn.Module, agent: nn.Module, decay: float) -> None
 
 
 def acer_update(agent: Agent, avg_agent: Agent, optimizer, args: Args):
-    """update(segment): one optimizer step on `acer_loss`, then the average network's; returns the detached metrics
-    (no host sync). With --compile, `update` as it is, torch.compile'd."""
-
+    """update(segment): an optimizer step on acer_loss, then theta_avg's; returns detached metrics (no host sync)."""
     def update(segment: dict) -> dict:
         loss, metrics = acer_loss(agent, avg_agent, segment, args)
         optimizer.zero_grad()
@@ -338,20 +312,15 @@ def check_args(args: Args) -> None:
     check([(args.num_steps < 1, "--num-steps must be at least 1"),
            (args.total_timesteps < segment, f"--total-timesteps must be at least --num-envs x --num-steps = {segment}"),
            (args.buffer_size < segment, f"--buffer-size must be at least --num-envs x --num-steps = {segment}"),
-           (args.replay_ratio < 0, "--replay-ratio must be non-negative (0: on-policy updates only)"),
-           (args.replay_start < 0, "--replay-start must be non-negative"),
+           *((not getattr(args, name) >= 0, f"--{name.replace('_', '-')} must be non-negative")
+             for name in ("replay_ratio", "replay_start", "q_coef", "ent_coef")),
            (args.replay_ratio > 0 and args.replay_start > args.buffer_size, f"--replay-start {args.replay_start} "
             f"exceeds --buffer-size {args.buffer_size}, so replay would never start: lower one or raise the other"),
-           (not args.learning_rate > 0, "--learning-rate must be positive"),
+           *((not getattr(args, name) > 0, f"--{name.replace('_', '-')} must be positive")
+             for name in ("learning_rate", "truncation_c", "max_kl", "max_grad_norm", "rms_eps")),
            (not 0 < args.gamma <= 1, "--gamma must lie in (0, 1]"),
-           (not args.truncation_c > 0, "--truncation-c must be positive"),
-           (not args.q_coef >= 0, "--q-coef must be non-negative"),
-           (not args.ent_coef >= 0, "--ent-coef must be non-negative"),
            (not 0 <= args.avg_decay < 1, "--avg-decay must lie in [0, 1)"),
-           (not args.max_kl > 0, "--max-kl must be positive"),
-           (not args.max_grad_norm > 0, "--max-grad-norm must be positive"),
-           (not 0 <= args.rms_alpha < 1, "--rms-alpha must lie in [0, 1)"),
-           (not args.rms_eps > 0, "--rms-eps must be positive")])
+           (not 0 <= args.rms_alpha < 1, "--rms-alpha must lie in [0, 1)")])
 
 
 def check_spaces(env_id: str, obs_space, action_space) -> None:
@@ -379,10 +348,9 @@ def main(args: Args) -> dict:
         agent = Agent(run.envs).to(device)
         avg_agent = Agent(run.envs).to(device).requires_grad_(False)  # theta_avg, the average policy's network
         avg_agent.load_state_dict(agent.state_dict())
-        if args.optimizer == "rmsprop":
-            optimizer = torch.optim.RMSprop(agent.parameters(), args.learning_rate, args.rms_alpha, args.rms_eps)
-        else:
-            optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=args.rms_eps)
+        optimizer = (torch.optim.RMSprop(agent.parameters(), args.learning_rate, args.rms_alpha, args.rms_eps)
+                     if args.optimizer == "rmsprop" else torch.optim.Adam(agent.parameters(), args.learning_rate,
+                                                                          eps=args.rms_eps))
         buffer = SegmentBuffer(args.buffer_size, T, N, run.envs.single_observation_space,
                                int(run.envs.single_action_space.n), device)
         metric_sums = torch.zeros(len(METRICS) + 1, device=device)  # METRICS summed since the last write, and a count
@@ -391,25 +359,24 @@ def main(args: Args) -> dict:
         update = acer_update(agent, avg_agent, optimizer, args)
 
         def policy(obs):  # the greedy action argmax_a pi(a|s), for evaluation
-            return agent(as_tensor(obs, device))[0].argmax(-1).cpu().numpy()
+            return agent(torch.as_tensor(obs, device=device))[0].argmax(-1).cpu().numpy()
 
         while global_step < args.total_timesteps and not run.stop_signal:
             # COLLECT a segment of T steps in each of the N envs, all stepped in lockstep (DEVIATION(1)), with mu
             previous_step = global_step
             segment = {name: torch.zeros_like(getattr(buffer, name)[0]) for name in buffer.FIELDS} | {"final_obs": {}}
             for t in range(T):
-                segment["obs"][t] = as_tensor(obs, device)
+                segment["obs"][t] = torch.as_tensor(obs)
                 segment["actions"][t], segment["mu"][t] = agent.act(segment["obs"][t])
                 obs, rewards, terminations, truncations, infos = run.envs.step(segment["actions"][t].cpu().numpy())
                 global_step += N
                 run.log(infos, None, global_step - N, global_step)
-                # SAME_STEP autoreset: obs already starts the next episode, so no reset step enters a segment; a
-                # truncated episode's final observation is kept to bootstrap from (DEVIATION(2))
+                # SAME_STEP autoreset: no reset step enters a segment; keep a truncation's final obs (DEVIATION(2))
                 for n in np.flatnonzero(truncations):
-                    segment["final_obs"][(t, int(n))] = as_tensor(np.asarray(infos["final_obs"][n]), device)
+                    segment["final_obs"][(t, int(n))] = segment["obs"].new_tensor(infos["final_obs"][n])
                 segment["rewards"][t] = torch.from_numpy(rewards)
                 segment["dones"][t] = torch.from_numpy(terminations | truncations)
-            segment["obs"][T] = as_tensor(obs, device)
+            segment["obs"][T] = torch.as_tensor(obs)
             buffer.add(segment)  # STORE
 
             # UPDATE: on-policy on this segment, then `replay_ratio` updates on replayed segments   [paper, Alg. 1]

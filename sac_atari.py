@@ -9,15 +9,12 @@ Example:
     python sac_atari.py --env-id BreakoutNoFrameskip-v4 --seed 1
 
 Deviations from the papers (each marked `# DEVIATION(n)` in the code):
-    1. The actor and temperature losses sum over actions and average over the batch (the expectations of
-       arXiv:1910.07207 eq. 10, 11); CleanRL averages over actions, dividing both by |A|, which Adam all but ignores.
+    1. The actor and alpha losses sum over actions (eq. 10, 11's expectations); CleanRL averages, dividing both by |A|.
     2. The target entropy is 0.89 * log|A| (CleanRL, more stable past 100k steps); the paper uses 0.98 * log|A|.
-    3. Updates run every `update_frequency` env steps and the target critics are copied every
-       `target_network_frequency` env steps (CleanRL's schedule); the paper updates every step with Polyak averaging.
+    3. Updates every `update_frequency`, target copies every `target_network_frequency` env steps (CleanRL), not Polyak.
     4. The critic loss is the plain mean squared error summed over the two critics, without the 1/2 (as CleanRL).
     5. Training starts with `learning_starts` env steps of uniformly random actions (as CleanRL).
-    6. The replay buffer stores each frame once and rebuilds the frame stacks, byte-identical, when it samples;
-       CleanRL's SB3 buffer stores both 4-frame stacks of every transition: 8 frames where we store 1.
+    6. The replay buffer stores each frame once (CleanRL's SB3 buffer: 8 per transition) and rebuilds stacks exactly.
 """
 
 import contextlib
@@ -115,10 +112,8 @@ COMPILE_MIN_STEPS = None  # unset --compile runs eagerly
 # PURE MATH
 # ---------------------------------------------------------------------------------------------------------------------
 def discrete_soft_q_target(rewards, terminations, next_probs, next_log_probs, next_q_min, alpha, gamma: float):
-    """Soft Bellman target with the expectation over a' taken exactly under the policy (arXiv:1910.07207).
-    Shapes: rewards, terminations (B,); next_probs, next_log_probs, next_q_min (B, |A|), next_q_min = min_i Q'_i(s', .).
-    y = r + gamma * (1 - terminated) * sum_a' pi(a'|s') * (min_i Q'_i(s', a') - alpha * log pi(a'|s'))   [eq. 9, 10]
-    """
+    """Soft Bellman target, the expectation over a' exact under pi; rewards, terminations (B,), the others (B, |A|).
+    y = r + gamma * (1 - terminated) * sum_a' pi(a'|s') * (min_i Q'_i(s', a') - alpha * log pi(a'|s'))   [eq. 9, 10]"""
     next_v = (next_probs * (next_q_min - alpha * next_log_probs)).sum(dim=1)
     return rewards + gamma * (1.0 - terminations) * next_v
 
@@ -136,7 +131,7 @@ def discrete_alpha_loss(log_alpha, probs, log_probs, target_entropy: float):
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# NETWORKS, REPLAY BUFFER AND LOSSES
+# NETWORKS AND REPLAY BUFFER
 # ---------------------------------------------------------------------------------------------------------------------
 def layer_init(layer: nn.Module) -> nn.Module:
     """He (Kaiming normal) weights and zero biases (CleanRL's sac_atari.py; He et al. 2015)."""
@@ -146,8 +141,8 @@ def layer_init(layer: nn.Module) -> nn.Module:
 
 
 def network_input(obs: torch.Tensor) -> torch.Tensor:
-    """What the networks compute on: uint8 frames (B, stack, 84, 84) scaled to [0, 1] in one pass, as float32 in the
-    channels-last layout the CPU's convolutions run faster on; anything else as float32 (its own output unchanged)."""
+    """uint8 frames (B, stack, 84, 84) scaled to [0, 1] in one pass, as channels-last float32 (faster CPU convolutions);
+    anything else as float32 (this function's own output passes unchanged)."""
     if obs.dtype != torch.uint8:
         return obs.float()
     return torch.mul(obs, 1.0 / 255.0, out=torch.empty(obs.shape, device=obs.device, memory_format=torch.channels_last))
@@ -155,23 +150,21 @@ def network_input(obs: torch.Tensor) -> torch.Tensor:
 
 class SoftQNetwork(nn.Module):
     """Q(s, .) (B, |A|): NatureCNN on (stack, 84, 84) frames, or a 256-256 MLP on 1-D observations, then one output per
-    action. Takes raw observations (CleanRL's interface) or `network_input`'s output: the update scales each batch once
-    and hands it to several networks. Convolution weights are kept channels-last."""
+    action. Takes raw observations or `network_input`'s output (the update scales a batch once for all networks)."""
 
     def __init__(self, envs):
         super().__init__()
         shape = envs.single_observation_space.shape
         if len(shape) == 3:
-            self.encoder = nn.Sequential(
-                layer_init(nn.Conv2d(shape[0], 32, 8, stride=4)), nn.ReLU(),
-                layer_init(nn.Conv2d(32, 64, 4, stride=2)), nn.ReLU(),
-                layer_init(nn.Conv2d(64, 64, 3, stride=1)), nn.ReLU(), nn.Flatten(),
-                layer_init(nn.Linear(64 * 7 * 7, CNN_FEATURES)), nn.ReLU())
+            self.encoder = nn.Sequential(layer_init(nn.Conv2d(shape[0], 32, 8, stride=4)), nn.ReLU(),
+                                         layer_init(nn.Conv2d(32, 64, 4, stride=2)), nn.ReLU(),
+                                         layer_init(nn.Conv2d(64, 64, 3, stride=1)), nn.ReLU(), nn.Flatten(),
+                                         layer_init(nn.Linear(64 * 7 * 7, CNN_FEATURES)), nn.ReLU())
         else:
             self.encoder = nn.Sequential(layer_init(nn.Linear(shape[0], HIDDEN)), nn.ReLU(),
                                          layer_init(nn.Linear(HIDDEN, HIDDEN)), nn.ReLU())
         self.head = layer_init(nn.Linear(self.encoder[-2].out_features, int(envs.single_action_space.n)))
-        self.to(memory_format=torch.channels_last)
+        self.to(memory_format=torch.channels_last)  # convolution weights in the layout of `network_input`
 
     def forward(self, obs):
         return self.head(self.encoder(network_input(obs)))
@@ -184,36 +177,31 @@ class Actor(SoftQNetwork):
         """Returns (action (B,), log pi(.|s) (B, |A|), pi(.|s) (B, |A|)); log_softmax, never log(softmax)."""
         logits = self(obs)
         log_probs = F.log_softmax(logits, dim=1)
-        action = torch.distributions.Categorical(logits=logits).sample()
-        return action, log_probs, log_probs.exp()
+        return torch.distributions.Categorical(logits=logits).sample(), log_probs, log_probs.exp()
 
 
 class ReplayBuffer:
-    """Circular storage that keeps every frame once and rebuilds frame stacks when it samples (DEVIATION(6)).
-
-    Each sub-env writes its own stream of slots, one frame per slot: the newest of an observation. A slot that starts
-    a transition also holds its action, reward and termination; its successor holds s'. An episode end writes two
-    slots, the final observation and the reset observation. The stack of slot k is the frames of slots k-stack+1..k,
-    those before the episode's first slot replaced by it: FrameStackObservation's padding. Flat observations use
-    stack=1. Storage stays on the CPU; `sample` moves the minibatch to `device`.
-    """
+    """Circular storage of each frame once, rebuilding the frame stacks when it samples (DEVIATION(6)). Each sub-env
+    writes its own stream of slots, one frame (an observation's newest) per slot; a slot starting a transition also
+    holds its action, reward and termination, its successor s'. An episode end writes two slots: final, reset obs.
+    Slot k's stack is slots k-stack+1..k, those before the episode's first slot replaced by it (FrameStackObservation's
+    padding); flat observations use stack=1. Storage stays on the CPU; `sample` moves the minibatch to `device`."""
 
     FIELDS = ("frames", "actions", "rewards", "terminations", "age", "valid")  # per slot (num_envs, slots, ...)
 
     def __init__(self, capacity: int, num_envs: int, obs_space: gym.spaces.Box, device):
         self.stack = obs_space.shape[0] if len(obs_space.shape) == 3 else 1
-        frame_shape = obs_space.shape[1:] if self.stack > 1 else obs_space.shape
         self.slots, self.num_envs, self.device = -(-capacity // num_envs), num_envs, device  # ceil(capacity / envs)
         shape = (num_envs, self.slots)
         # torch.empty commits memory as frames arrive (not 7 GB at once); `size` and `valid` keep unwritten slots unread
         dtype = torch.uint8 if obs_space.dtype == np.uint8 else torch.float32
-        self.frames = torch.empty(shape + frame_shape, dtype=dtype)
+        self.frames = torch.empty(shape + (obs_space.shape[1:] if self.stack > 1 else obs_space.shape), dtype=dtype)
         self.actions = torch.zeros(shape, dtype=torch.long)
         self.rewards, self.terminations = torch.zeros(shape), torch.zeros(shape)
         self.age = torch.zeros(shape, dtype=torch.long)  # slots since the episode's first, up to `stack`
         self.valid = torch.zeros(shape, dtype=torch.bool)  # a transition leaves the slot and its s' is stored
         self.pos, self.size = np.zeros(num_envs, dtype=np.int64), np.zeros(num_envs, dtype=np.int64)
-        self.transitions = 0  # stored since the buffer was created or restored
+        self.transitions = 0  # since the buffer was created or restored: a run resumed without it refills it first
 
     def _write(self, env: int, obs, first: bool):
         p = self.pos[env]
@@ -228,8 +216,7 @@ class ReplayBuffer:
             self._write(env, obs[env], first=True)
 
     def add(self, actions, rewards, real_next_obs, terminations, dones, next_obs):
-        """Complete the transition leaving each stream's newest slot and store s'; where `dones`, also store the reset
-        observation next_obs as the start of a new episode. Arrays are (num_envs, ...)."""
+        """Complete each stream's newest slot's transition with s'; where `dones`, start a new episode with next_obs."""
         for env in range(self.num_envs):
             p = (self.pos[env] - 1) % self.slots
             self.actions[env, p], self.rewards[env, p] = int(actions[env]), float(rewards[env])
@@ -270,6 +257,9 @@ class ReplayBuffer:
             getattr(self, k)[:, :state[k].shape[1]] = state[k]
 
 
+# ---------------------------------------------------------------------------------------------------------------------
+# LOSSES AND UPDATES
+# ---------------------------------------------------------------------------------------------------------------------
 def compute_loss_q(actor, qf1, qf2, qf1_target, qf2_target, batch, alpha, gamma):
     """J_Q = sum_i E[(Q_i(s, a) - y)^2], y from `discrete_soft_q_target`   [arXiv:1910.07207 eq. 9; DEVIATION(4)]."""
     obs, actions, rewards, next_obs, terminations = batch
@@ -277,8 +267,7 @@ def compute_loss_q(actor, qf1, qf2, qf1_target, qf2_target, batch, alpha, gamma)
         _, next_log_probs, next_probs = actor.get_action(next_obs)
         next_q_min = torch.min(qf1_target(next_obs), qf2_target(next_obs))
         y = discrete_soft_q_target(rewards, terminations, next_probs, next_log_probs, next_q_min, alpha, gamma)
-    q1 = qf1(obs).gather(1, actions[:, None]).squeeze(1)
-    q2 = qf2(obs).gather(1, actions[:, None]).squeeze(1)
+    q1, q2 = (qf(obs).gather(1, actions[:, None]).squeeze(1) for qf in (qf1, qf2))
     qf1_loss, qf2_loss = F.mse_loss(q1, y), F.mse_loss(q2, y)
     metrics = {"qf1_values": q1.detach().mean(), "qf2_values": q2.detach().mean(), "qf1_loss": qf1_loss.detach(),
                "qf2_loss": qf2_loss.detach(), "qf_loss": (qf1_loss.detach() + qf2_loss.detach()) / 2}
@@ -286,30 +275,52 @@ def compute_loss_q(actor, qf1, qf2, qf1_target, qf2_target, batch, alpha, gamma)
 
 
 def compute_loss_pi(actor, qf1, qf2, obs, alpha):
-    """The actor loss of `discrete_actor_loss`, with the critics' Q values held fixed. Returns (loss, probs, log_probs),
-    the last two detached for the temperature loss."""
+    """`discrete_actor_loss` with the critics held fixed; returns (loss, probs, log_probs), the last two detached."""
     _, log_probs, probs = actor.get_action(obs)
     with torch.no_grad():
         q_min = torch.min(qf1(obs), qf2(obs))
     return discrete_actor_loss(probs, log_probs, q_min, alpha), probs.detach(), log_probs.detach()
 
 
+def sac_update(actor, qf1, qf2, qf1_target, qf2_target, log_alpha, q_optimizer, actor_optimizer, args):
+    """update(batch): one critic step, then one actor and log alpha step; returns detached metrics (no host sync)."""
+    # H-bar = scale * log|A|, a fraction of the uniform policy's entropy   [arXiv:1910.07207 Sec. 4; DEVIATION(2)]
+    target_entropy = args.target_entropy_scale * float(np.log(actor.head.out_features))
+
+    def update(batch):
+        batch = (network_input(batch[0]), *batch[1:3], network_input(batch[3]), batch[4])  # once, not per network
+        alpha = log_alpha.exp().detach()
+        qf_loss, metrics = compute_loss_q(actor, qf1, qf2, qf1_target, qf2_target, batch, alpha, args.gamma)
+        q_optimizer.zero_grad(set_to_none=True)
+        qf_loss.backward()
+        q_optimizer.step()
+        actor_loss, probs, log_probs = compute_loss_pi(actor, qf1, qf2, batch[0], alpha)
+        metrics.update(actor_loss=actor_loss.detach(), alpha=alpha[0], entropy=-(probs * log_probs).sum(1).mean())
+        if args.autotune:  # one backward for both losses: they share no parameter (alpha and pi enter detached)
+            alpha_loss = discrete_alpha_loss(log_alpha, probs, log_probs, target_entropy)
+            actor_loss, metrics["alpha_loss"] = actor_loss + alpha_loss, alpha_loss.detach()
+        actor_optimizer.zero_grad(set_to_none=True)
+        actor_loss.backward()
+        actor_optimizer.step()
+        return metrics
+
+    return torch.compile(update) if args.compile else update
+
+
 def check_args(args: Args) -> None:
     """Raise ConfigError for this script's out-of-range or contradictory flags."""
-    check([(args.batch_size < 1, "--batch-size must be at least 1"),
-           (args.buffer_size < max(args.batch_size, args.num_envs),
+    check([(args.buffer_size < max(args.batch_size, args.num_envs),
             f"--buffer-size must be at least --batch-size ({args.batch_size}) and --num-envs ({args.num_envs})"),
            (args.learning_starts >= args.total_timesteps, f"--learning-starts {args.learning_starts} >= "
             f"--total-timesteps {args.total_timesteps}: no update would run; lower one or raise the other"),
            (args.learning_starts < args.batch_size, "--learning-starts must be at least --batch-size"),
            (not all(x > 0 for x in (args.policy_lr, args.q_lr, args.adam_eps)),
             "--policy-lr, --q-lr and --adam-eps must be positive"),
-           (not 0 < args.tau <= 1, "--tau must lie in (0, 1]"),
-           (not 0 < args.gamma <= 1, "--gamma must lie in (0, 1]"),
+           (not (0 < args.tau <= 1 and 0 < args.gamma <= 1), "--tau and --gamma must lie in (0, 1]"),
            (not args.alpha >= 0, "--alpha must be non-negative"),
            (not 0 <= args.target_entropy_scale <= 1, "--target-entropy-scale must lie in [0, 1]"),
-           (min(args.update_frequency, args.target_network_frequency) < 1,
-            "--update-frequency and --target-network-frequency must be at least 1")])
+           (min(args.batch_size, args.update_frequency, args.target_network_frequency) < 1,
+            "--batch-size, --update-frequency and --target-network-frequency must be at least 1")])
 
 
 def check_spaces(env_id: str, obs_space, action_space) -> None:
@@ -345,8 +356,6 @@ def main(args: Args) -> dict:
             actor_optimizer.add_param_group({"params": [log_alpha], "lr": args.q_lr})
         else:
             log_alpha.data.fill_(float(np.log(args.alpha)) if args.alpha > 0 else -math.inf)
-        # H-bar = scale * log|A|, a fraction of the uniform policy's entropy   [arXiv:1910.07207 Sec. 4; DEVIATION(2)]
-        target_entropy = args.target_entropy_scale * float(np.log(num_actions))
         rb = ReplayBuffer(args.buffer_size, args.num_envs, run.envs.single_observation_space, device)
         stateful = dict(actor=actor, qf1=qf1, qf2=qf2, qf1_target=qf1_target, qf2_target=qf2_target,
                         q_optimizer=q_optimizer, actor_optimizer=actor_optimizer, log_alpha=log_alpha,
@@ -354,26 +363,7 @@ def main(args: Args) -> dict:
         (global_step, updates), obs = run.resume(stateful, (0, 0))
         if not (run.exact and args.checkpoint_buffer):
             rb.start(obs)  # a fresh stream starts here: the stack history before it is not in the buffer
-
-        def update(batch):  # one step of the critics, then of the actor and log alpha; detached metrics, no host sync
-            obs, actions, rewards, next_obs, terminations = batch
-            batch = network_input(obs), actions, rewards, network_input(next_obs), terminations  # once, not per network
-            alpha = log_alpha.exp().detach()
-            qf_loss, metrics = compute_loss_q(actor, qf1, qf2, qf1_target, qf2_target, batch, alpha, args.gamma)
-            q_optimizer.zero_grad(set_to_none=True)
-            qf_loss.backward()
-            q_optimizer.step()
-            actor_loss, probs, log_probs = compute_loss_pi(actor, qf1, qf2, batch[0], alpha)
-            metrics.update(actor_loss=actor_loss.detach(), alpha=alpha[0], entropy=-(probs * log_probs).sum(1).mean())
-            if args.autotune:  # one backward for both losses: they share no parameter (alpha and pi enter detached)
-                alpha_loss = discrete_alpha_loss(log_alpha, probs, log_probs, target_entropy)
-                actor_loss, metrics["alpha_loss"] = actor_loss + alpha_loss, alpha_loss.detach()
-            actor_optimizer.zero_grad(set_to_none=True)
-            actor_loss.backward()
-            actor_optimizer.step()
-            return metrics
-
-        update = torch.compile(update) if args.compile else update
+        update = sac_update(actor, qf1, qf2, qf1_target, qf2_target, log_alpha, q_optimizer, actor_optimizer, args)
 
         def policy(obs):  # the greedy action argmax_a pi(a|s), for evaluation
             return actor(torch.as_tensor(obs, device=device)).argmax(dim=1).cpu().numpy()
@@ -395,8 +385,7 @@ def main(args: Args) -> dict:
             rb.add(actions, rewards, real_next_obs, terminations, terminations | truncations, next_obs)
             obs = next_obs
 
-            # UPDATE: one critic, actor and alpha update every update_frequency env steps (DEVIATION(3)), once the
-            # buffer holds learning_starts transitions (a run resumed without its buffer refills it first)
+            # UPDATE every update_frequency env steps (DEVIATION(3)) once the buffer holds learning_starts transitions
             if rb.transitions >= args.learning_starts:
                 for _ in range(global_step // args.update_frequency - previous_step // args.update_frequency):
                     metrics = update(rb.sample(args.batch_size))

@@ -250,8 +250,7 @@ def test_compile_cartpole(in_tmp):
 
 
 # CartPole-v1, 6k steps with these flags, one thread: the final evaluation (10 greedy episodes) of seeds 1-5 measured
-# 500.0, 336.4, 353.4, 372.8, 336.5 (a random policy scores about 22); after the speed work (fused Adam):
-# 443.6, 384.6, 500.0, 344.0, 340.0 (benchmark/results/parity_sac_atari_speed.md). The threshold sits below the worst.
+# 443.6, 384.6, 500.0, 344.0, 340.0 (a random policy scores about 22). The threshold sits below the worst.
 CARTPOLE = dict(env_id="CartPole-v1", total_timesteps=6_000, learning_starts=1_000, update_frequency=1,
                 target_network_frequency=1, tau=0.005, batch_size=64, buffer_size=6_000, eval_freq=0, cuda=False)
 
