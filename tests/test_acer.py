@@ -11,8 +11,6 @@ import pytest
 import torch
 from conftest import scalars
 from test_common_block import check_sigterm_resume_is_exact, run_cli
-from test_common_block import test_help_lists_every_flag_and_the_readme_documents_them as check_help
-from test_common_block import test_import_does_nothing as check_import
 
 import acer
 
@@ -367,32 +365,12 @@ def test_continuous_env_from_the_shell_points_to_the_right_scripts(tmp_path):
     assert os.listdir(tmp_path) == []
 
 
-def test_saved_model_loads_and_evaluates_as_the_readme_shows(in_tmp):
-    from conftest import ROOT
-
-    summary = acer.main(tiny(save_model=True, eval_episodes=2))
-    readme = (ROOT / "README.md").read_text()
-    snippet = readme.split("<!-- load-model acer -->")[1].split("```python")[1].split("```")[0]
-    namespace = {}
-    exec(snippet.replace("runs/RUN_NAME/model.pt", f"{summary['run_dir']}/model.pt"), namespace)
-    assert namespace["returns"].shape == (10,)
-    assert namespace["returns"][:2].mean() == pytest.approx(summary["eval_return"])
-
-
 def test_smoke_capture_video(tmp_path):
     result = run_cli(acer, ["--env-id", "BreakoutNoFrameskip-v4", "--total-timesteps", "40", "--num-envs", "2",
                             "--num-steps", "5", "--buffer-size", "20", "--replay-start", "10", "--eval-episodes", "1",
                             "--capture-video", "--no-cuda"], tmp_path)
     assert result.returncode == 0, result.stderr
     assert glob.glob(f"{tmp_path}/runs/*/videos/step_*/*.mp4")
-
-
-def test_help_matches_the_readme():
-    check_help(acer)
-
-
-def test_import_does_nothing(tmp_path):
-    check_import(tmp_path, acer)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
