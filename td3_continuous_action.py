@@ -7,13 +7,12 @@ Example:
     python td3_continuous_action.py --env-id Hopper-v5 --seed 1
 
 Deviations from the paper (each marked `# DEVIATION(n)` in the code):
-    1. Networks are 256-256 (CleanRL, SB3) instead of the paper's 400-300, and the first layer takes (s, a)
-       concatenated rather than injecting a at the second layer (as the authors' own later code does).
+    1. 256-256 networks (CleanRL, SB3; the paper: 400-300), the critics taking (s, a) at the first layer (the
+       authors' later code; the paper injects a at the second).
     2. The critic loss is the plain mean squared error summed over the two critics (as the authors' code and CleanRL).
-    3. Minibatch 256 and learning rate 3e-4 for both networks (the authors' updated code and CleanRL) instead of the
-       paper's 100 and 1e-3.
-    4. Training starts with `learning_starts` env steps of uniformly random actions: 25,000 as in the authors'
-       updated code and CleanRL (the paper: 10,000; 1,000 for the pendulums).
+    3. Minibatch 256 and learning rate 3e-4 (the authors' updated code and CleanRL; the paper: 100 and 1e-3).
+    4. `learning_starts` = 25,000 env steps of uniformly random actions first (the authors' updated code and CleanRL;
+       the paper: 10,000, 1,000 for the pendulums).
 """
 
 import contextlib
@@ -96,7 +95,6 @@ class Args:
 
 
 HIDDEN = 256  # units per hidden layer (DEVIATION(1))
-FIRST_CRITIC = slice(0, 1)  # the actor ascends Q_1 alone (TD3 paper, Sec. 4.2)
 COMPILE_MIN_STEPS = 100_000  # unset --compile compiles CPU runs of this many env steps after learning starts
 
 
@@ -104,18 +102,16 @@ COMPILE_MIN_STEPS = 100_000  # unset --compile compiles CPU runs of this many en
 # PURE MATH
 # ---------------------------------------------------------------------------------------------------------------------
 def smoothed_target_actions(next_actions, action_scale, low, high, policy_noise: float, noise_clip: float):
-    """Target policy smoothing: a~' = clip(pi'(s') + clip(eps, -c, c), low, high)   [TD3 eq. 15], with
-    eps ~ N(0, (policy_noise * action_scale)^2) drawn independently for every sample and action dimension and
-    c = noise_clip * action_scale. Shapes: next_actions (B, |A|); action_scale, low, high (|A|,)."""
+    """a~' = clip(pi'(s') + clip(eps, -c, c), low, high)   [TD3 eq. 15], eps ~ N(0, (policy_noise * action_scale)^2)
+    per sample and dimension, c = noise_clip * action_scale. Shapes: next_actions (B, |A|); the others (|A|,)."""
     noise = torch.randn_like(next_actions) * (policy_noise * action_scale)
     clip = noise_clip * action_scale
     return torch.clamp(next_actions + torch.clamp(noise, -clip, clip), low, high)
 
 
 def td3_target(rewards, terminations, next_q, gamma: float):
-    """Clipped double-Q target. Shapes: rewards, terminations (B,); next_q (2, B), Q'_i(s', a~').
-    y = r + gamma * (1 - terminated) * min_{i=1,2} Q'_i(s', a~')   [TD3 eq. 10 and 15]
-    A truncation is stored with terminated = 0, so the target bootstraps from the true final observation s'."""
+    """y = r + gamma * (1 - terminated) * min_{i=1,2} Q'_i(s', a~')   [TD3 eq. 10 and 15], bootstrapping through
+    truncations (stored as terminated = 0). Shapes: rewards, terminations (B,); next_q (2, B)."""
     return rewards + gamma * (1.0 - terminations) * next_q.min(dim=0).values
 
 
@@ -137,14 +133,10 @@ class QEnsemble(nn.Module):
             self.weights.append(nn.Parameter(torch.empty(num_critics, fan_in, fan_out).uniform_(-bound, bound)))
             self.biases.append(nn.Parameter(torch.empty(num_critics, 1, fan_out).uniform_(-bound, bound)))
 
-    def forward(self, obs, actions, idx=None, detach_params: bool = False):
+    def forward(self, obs, actions, idx=slice(None), detach_params: bool = False):
         """Q values (N, B), or (M, B) for the critics `idx` selects; detach_params lets no gradient into the critics."""
         x = torch.cat([obs, actions], dim=-1)
-        ws, bs = list(self.weights), list(self.biases)
-        if idx is not None:
-            ws, bs = [w[idx] for w in ws], [b[idx] for b in bs]
-        if detach_params:
-            ws, bs = [w.detach() for w in ws], [b.detach() for b in bs]
+        ws, bs = ([p[idx].detach() if detach_params else p[idx] for p in ps] for ps in (self.weights, self.biases))
         x = x.expand(ws[0].shape[0], *x.shape)
         for w, b in zip(ws[:-1], bs[:-1]):
             x = F.relu(torch.baddbmm(b, x, w), inplace=True)
@@ -163,10 +155,8 @@ class Actor(nn.Module):
         self.fc2 = nn.Linear(HIDDEN, HIDDEN)
         self.fc_mu = nn.Linear(HIDDEN, act_dim)
         high, low = envs.single_action_space.high, envs.single_action_space.low
-        self.register_buffer("action_scale", torch.tensor((high - low) / 2.0, dtype=torch.float32))
-        self.register_buffer("action_bias", torch.tensor((high + low) / 2.0, dtype=torch.float32))
-        self.register_buffer("action_low", torch.tensor(low, dtype=torch.float32))
-        self.register_buffer("action_high", torch.tensor(high, dtype=torch.float32))
+        for name, value in dict(scale=(high - low) / 2.0, bias=(high + low) / 2.0, low=low, high=high).items():
+            self.register_buffer(f"action_{name}", torch.tensor(value, dtype=torch.float32))
 
     def forward(self, obs):
         """Returns the action (B, |A|) within the Box bounds."""
@@ -224,9 +214,9 @@ def compute_loss_q(actor_target, qf, qf_target, batch, gamma: float, policy_nois
 
 
 def compute_loss_pi(actor, qf, obs):
-    """J_pi = -E_s[Q_1(s, mu(s))], the deterministic policy gradient through critic 1   [TD3 Algorithm 1]; the critic's
-    parameters enter detached, so gradients reach the actor only."""
-    return -qf(obs, actor(obs), idx=FIRST_CRITIC, detach_params=True).mean()
+    """J_pi = -E_s[Q_1(s, mu(s))], the deterministic policy gradient through critic 1 alone   [TD3 Algorithm 1,
+    Sec. 4.2]; the critic's parameters enter detached, so gradients reach the actor only."""
+    return -qf(obs, actor(obs), idx=slice(0, 1), detach_params=True).mean()
 
 
 def td3_update(actor, actor_target, qf, qf_target, q_optimizer, actor_optimizer, args):
@@ -256,15 +246,13 @@ def td3_update(actor, actor_target, qf, qf_target, q_optimizer, actor_optimizer,
 
 def check_args(args: Args) -> None:
     """Raise ConfigError for this script's out-of-range or contradictory flags."""
-    check([(args.batch_size < 1, "--batch-size must be at least 1"),
-           (args.buffer_size < max(args.batch_size, args.num_envs),
+    check([(args.buffer_size < max(args.batch_size, args.num_envs),
             f"--buffer-size must be at least --batch-size ({args.batch_size}) and --num-envs ({args.num_envs})"),
            (args.learning_starts >= args.total_timesteps, f"--learning-starts {args.learning_starts} >= "
             f"--total-timesteps {args.total_timesteps}: no update would run; lower one or raise the other"),
-           (args.learning_starts < args.batch_size, "--learning-starts must be at least --batch-size"),
+           (not 1 <= args.batch_size <= args.learning_starts, "--batch-size must lie in [1, --learning-starts]"),
            (not args.learning_rate > 0, "--learning-rate must be positive"),
-           (not 0 < args.tau <= 1, "--tau must lie in (0, 1]"),
-           (not 0 < args.gamma <= 1, "--gamma must lie in (0, 1]"),
+           (not (0 < args.tau <= 1 and 0 < args.gamma <= 1), "--tau and --gamma must lie in (0, 1]"),
            (not min(args.policy_noise, args.noise_clip, args.exploration_noise) >= 0,
             "--policy-noise, --noise-clip and --exploration-noise must be non-negative"),
            (args.policy_frequency < 1, "--policy-frequency must be at least 1")])
@@ -272,11 +260,12 @@ def check_args(args: Args) -> None:
 
 def check_spaces(env_id: str, obs_space, action_space) -> None:
     """Raise ConfigError unless the env has 1-D Box observations and a bounded Box action space."""
+    box = isinstance(action_space, gym.spaces.Box)  # the bounds are read only from a Box
     check([(isinstance(action_space, gym.spaces.Discrete), f"{env_id} has a Discrete action space: use sac_atari.py"),
-           (not isinstance(action_space, gym.spaces.Box), f"{env_id}'s action space is no Box; this script needs one"),
+           (not box, f"{env_id}'s action space is no Box; this script needs one"),
            (not (isinstance(obs_space, gym.spaces.Box) and len(obs_space.shape) == 1), f"{env_id} has {obs_space} "
             "observations; this script needs a 1-D Box: wrap the env in gymnasium.wrappers.FlattenObservation"),
-           (not np.all(np.isfinite(action_space.low) & np.isfinite(action_space.high) & (action_space.high >
+           (box and not np.all(np.isfinite(action_space.low) & np.isfinite(action_space.high) & (action_space.high >
             action_space.low)), f"{env_id} has unbounded or empty action bounds; tanh needs finite low < high")])
 
 
@@ -302,8 +291,8 @@ def main(args: Args) -> dict:
                         actor_optimizer=actor_optimizer, rb=rb)
         counters, obs = run.resume(stateful, (0, 0, 0))
         global_step, critic_updates, actor_updates = counters
-        updates = compiled_update if args.compile else td3_update  # compiled: after a resume loaded the optimizers
-        update = updates(actor, actor_target, qf, qf_target, q_optimizer, actor_optimizer, args)
+        update = (compiled_update if args.compile else td3_update)(actor, actor_target, qf, qf_target, q_optimizer,
+                                                                   actor_optimizer, args)  # built after run.resume
 
         def policy(obs):  # the actor's action mu(s), without exploration noise, for evaluation
             return actor(torch.as_tensor(obs, dtype=torch.float32, device=device)).cpu().numpy()
@@ -596,66 +585,47 @@ def cli(argv=None) -> dict:
 
 # ======================================================================================================================
 # COMPILED UPDATES (--compile): `td3_update` as one compiled graph per env step, from the same losses: gradients from
-# torch.func.grad_and_value, Adam and Polyak written out on the optimizers' and targets' own tensors (so checkpoints
-# are alike). `td3_update` compiled as it is, with autograd and torch.optim.Adam, runs slower than eager on the CPU.
+# torch.func.grad_and_value, then torch's functional Adam on the optimizers' own state (so checkpoints are alike).
+# Compiled as it is, with autograd and torch.optim.Adam, `td3_update` runs slower than eager on the CPU.
 # ======================================================================================================================
-class WithParams:
-    """`module` called with the tensors `params` ({name: tensor}) as its parameters; its other attributes its own."""
-
-    def __init__(self, module: nn.Module, params: dict):
-        self.module, self.params = module, params
-
-    def __call__(self, *inputs, **kwargs):
-        return torch.func.functional_call(self.module, self.params, inputs, kwargs)
-
-    def __getattr__(self, name):
-        return getattr(self.module, name)
-
-
-def adam_(optimizer, params: dict, grads: dict) -> None:
-    """torch.optim.Adam's step on its own state (Kingma and Ba 2015, Algorithm 1): m <- b1 m + (1 - b1) g,
-    v <- b2 v + (1 - b2) g^2, theta <- theta - lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps).
-    `params` is in the optimizer's order."""
-    (beta1, beta2), eps, names = optimizer.defaults["betas"], optimizer.defaults["eps"], iter(params)
-    for group in optimizer.param_groups:
-        for state, name in zip((optimizer.state[p] for p in group["params"]), names):
-            state["step"] += 1
-            t = state["step"].double()  # the bias corrections in float64, as torch.optim.Adam computes them
-            state["exp_avg"].lerp_(grads[name], 1 - beta1)
-            state["exp_avg_sq"].mul_(beta2).addcmul_(grads[name], grads[name], value=1 - beta2)
-            denom = (state["exp_avg_sq"].sqrt() / (1 - beta2**t).sqrt()).add_(eps)
-            params[name].sub_(state["exp_avg"] / denom * (group["lr"] / (1 - beta1**t)))
-
-
 def compiled_update(actor, actor_target, qf, qf_target, q_optimizer, actor_optimizer, args):
     """`td3_update`'s update(batch, actor_step), compiled to one graph for each value of actor_step."""
     import torch._inductor.config
+    from torch.optim.adam import adam
     torch._inductor.config.fallback_random = True  # the smoothing noise from torch's generator, as in eager mode
-    q_params, pi_params, q_targets, pi_targets = ({name: p.detach() for name, p in net.named_parameters()}
-                                                  for net in (qf, actor, qf_target, actor_target))  # aliases
+    q_params, pi_params = ({name: p.detach() for name, p in net.named_parameters()} for net in (qf, actor))  # aliases
     for optimizer in (q_optimizer, actor_optimizer):  # Adam's state laid out as torch's, unless a resume loaded it
-        for p in (p for group in optimizer.param_groups for p in group["params"] if not optimizer.state[p]):
-            optimizer.state[p].update(step=torch.tensor(0.0), exp_avg=torch.zeros_like(p),
+        for p in (p for p in optimizer.param_groups[0]["params"] if not optimizer.state[p]):
+            optimizer.state[p].update(step=torch.zeros((), device=p.device), exp_avg=torch.zeros_like(p),
                                       exp_avg_sq=torch.zeros_like(p))
 
+    def with_params(net, params):  # `net`'s forward on the tensors `params`, which torch.func differentiates
+        return lambda *inputs, **kwargs: torch.func.functional_call(net, params, inputs, kwargs)
+
     def loss_q(params, batch):
-        return compute_loss_q(WithParams(actor_target, pi_targets), WithParams(qf, params),
-                              WithParams(qf_target, q_targets), batch, args.gamma, args.policy_noise, args.noise_clip)
+        return compute_loss_q(actor_target, with_params(qf, params), qf_target, batch, args.gamma, args.policy_noise,
+                              args.noise_clip)
 
     def loss_pi(params, obs):
-        loss = compute_loss_pi(WithParams(actor, params), WithParams(qf, q_params), obs)
-        return loss, loss.detach()
+        return compute_loss_pi(with_params(actor, params), with_params(qf, q_params), obs)
+
+    def adam_step(optimizer, params: dict, grads: dict) -> None:  # `params` and `grads` in the optimizer's order
+        group = optimizer.param_groups[0]
+        state = {key: [optimizer.state[p][key] for p in group["params"]] for key in ("exp_avg", "exp_avg_sq", "step")}
+        adam(list(params.values()), list(grads.values()), state["exp_avg"], state["exp_avg_sq"], [], state["step"],
+             foreach=False, amsgrad=False, beta1=group["betas"][0], beta2=group["betas"][1], lr=group["lr"],
+             weight_decay=0.0, eps=group["eps"], maximize=False)
 
     @torch.compile
     def update(batch, actor_step: bool):
         grads, (_, metrics) = torch.func.grad_and_value(loss_q, has_aux=True)(q_params, batch)
-        adam_(q_optimizer, q_params, grads)
+        adam_step(q_optimizer, q_params, grads)
         if actor_step:
-            grads, (_, metrics["actor_loss"]) = torch.func.grad_and_value(loss_pi, has_aux=True)(pi_params, batch[0])
-            adam_(actor_optimizer, pi_params, grads)
+            grads, metrics["actor_loss"] = torch.func.grad_and_value(loss_pi)(pi_params, batch[0])
+            adam_step(actor_optimizer, pi_params, grads)
             # theta' <- tau * theta + (1 - tau) * theta', phi' <- tau * phi + (1 - tau) * phi'   [TD3 Algorithm 1]
-            torch._foreach_lerp_([*q_targets.values(), *pi_targets.values()], [*q_params.values(), *pi_params.values()],
-                                 args.tau)
+            torch._foreach_lerp_([*qf_target.parameters(), *actor_target.parameters()],
+                                 [*q_params.values(), *pi_params.values()], args.tau)
         return metrics
 
     return update

@@ -179,33 +179,12 @@ def assert_same_training(nets, other_nets, logged, other_logged, rtol, atol):
                                        msg=lambda m, name=name: f"{name}: {m}")
 
 
-def test_adam_matches_torch_optim_adam():
-    """`adam_` (the --compile path's Adam, on the optimizer's own state) against torch.optim.Adam's single-tensor
-    arithmetic: 20 steps of gradients whose magnitudes change, as in training."""
-    torch.manual_seed(0)
-    reference = [torch.randn(5, 3, requires_grad=True), torch.randn(7, requires_grad=True)]
-    params = {name: p.detach().clone() for name, p in zip("ab", reference)}
-    expected = torch.optim.Adam(reference, lr=0.01, betas=(0.8, 0.99), eps=1e-6, foreach=False)
-    optimizer = torch.optim.Adam(params.values(), lr=0.01, betas=(0.8, 0.99), eps=1e-6)
-    for p in params.values():  # the state as `compiled_update` lays it out
-        optimizer.state[p].update(step=torch.tensor(0.0), exp_avg=torch.zeros_like(p), exp_avg_sq=torch.zeros_like(p))
-    for t in range(1, 21):
-        grads = {name: torch.randn_like(p) * 10 ** (t % 3) for name, p in params.items()}
-        for p, grad in zip(reference, grads.values()):
-            p.grad = grad.clone()
-        expected.step()
-        td3.adam_(optimizer, params, grads)
-    for p, q in zip(params.values(), reference):
-        torch.testing.assert_close(p, q.detach(), rtol=1e-6, atol=1e-7)
-        assert int(optimizer.state[p]["step"]) == 20
-
-
 @pytest.mark.parametrize("path", ["eager", "compiled, run eagerly"])
 def test_updates_match_autograd_one_tensor_at_a_time(monkeypatch, path):
-    """`td3_update` (fused Adam, one Polyak kernel) and `compiled_update` (torch.func gradients and `adam_`, here with
-    torch.compile replaced by the identity) against the plain autograd reference: the same metrics at every update
-    (the actor's loss is computed after this update's critic step, which a stale critic would change) and the same
-    networks, targets included, after 8 updates at a learning rate large enough to move them."""
+    """`td3_update` (fused Adam, one Polyak kernel) and `compiled_update` (torch.func gradients and torch's functional
+    Adam, here with torch.compile replaced by the identity) against the plain autograd reference: the same metrics at
+    every update (the actor's loss is computed after this update's critic step, which a stale critic would change) and
+    the same networks, targets included, after 8 updates at a learning rate large enough to move them."""
     monkeypatch.setattr(torch, "compile", lambda function: function)
     args = td3.Args(learning_rate=0.01, tau=0.1)
     batches = random_batches(8)
