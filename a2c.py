@@ -12,7 +12,7 @@ Deviations from the papers (each marked `# DEVIATION(n)` in the code):
     1. Synchronous: `num_envs` envs step in lockstep and one update uses all their rollouts (OpenAI baselines' A2C),
        instead of A3C's asynchronous actor-learners with Hogwild updates.
     2. A truncated episode's last reward gets gamma * V(final observation) added (the A3C paper had no time limits).
-    3. GAE advantages are standardized over the rollout (seed 003; `--norm-adv`), which the GAE paper does not do.
+    3. GAE advantages are standardized over the rollout (SB3; `--norm-adv`), which the GAE paper does not do.
     4. The gradient norm is clipped to `max_grad_norm` (0.5, baselines) and RMSprop's statistics are not shared across
        workers (there is one learner).
 """
@@ -50,7 +50,7 @@ class Args:
     cuda: bool = True
     """use a CUDA GPU when one is present (falls back to the CPU otherwise)"""
     compile: Annotated[bool | None, tyro.conf.DisallowNone] = None
-    """torch.compile the updates; unset: compiled for CPU runs of COMPILE_MIN_STEPS+ training steps with a C++ compiler"""
+    """torch.compile the updates; unset: eager, except CPU runs of COMPILE_MIN_STEPS+ training steps (SAC, TD3: 100k)"""
     capture_video: bool = False
     """record the first episode of each evaluation to runs/<run_name>/videos/step_<env step> (needs moviepy)"""
     save_model: bool = False
@@ -80,9 +80,9 @@ class Args:
     gamma: float = 0.99
     """gamma: discount factor (A3C paper)"""
     gae_lambda: float = 0.95
-    """lambda of GAE (--advantage gae; SB3 zoo, seed 003)"""
+    """lambda of GAE (--advantage gae; SB3 zoo)"""
     norm_adv: bool = True
-    """standardize the advantages of --advantage gae over each rollout (seed 003); n-step advantages are left as they are"""
+    """standardize the advantages of --advantage gae over each rollout (SB3); n-step advantages are left as they are"""
     vf_coef: float = 0.5
     """coefficient of the value loss (baselines)"""
     ent_coef: float = 0.01
@@ -399,7 +399,7 @@ def crossed(before: int, now: int, every: int) -> bool:
 
 def make_env(env_id: str, video_dir: str | None = None):
     """A thunk making one env that records episode statistics; a video_dir makes it render and record its first episode
-    there. Atari gets seed 000's wrappers above the statistics, which so see whole games and unclipped rewards: SB3's
+    there. Atari gets the DQN wrappers above the statistics, which so see whole games and unclipped rewards: SB3's
     AtariWrapper (NoopReset, MaxAndSkip(4), EpisodicLife, FireReset, 84x84 gray, ClipReward) and FrameStack(4)."""
 
     def thunk():

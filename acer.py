@@ -52,7 +52,7 @@ class Args:
     cuda: bool = True
     """use a CUDA GPU when one is present (falls back to the CPU otherwise)"""
     compile: Annotated[bool | None, tyro.conf.DisallowNone] = None
-    """torch.compile the updates; unset: compiled for CPU runs of COMPILE_MIN_STEPS+ training steps with a C++ compiler"""
+    """torch.compile the updates; unset: eager, except CPU runs of COMPILE_MIN_STEPS+ training steps (SAC, TD3: 100k)"""
     capture_video: bool = False
     """record the first episode of each evaluation to runs/<run_name>/videos/step_<env step> (needs moviepy)"""
     save_model: bool = False
@@ -428,7 +428,7 @@ def crossed(before: int, now: int, every: int) -> bool:
 
 def make_env(env_id: str, video_dir: str | None = None):
     """A thunk making one env that records episode statistics; a video_dir makes it render and record its first episode
-    there. Atari gets seed 000's wrappers above the statistics, which so see whole games and unclipped rewards: SB3's
+    there. Atari gets the DQN wrappers above the statistics, which so see whole games and unclipped rewards: SB3's
     AtariWrapper (NoopReset, MaxAndSkip(4), EpisodicLife, FireReset, 84x84 gray, ClipReward) and FrameStack(4)."""
 
     def thunk():
