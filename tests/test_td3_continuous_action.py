@@ -308,9 +308,6 @@ def test_learns_pendulum(in_tmp):
     """Pendulum-v1, 7,000 env steps (1,000 random), final evaluation without noise over 10 episodes."""
     summary = td3.main(td3.Args(env_id="Pendulum-v1", total_timesteps=7_000, learning_starts=1_000, eval_freq=0,
                                 eval_episodes=10, cuda=False, seed=1))
-    # Measured on this machine (2-core CPU, torch 2.13.0 CPU, 1 thread), final eval at 7,000 steps, seeds 1-5:
-    #   -182.38, -300.31, -326.87, -223.19, -304.07   (at 1,000 steps, still random: -1,318 to -1,637)
-    # Again after the speed work (fused Adam, multiply-and-sum output layer):
-    #   -209.59, -220.24, -215.10, -221.39, -303.58
-    # Seed 1 is asserted; the threshold sits below the worst of the five seeds.
+    # Final evaluation at 7,000 steps, one thread, seeds 1-5: -209.59, -220.24, -215.10, -221.39, -303.58 (at 1,000
+    # steps, still random: -1,318 to -1,637). Seed 1 is asserted; the threshold sits below the worst of the five seeds.
     assert summary["eval_return"] > -600
