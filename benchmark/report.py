@@ -2,6 +2,7 @@
 
     python benchmark/report.py benchmark_runs                       # writes benchmark_runs/report/
     python benchmark/report.py benchmark_runs --out report --reference benchmark/reference_results.csv
+    python benchmark/report.py benchmark_runs --scripts a2c acer --last-episodes 100   # the PPO paper's A2C/ACER table
 
 Reads every run under the grid root (benchmark/run.py's layout, OUT/<script>/<env>/seed_<seed>/runs/<run_name>/, or
 any folder of run directories named <env>__<script>__<seed>__<time>) with tensorboard's own event reader, groups the
@@ -10,7 +11,9 @@ runs by script and env across seeds, and writes:
                 deviation, one line per script;
     results.md  the final return of each (script, env): the last evaluation of each seed, as mean ± std and the
                 interquartile mean (IQM: the mean of the middle half of the seeds, a quarter trimmed from each end,
-                rounded down, as scipy.stats.trim_mean(x, 0.25)), with the published numbers of --reference beside them.
+                rounded down, as scipy.stats.trim_mean(x, 0.25)); the training return, the mean of each seed's last K
+                charts/episodic_return (--last-episodes K), as mean ± std over seeds; and the published numbers of
+                --reference beside them.
 """
 
 import argparse
@@ -22,7 +25,7 @@ from collections import defaultdict
 
 import numpy as np
 
-EVAL_TAG = "eval/episodic_return"
+EVAL_TAG, TRAIN_TAG = "eval/episodic_return", "charts/episodic_return"
 
 
 def read_scalars(run_dir: str, tag: str) -> list:
@@ -34,13 +37,14 @@ def read_scalars(run_dir: str, tag: str) -> list:
     return [(e.step, e.value) for e in acc.Scalars(tag)] if tag in acc.Tags()["scalars"] else []
 
 
-def find_runs(root: str) -> dict:
-    """{(script, env): {seed: run_dir}} for every run directory below root that holds event files."""
+def find_runs(root: str, scripts=None) -> dict:
+    """{(script, env): {seed: run_dir}} for every run directory below root that holds event files (of `scripts` only,
+    when given)."""
     runs = defaultdict(dict)
     for events in sorted(glob.glob(os.path.join(root, "**", "events.out.tfevents.*"), recursive=True)):
         run_dir = os.path.dirname(events)
         parts = os.path.basename(run_dir).split("__")
-        if len(parts) == 4:
+        if len(parts) == 4 and (not scripts or parts[1] in scripts):
             env_id, script, seed, _ = parts
             runs[(script, env_id)][int(seed)] = run_dir
     return runs
@@ -71,8 +75,13 @@ def main(argv=None) -> int:
     parser.add_argument("--reference", default=os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                                             "reference_results.csv"),
                         help="published numbers to place beside ours ('' for none)")
+    parser.add_argument("--last-episodes", type=int, default=10, metavar="K", help="training episodes a seed averages")
+    parser.add_argument("--scripts", nargs="+", help="report these scripts (run names' exp_name) only")
     args = parser.parse_args(argv)
-    runs = find_runs(args.root)
+    if args.last_episodes < 1:
+        print("error: --last-episodes must be at least 1", file=sys.stderr)
+        return 2
+    runs = find_runs(args.root, args.scripts)
     if not runs:
         print(f"error: no TensorBoard runs under {args.root}", file=sys.stderr)
         return 2
@@ -85,7 +94,8 @@ def main(argv=None) -> int:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = ["| script | env | seeds | steps | final return: mean ± std | IQM | published |", "|---|---|---|---|---|---|---|"]
+    rows = ["| script | env | seeds | steps | final return: mean ± std | IQM | training return, last "
+            f"{args.last_episodes} episodes: mean ± std | published |", "|---|---|---|---|---|---|---|---|"]
     by_env = defaultdict(list)
     for (script, env_id), seeds in sorted(runs.items()):
         curves = {seed: read_scalars(run_dir, EVAL_TAG) for seed, run_dir in sorted(seeds.items())}
@@ -94,8 +104,12 @@ def main(argv=None) -> int:
             continue
         finals = [curve[-1][1] for curve in curves.values()]
         steps = max(curve[-1][0] for curve in curves.values())
+        train = [read_scalars(seeds[seed], TRAIN_TAG)[-args.last_episodes:] for seed in curves]
+        train = [np.mean([value for _, value in episodes]) for episodes in train if episodes]
+        train = f"{np.mean(train):.1f} ± {np.std(train):.1f}" if train else "-"
+        published = "; ".join(reference.get((script, env_id), [])) or "-"
         rows.append(f"| `{script}` | {env_id} | {len(finals)} | {steps:,} | {np.mean(finals):.1f} ± "
-                    f"{np.std(finals):.1f} | {iqm(finals):.1f} | {'; '.join(reference.get((script, env_id), [])) or '-'} |")
+                    f"{np.std(finals):.1f} | {iqm(finals):.1f} | {train} | {published} |")
         by_env[env_id].append((script, curves))
 
     for env_id, entries in by_env.items():
@@ -114,7 +128,8 @@ def main(argv=None) -> int:
         plt.close(fig)
 
     table = "\n".join(rows) + ("\n\nFinal return: the last `eval/episodic_return` of each seed (greedy policy). IQM: "
-                               "the mean of the middle half of the seeds.\n")
+                               "the mean of the middle half of the seeds. Training return: the mean "
+                               f"of each seed's last {args.last_episodes} `charts/episodic_return`.\n")
     with open(os.path.join(out, "results.md"), "w") as f:
         f.write(table)
     print(table)

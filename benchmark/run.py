@@ -5,7 +5,7 @@
     python benchmark/run.py --script acer --envs CartPole-v1 --extra "--ent-coef 0"      # flags passed to every run
 
 Each run lives in its own directory, OUT/<script>/<env>/seed_<seed>/, and runs there: the script's runs/<run_name>/
-(TensorBoard events, checkpoint, model) is inside it, its output in log.txt. A run that exits 0 leaves a DONE file and is
+(TensorBoard events, checkpoint, model) is inside it, its output in log.txt. A run exiting 0 leaves a DONE file and is
 skipped next time; one that left a checkpoint (the runner passes --checkpoint-freq, and a stopped runner SIGTERMs its
 runs, which write one) is continued with --resume; the others start afresh. A lock file held while a run is going keeps
 a second runner out of its directory. A failed run is reported by name with the tail of its log, and the others go on.
@@ -103,8 +103,8 @@ def shell(cmd: list) -> subprocess.CompletedProcess:
 def submit_slurm(args, grid: list, todo: list, argv: list) -> int:
     """Write a job-array batch script with one task per unfinished run and submit it with sbatch (--wait: then follow
     it with squeue until it ends, and write the report)."""
-    print(f"{args.script}: {len(grid)} runs in the grid, {len(grid) - len(todo)} finished before, {len(todo)} to submit",
-          flush=True)
+    print(f"{args.script}: {len(grid)} runs in the grid, {len(grid) - len(todo)} finished before, "
+          f"{len(todo)} to submit", flush=True)
     if not todo:
         print("nothing to submit", flush=True)
         return 0
@@ -117,7 +117,8 @@ def submit_slurm(args, grid: list, todo: list, argv: list) -> int:
     options += [f"--partition={args.partition}"] * bool(args.partition) + [f"--time={args.time}"] * bool(args.time)
     options += [f"--mem={args.mem}"] * bool(args.mem) + [f"--gres=gpu:{args.gpus_per_task}"] * (args.gpus_per_task > 0)
     batch = "\n".join(["#!/usr/bin/env bash",
-                       f"# {args.script} grid: written by benchmark/run.py --backend slurm; one task per unfinished run",
+                       f"# {args.script} grid: written by benchmark/run.py --backend slurm; one task per unfinished "
+                       "run",
                        *[f"#SBATCH {option}" for option in options],
                        "export OMP_NUM_THREADS=$SLURM_CPUS_PER_TASK MKL_NUM_THREADS=$SLURM_CPUS_PER_TASK",
                        "exec " + " ".join(shlex.quote(a) if a != "$SLURM_ARRAY_TASK_ID" else a for a in task), ""])

@@ -1,17 +1,18 @@
-"""Training-phase env steps per second of our scripts against Stable-Baselines3 on one machine, matched settings.
+"""Training-phase env steps per second (SPS) of our scripts against Stable-Baselines3 (SB3), matched settings.
 
-    python benchmark/speed.py --pairs sac td3 --steps 12001 --interleave 500 --repeats 2 --ours-flags=--compile
+    python benchmark/speed.py --pairs sac td3 --steps 12001 --interleave 500 --repeats 2   # ours vs SB3 on Hopper-v5
     python benchmark/speed.py --pairs sac td3 a2c acer sac_atari --out speed.md   # separate runs, ours then SB3
-    python benchmark/speed.py --pairs td3 --steps 12001 --interleave 500 --before REV   # the tree against revision REV
+    python benchmark/speed.py --pairs sac td3 --steps 12001 --interleave 500 --before REV   # the tree against REV
 
-Each run is a fresh process with torch, OpenMP and MKL pinned to --threads threads, the same on both sides. Our env
-steps are counted by wrapping gymnasium's SyncVectorEnv.step, SB3's by a callback, and timed from the step at which
-updates start (after LEARNING_STARTS random steps; A2C and ACER from the first step) to the last one: env construction
-and the final evaluation are left out, a separate run's compilation is not. Peak memory is the maximum resident set.
---interleave TURN runs the two sides as two processes taking turns of TURN env steps (a byte passed down a pipe) and
-times each turn but the first of the training phase, so a slow spell of the machine hits both sides of a round.
---interleave-check puts SB3 on both sides (the ratio should be near 1). --before REV puts our script as it was at git
-revision REV in SB3's place, run with --before-flags if given. Prints Markdown with the command and the machine.
+Each run is a fresh process with torch, OpenMP and MKL pinned to --threads threads, the same on both sides. Env steps
+(ours: a wrapped SyncVectorEnv.step, SB3's: a callback) are timed from the first update (after LEARNING_STARTS random
+steps; A2C and ACER from the first step) to the last step: env construction and the final evaluation are left out, a
+separate run's compilation is not. Peak memory is the maximum resident set. --interleave TURN (sac and td3 only:
+sac_continuous_action.py and td3_continuous_action.py on Hopper-v5) runs ours and SB3 as two processes taking turns of
+TURN env steps (a byte passed down a pipe) and times each turn of the training phase but its first, so a slow spell of
+the machine hits both sides of a round; --interleave-check puts SB3 on both sides (the ratio should be near 1).
+--before REV runs our script as it was at git revision REV as the second side, in SB3's place (beside ours for acer
+and sac_atari, which have no SB3 peer), with --before-flags in place of --ours-flags if given. Prints Markdown.
 """
 
 import argparse
@@ -29,14 +30,13 @@ from importlib.metadata import version
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LEARNING_STARTS = 2_000  # SAC, TD3 and SAC-discrete on both sides: random-action steps before the timed phase
 
-# SB3 runs the hyperparameters of our scripts' defaults:
-# A2C: 8 envs, n_steps 5, gamma 0.99, n-step returns (SB3: gae_lambda 1.0), no advantage normalization, vf 0.5,
-# entropy 0.01, grad norm 0.5, RMSprop lr 7e-4 alpha 0.99 eps 1e-5, separate 64-64 tanh actor and critic.
-# SAC and TD3: 256-256 ReLU actor and twin critics, batch 256, buffer 1M, tau 0.005, gamma 0.99, one learning rate of
-# 3e-4 (SB3's default) for everything. SAC: a critic update per env step and on average an actor and alpha update,
-# automatic alpha with target entropy -|A|, target update every step. TD3: policy delay 2, target noise 0.2 clipped at
-# 0.5, Gaussian exploration noise 0.1 of the action range. ACER and SAC-discrete have no SB3 peer.
-# Default threads: SAC's and TD3's 256-unit matrix products gain from a second one, A2C's and ACER's 64-unit ones not.
+# SB3 runs our scripts' default hyperparameters. A2C: 8 envs, n_steps 5, gamma 0.99, n-step returns (SB3: gae_lambda
+# 1.0), no advantage normalization, vf 0.5, entropy 0.01, grad norm 0.5, RMSprop lr 7e-4 alpha 0.99 eps 1e-5, separate
+# 64-64 tanh actor and critic. SAC and TD3: 256-256 ReLU actor and twin critics, batch 256, buffer 1M, tau 0.005, gamma
+# 0.99, one learning rate, 3e-4 (SB3's default). SAC: a critic update per env step and on average an actor and alpha
+# update, automatic alpha with target entropy -|A|, target update every step. TD3: policy delay 2, target noise 0.2
+# clipped at 0.5, Gaussian exploration noise 0.1 of the action range. ACER and SAC-discrete have no SB3 peer. Default
+# threads: 2, as SAC's and TD3's 256-unit matrix products gain from a second; A2C's and ACER's do not.
 EVAL = ["--eval-freq", "0", "--eval-episodes", "1"]
 OFF_POLICY = [*EVAL, "--learning-starts", str(LEARNING_STARTS)]  # the timed phase starts after these random steps
 PAIRS = {  # name: (env id, our script, its flags, SB3's algorithm, default threads, default env steps per run)
@@ -250,17 +250,17 @@ def check(args) -> str | None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pairs", nargs="+", default=["sac", "td3"], choices=sorted(PAIRS))
     parser.add_argument("--repeats", type=int, default=3, help="measurements of each side per script")
-    parser.add_argument("--steps", type=int, help="env steps per run (default: PAIRS's, e.g. sac 5,000)")
-    parser.add_argument("--threads", type=int, help="torch/OpenMP/MKL threads a process (default: PAIRS's, 1 or 2)")
+    parser.add_argument("--steps", type=int, help="env steps a run (default: sac 5k, td3 6k, sac_atari 3k, else 100k)")
+    parser.add_argument("--threads", type=int, help="torch/OpenMP/MKL threads a process (default: 2, a2c and acer 1)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--out", help="write the Markdown here as well")
     parser.add_argument("--ours-flags", default="", help="more flags for our runs, e.g. --ours-flags=--compile")
     parser.add_argument("--interleave", type=int, default=0, metavar="TURN", help="sac, td3: turns of TURN env steps")
     parser.add_argument("--interleave-check", action="store_true", help="SB3 on both sides: the ratio should be 1")
-    parser.add_argument("--before", default="", metavar="REV", help="our script at git revision REV in SB3's place")
+    parser.add_argument("--before", default="", metavar="REV", help="our script at git revision REV as the other side")
     parser.add_argument("--before-flags", metavar="FLAGS", help="REV's flags in place of --ours-flags")
     parser.add_argument("--child", choices=["ours", "sb3", "before"], help=argparse.SUPPRESS)
     parser.add_argument("--baton", help=argparse.SUPPRESS)

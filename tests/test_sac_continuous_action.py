@@ -364,5 +364,5 @@ def test_learns_pendulum(in_tmp):
     summary = sac.main(sac.Args(env_id="Pendulum-v1", total_timesteps=5_000, learning_starts=1_000, eval_freq=0,
                                 eval_episodes=10, cuda=False, seed=1))
     # Final evaluation at 5,000 steps, one thread, seeds 1-3: -171.3, -186.8, -196.3 (a random policy scores about
-    # -1,200 to -1,700; earlier versions of the update gave -461.8 on seed 2). Seed 1 is asserted, well below the worst.
+    # -1,200 to -1,700). Seed 1 is asserted, with room for seed noise (a seed of a nearby float order scored -461.8).
     assert summary["eval_return"] > -500

@@ -14,8 +14,10 @@ start() {
   if ! command -v slurmctld > /dev/null || ! command -v munged > /dev/null; then
     command -v apt-get > /dev/null || { echo "error: slurm-wlm and munge are missing and there is no apt-get" >&2; exit 2; }
     export DEBIAN_FRONTEND=noninteractive
+    local log
+    log=$(mktemp)
     { apt-get install -y -q slurm-wlm munge || { apt-get update -q && apt-get install -y -q slurm-wlm munge; }; } \
-      > /tmp/local_cluster_apt.log 2>&1 || { tail -5 /tmp/local_cluster_apt.log >&2; exit 1; }
+      > "$log" 2>&1 || { tail -5 "$log" >&2; exit 1; }
   fi
   mkdir -p /etc/slurm /var/spool/slurmctld /var/spool/slurmd /var/log/slurm /run/munge
   chown munge:munge /run/munge
