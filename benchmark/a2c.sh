@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # A2C on the Atari games of the published tables (SLM Lab, SB3 zoo, PPO paper Table 6), 3 seeds, 10M steps,
-# baselines' Atari settings (16 envs, shared trunk); the classic-control results of the README below it.
+# baselines' Atari settings (16 envs, shared trunk); CartPole and other classic-control
+# runs with the environment variables below.
 #   bash benchmark/a2c.sh                 # the full grid
 #   ENVS=CartPole-v1 TOTAL_TIMESTEPS=200000 SEEDS="1 2 3 4 5" EXTRA="--advantage gae" WORKERS=2 bash benchmark/a2c.sh
 #   ENVS=LunarLander-v3 TOTAL_TIMESTEPS=200000 WORKERS=2 \

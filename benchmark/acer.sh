@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # ACER on the Atari games of the published tables (PPO paper Table 6, SB2 zoo), 3 seeds, 10M steps, 16 envs
-# (baselines); the CartPole result of the README below it.
+# (baselines); CartPole with the environment variables below.
 #   bash benchmark/acer.sh                 # the full grid
 #   ENVS=CartPole-v1 TOTAL_TIMESTEPS=500000 EXTRA="--ent-coef 0" WORKERS=2 bash benchmark/acer.sh  # SB2 zoo's
 #   ENVS=BreakoutNoFrameskip-v4 TOTAL_TIMESTEPS=300000 SEEDS=1 \

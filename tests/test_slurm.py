@@ -1,7 +1,7 @@
 """benchmark/run.py --backend slurm against a real single-node Slurm (benchmark/slurm/local_cluster.sh): a tiny a2c grid
 submitted as a job array, followed with squeue and reported; a resubmission submitting nothing; a task cancelled with
-scancel finishing, from its checkpoint, when the grid is submitted again. Skipped where the cluster cannot be started:
-not root, or neither Slurm nor apt-get to install it."""
+scancel finishing, from its checkpoint, when the grid is submitted again. Skipped unless RL_TEST_SLURM=1, and where the
+cluster cannot be started: not root, or neither Slurm nor apt-get to install it."""
 
 import glob
 import os
@@ -21,6 +21,8 @@ CLUSTER = str(ROOT / "benchmark" / "slurm" / "local_cluster.sh")
 def cluster():
     """The cluster, for one test: pytest-xdist may run tests of a module on different workers, and a second test's
     teardown would stop the daemons under the first, so everything that needs Slurm is one test."""
+    if os.environ.get("RL_TEST_SLURM") != "1":
+        pytest.skip("RL_TEST_SLURM=1 starts a single-node Slurm for this test (as root; .ci/run sets it)")
     if os.geteuid() != 0:
         pytest.skip("starting the Slurm daemons needs root")
     if not shutil.which("slurmctld") and not shutil.which("apt-get"):
