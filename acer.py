@@ -427,9 +427,8 @@ def crossed(before: int, now: int, every: int) -> bool:
 
 
 def make_env(env_id: str, video_dir: str | None = None):
-    """A thunk making one env that records episode statistics; a video_dir makes it render and record its first episode
-    there. Atari gets the DQN wrappers above the statistics, which so see whole games and unclipped rewards: SB3's
-    AtariWrapper (NoopReset, MaxAndSkip(4), EpisodicLife, FireReset, 84x84 gray, ClipReward) and FrameStack(4)."""
+    """A thunk making one env that records episode statistics (and with a video_dir, its first episode). Atari gets the
+    DQN wrappers above the statistics, which see whole games: SB3's AtariWrapper and FrameStack(4)."""
 
     def thunk():
         atari = env_id.startswith("ALE/") or "NoFrameskip" in env_id
@@ -459,8 +458,7 @@ def final_observations(next_obs: np.ndarray, infos: dict) -> np.ndarray:
 
 
 def setup(args):
-    """Before anything is written: load --resume's checkpoint (its flags win), check the flags and the env, seed, and
-    choose the device and whether to compile. Returns (args, checkpoint, device)."""
+    """Before anything is written: --resume's checkpoint (its flags win), checks, seeds, device, compile or not."""
     checkpoint = None
     if args.resume:
         check([(not os.path.isfile(args.resume), f"--resume {args.resume}: no such file; pass a run's checkpoint.pt")])
@@ -470,12 +468,10 @@ def setup(args):
         except Exception as e:  # a truncated zip, a foreign pickle or missing keys all mean the same to the user
             raise ConfigError(f"--resume {args.resume}: not a readable checkpoint of this script ({type(e).__name__}); "
                               "pass a checkpoint.pt written by --checkpoint-freq or on SIGINT/SIGTERM") from None
-    check([(args.num_envs < 1, "--num-envs must be at least 1"),
+    check([(min(args.num_envs, args.eval_episodes, args.log_freq) < 1,
+            "--num-envs, --eval-episodes and --log-freq must be at least 1"),
            (args.total_timesteps < args.num_envs, "--total-timesteps must be at least --num-envs"),
-           (args.eval_freq < 0, "--eval-freq must be non-negative (0: evaluate only at the end)"),
-           (args.eval_episodes < 1, "--eval-episodes must be at least 1"),
-           (args.checkpoint_freq < 0, "--checkpoint-freq must be non-negative (0: only on SIGINT/SIGTERM)"),
-           (args.log_freq < 1, "--log-freq must be at least 1"),
+           (min(args.eval_freq, args.checkpoint_freq) < 0, "--eval-freq and --checkpoint-freq must be non-negative"),
            (args.capture_video and not importlib.util.find_spec("moviepy"), "--capture-video needs `pip install moviepy`")])
     check_args(args)
     if args.capture_video:
@@ -490,20 +486,18 @@ def setup(args):
                           "gymnasium.pprint_registry()), or does it need an extra or, for --capture-video, a renderer?")
     check([(args.capture_video and frame is None, f"--capture-video: {args.env_id} renders no frames")])
     check_spaces(args.env_id, env.observation_space, env.action_space)
-    random.seed(args.seed)
-    np.random.seed(args.seed)
-    torch.manual_seed(args.seed)
+    for seed in (random.seed, np.random.seed, torch.manual_seed):
+        seed(args.seed)
     torch.backends.cudnn.deterministic = True
     device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
     compiler = device.type != "cpu" or shutil.which(os.environ.get("CXX", "g++"))  # torch.compile's on the CPU
     check([(args.compile and not compiler, "--compile needs a C++ compiler (g++, or $CXX): install one, or drop it")])
     # unset --compile: compiled where the 20-70 s it takes pay back, CPU runs of COMPILE_MIN_STEPS+ training steps
     train_steps = args.total_timesteps - getattr(args, "learning_starts", 0)  # the off-policy scripts start late
-    long_run = device.type == "cpu" and train_steps >= (COMPILE_MIN_STEPS or math.inf)
-    if args.compile is None and long_run and not compiler:
+    long_run = args.compile is None and device.type == "cpu" and train_steps >= (COMPILE_MIN_STEPS or math.inf)
+    if long_run and not compiler:
         print("note: no C++ compiler (g++, or $CXX) found, so the updates run eagerly", file=sys.stderr)
-    compile = long_run and bool(compiler)
-    return replace(args, compile=compile if args.compile is None else args.compile), checkpoint, device
+    return replace(args, compile=bool(args.compile or long_run and compiler)), checkpoint, device
 
 
 class Run:
@@ -530,21 +524,19 @@ class Run:
         self.writer = SummaryWriter(self.dir, purge_step=checkpoint["counters"][0] + 1 if checkpoint else None)
         self.writer.add_text("hyperparameters", "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items()))
         self.last_return = checkpoint["last_return"] if checkpoint else None
-        self.eval_return, self.eval_step, self.stop_signal, self.last_print = None, None, [], 0.0
+        self.eval_return, self.eval_step, self.stop_signal = None, None, []
         self.handlers = {sig: signal.signal(sig, lambda signum, frame: self.stop_signal.append(signum))
                          for sig in (signal.SIGINT, signal.SIGTERM)}
 
     def resume(self, stateful: dict, counters: tuple):
-        """(counters, obs), global_step first: the given counters and a first observation, or, with `stateful`
-        (modules, optimizers, buffers and tensors, by name) and the RNGs loaded, the resumed run's."""
+        """(counters, obs): these counters and a first observation, or the checkpoint's, its `stateful` loaded."""
         self.stateful, checkpoint, obs = stateful, self.checkpoint, None
         if checkpoint:
             for key, obj in stateful.items():
                 obj.data.copy_(checkpoint[key]) if isinstance(obj, torch.Tensor) else obj.load_state_dict(checkpoint[key])
-            for set_state, state in zip((torch.set_rng_state, np.random.set_state, random.setstate), checkpoint["rng"]):
+            setters = torch.set_rng_state, np.random.set_state, random.setstate, torch.cuda.set_rng_state_all
+            for set_state, state in zip(setters, checkpoint["rng"][: 3 + (self.device.type == "cuda")]):
                 set_state(state)
-            if self.device.type == "cuda":
-                torch.cuda.set_rng_state_all(checkpoint["rng"][3])
             counters, obs = checkpoint["counters"], checkpoint["obs"] if self.exact else None
             print(f"resumed {self.dir} at step {counters[0]:,}" + ("" if self.exact else "; new episodes start"))
         self.start, self.start_step = time.time(), counters[0]
@@ -565,7 +557,7 @@ class Run:
         return f"{self.dir}/checkpoint.pt"
 
     def log(self, infos: dict, metrics: dict | None, previous_step: int, global_step: int) -> None:
-        """The episodes that ended; every --log-freq env steps, `metrics` (0-d tensors, one host sync) and SPS."""
+        """The episodes that ended; every --log-freq env steps, `metrics` (0-d tensors; one host sync), SPS and progress."""
         for i in np.flatnonzero(infos.get("final_info", {}).get("_episode", [])):
             self.last_return = float(infos["final_info"]["episode"]["r"][i])
             self.writer.add_scalar("charts/episodic_return", self.last_return, global_step)
@@ -575,37 +567,31 @@ class Run:
                 self.writer.add_scalar(f"losses/{key}", value, global_step)
             sps = int((global_step - self.start_step) / (time.time() - self.start))
             self.writer.add_scalar("charts/SPS", sps, global_step)
+            print(f"\rstep {global_step:,}  SPS {sps}  last return {self.last_return}", end="", flush=True)
 
-    def evaluate(self, policy, global_step: int) -> float:
-        """eval/episodic_return: the mean return of `policy` (numpy observations to actions; it draws nothing from
-        torch's RNG) over --eval-episodes real episodes (whole Atari games), reset with seeds of their own."""
+    def evaluate(self, policy, global_step: int) -> None:
+        """eval/episodic_return: the mean return of `policy` (numpy in and out, no torch RNG) over real episodes."""
         video_dir = f"{self.dir}/videos/step_{global_step}" if self.args.capture_video else None
         env, returns = make_env(self.args.env_id, video_dir)(), []
         for k in range(self.args.eval_episodes):
-            obs, _ = env.reset(seed=self.args.seed + EVAL_SEED_OFFSET + k)
-            while True:
+            obs, info = env.reset(seed=self.args.seed + EVAL_SEED_OFFSET + k)
+            while "episode" not in info:  # the real episode's end: RecordEpisodeStatistics sits below EpisodicLife
                 with torch.no_grad():
                     obs, _, terminated, truncated, info = env.step(policy(obs[None])[0])
-                if "episode" in info:  # the real episode ended: RecordEpisodeStatistics sits below EpisodicLife
-                    returns.append(float(info["episode"]["r"]))
-                    break
-                if terminated or truncated:  # a life lost under EpisodicLife: the game goes on
+                if (terminated or truncated) and "episode" not in info:  # a life lost under EpisodicLife: play on
                     obs, _ = env.reset()
+            returns.append(float(info["episode"]["r"]))
         env.close()
         self.eval_return, self.eval_step = float(np.mean(returns)), global_step
         self.writer.add_scalar("eval/episodic_return", self.eval_return, global_step)
         print(f"\nstep {global_step:,}: eval/episodic_return {self.eval_return:.2f}")
 
     def after_step(self, previous_step: int, counters: tuple, obs, policy) -> None:
-        """Evaluate and checkpoint where their intervals were crossed, and refresh the progress line (every 0.5 s)."""
-        global_step, total = counters[0], self.args.total_timesteps
-        if crossed(previous_step, global_step, self.args.eval_freq):
-            self.evaluate(policy, global_step)
-        if crossed(previous_step, global_step, self.args.checkpoint_freq):
+        """Evaluate and checkpoint where their intervals were crossed."""
+        if crossed(previous_step, counters[0], self.args.eval_freq):
+            self.evaluate(policy, counters[0])
+        if crossed(previous_step, counters[0], self.args.checkpoint_freq):
             self.save_checkpoint(counters, obs)
-        if time.time() - self.last_print > 0.5:
-            sps, self.last_print = (global_step - self.start_step) / (time.time() - self.start), time.time()
-            print(f"\rstep {global_step:,}/{total:,}  SPS {sps:.0f}  last return {self.last_return}", end="", flush=True)
 
     def finish(self, counters: tuple, obs, policy, model: dict) -> dict:
         """On a signal the checkpoint; else the final evaluation (unless just done) and --save-model. The summary."""
