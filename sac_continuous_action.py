@@ -145,8 +145,8 @@ def soft_q_target(rewards, terminations, next_q, next_log_prob, alpha, gamma: fl
 
 
 def subsample_critics(num_critics: int, num_subsample: int, device=None):
-    """Indices of `num_subsample` distinct critics of `num_critics`, drawn uniformly (REDQ, Alg. 1 line 8); None: all."""
-    return None if num_subsample == num_critics else torch.randperm(num_critics, device=device)[:num_subsample]
+    """Indices of `num_subsample` distinct critics of `num_critics`, drawn uniformly (REDQ, Alg. 1 line 8); all: [:]."""
+    return slice(None) if num_subsample == num_critics else torch.randperm(num_critics, device=device)[:num_subsample]
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -167,11 +167,10 @@ class QEnsemble(nn.Module):
             self.weights.append(nn.Parameter(torch.empty(num_critics, fan_in, fan_out).uniform_(-bound, bound)))
             self.biases.append(nn.Parameter(torch.empty(num_critics, 1, fan_out).uniform_(-bound, bound)))
 
-    def forward(self, obs, actions, idx=None, detach_params: bool = False):
+    def forward(self, obs, actions, idx=slice(None), detach_params: bool = False):
         """Q values (N, B), or (M, B) for the critics `idx` selects; detach_params=True lets no gradient into the critics."""
         x = torch.cat([obs, actions], dim=-1)
-        params = [[p.detach() if detach_params else p for p in ps] for ps in (self.weights, self.biases)]
-        ws, bs = ([p if idx is None else p[idx] for p in ps] for ps in params)
+        ws, bs = ([p[idx].detach() if detach_params else p[idx] for p in ps] for ps in (self.weights, self.biases))
         x = x.expand(ws[0].shape[0], *x.shape)
         for w, b in zip(ws[:-1], bs[:-1]):
             x = F.relu(torch.baddbmm(b, x, w), inplace=True)
@@ -279,14 +278,17 @@ def sac_updates(actor, qf, qf_target, log_alpha, q_optimizer, actor_optimizer, a
     detached metrics (no host sync). log alpha is a parameter group of the actor's optimizer, stepped with it."""
     num_subsample = args.num_subsample_critics or args.num_critics
 
+    def step(optimizer, loss, module):  # one Adam step, the gradient norm of `module` clipped to --grad-clip-norm
+        optimizer.zero_grad()
+        loss.backward()
+        if args.grad_clip_norm is not None:
+            nn.utils.clip_grad_norm_(module.parameters(), args.grad_clip_norm)
+        optimizer.step()
+
     def update_critic(batch, update_target: bool):
         alpha = log_alpha.exp().detach()
         loss, metrics = compute_loss_q(actor, qf, qf_target, batch, alpha, args.gamma, args.backup_entropy, num_subsample)
-        q_optimizer.zero_grad()
-        loss.backward()
-        if args.grad_clip_norm is not None:
-            nn.utils.clip_grad_norm_(qf.parameters(), args.grad_clip_norm)
-        q_optimizer.step()
+        step(q_optimizer, loss, qf)
         if update_target:  # theta' <- tau * theta + (1 - tau) * theta'   [arXiv:1801.01290 Algorithm 1]
             with torch.no_grad():
                 torch._foreach_lerp_(list(qf_target.parameters()), list(qf.parameters()), args.tau)
@@ -299,11 +301,7 @@ def sac_updates(actor, qf, qf_target, log_alpha, q_optimizer, actor_optimizer, a
         if args.autotune:  # one backward for both losses: they share no parameter (alpha and log pi enter detached)
             alpha_loss = compute_loss_alpha(log_alpha, log_prob, target_entropy)  # DEVIATION(5)
             loss, metrics["alpha_loss"] = loss + alpha_loss, alpha_loss.detach()
-        actor_optimizer.zero_grad()
-        loss.backward()
-        if args.grad_clip_norm is not None:
-            nn.utils.clip_grad_norm_(actor.parameters(), args.grad_clip_norm)
-        actor_optimizer.step()
+        step(actor_optimizer, loss, actor)
         return metrics
 
     return update_critic, update_actor
@@ -311,14 +309,12 @@ def sac_updates(actor, qf, qf_target, log_alpha, q_optimizer, actor_optimizer, a
 
 def check_args(args: Args) -> None:
     """Raise ConfigError for this script's out-of-range or contradictory flags."""
-    check([(args.batch_size < 1, "--batch-size must be at least 1"),
-           (args.buffer_size < args.batch_size, f"--buffer-size must be at least --batch-size ({args.batch_size})"),
+    check([(args.buffer_size < args.batch_size, f"--buffer-size must be at least --batch-size ({args.batch_size})"),
            (args.learning_starts >= args.total_timesteps, f"--learning-starts {args.learning_starts} >= "
             f"--total-timesteps {args.total_timesteps}: no update would run; lower one or raise the other"),
-           (args.learning_starts < args.batch_size, "--learning-starts must be at least --batch-size"),
+           (not 1 <= args.batch_size <= args.learning_starts, "--batch-size must lie in [1, --learning-starts]"),
            (not min(args.policy_lr, args.q_lr) > 0, "--policy-lr and --q-lr must be positive"),
-           (not 0 < args.tau <= 1, "--tau must lie in (0, 1]"),
-           (not 0 < args.gamma <= 1, "--gamma must lie in (0, 1]"),
+           (not (0 < args.tau <= 1 and 0 < args.gamma <= 1), "--tau and --gamma must lie in (0, 1]"),
            (not args.alpha >= 0, "--alpha must be non-negative"),
            (args.num_critics < 2, "--num-critics must be at least 2"),
            (not 1 <= (args.num_subsample_critics or 1) <= args.num_critics,
@@ -330,13 +326,13 @@ def check_args(args: Args) -> None:
 
 def check_spaces(env_id: str, obs_space, action_space) -> None:
     """Raise ConfigError unless the env has 1-D Box observations and a bounded Box action space."""
+    box = isinstance(action_space, gym.spaces.Box)  # the bounds are read only from a Box
     check([(isinstance(action_space, gym.spaces.Discrete), f"{env_id} has a Discrete action space: use sac_atari.py"),
-           (not isinstance(action_space, gym.spaces.Box), f"{env_id}'s action space is no Box; this script needs one"),
+           (not box, f"{env_id}'s action space is no Box; this script needs one"),
            (not (isinstance(obs_space, gym.spaces.Box) and len(obs_space.shape) == 1), f"{env_id} has {obs_space} "
             "observations; this script needs a 1-D Box: wrap the env in gymnasium.wrappers.FlattenObservation"),
-           (isinstance(action_space, gym.spaces.Box) and not np.all(np.isfinite(action_space.low) & np.isfinite(
-            action_space.high) & (action_space.high > action_space.low)), f"{env_id} has unbounded or empty action "
-            "bounds; tanh squashing needs finite low < high")])
+           (box and not np.all(np.isfinite(action_space.low) & np.isfinite(action_space.high) & (action_space.high >
+            action_space.low)), f"{env_id} has unbounded or empty action bounds; tanh needs finite low < high")])
 
 
 # ---------------------------------------------------------------------------------------------------------------------
