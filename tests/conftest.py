@@ -1,7 +1,10 @@
 import os
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
+import gymnasium as gym
+import numpy as np
 import pytest
 import torch
 
@@ -14,6 +17,19 @@ os.environ.setdefault("MUJOCO_GL", "egl")
 os.environ["OMP_NUM_THREADS"] = "1"
 os.environ["MKL_NUM_THREADS"] = "1"
 torch.set_num_threads(1)
+
+
+# A Pendulum run of SAC or TD3 of a few hundred steps that reaches 200 critic updates in about a second
+TINY_CONTINUOUS = dict(env_id="Pendulum-v1", total_timesteps=300, learning_starts=100, batch_size=32, buffer_size=1_000,
+                       eval_freq=0, eval_episodes=1, log_freq=50, cuda=False)
+
+
+def fake_envs(low, high, obs_dim=3):
+    """The two attributes the Actor and QEnsemble of SAC and TD3 read from a vector env."""
+    return SimpleNamespace(
+        single_observation_space=gym.spaces.Box(-np.inf, np.inf, (obs_dim,), np.float32),
+        single_action_space=gym.spaces.Box(np.array(low, np.float32), np.array(high, np.float32)),
+    )
 
 
 @pytest.fixture

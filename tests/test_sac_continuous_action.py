@@ -4,30 +4,19 @@ test_common_block.py."""
 
 import math
 import os
-from types import SimpleNamespace
 
 import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from conftest import scalars
+from conftest import TINY_CONTINUOUS, fake_envs, scalars
 from torch.distributions import AffineTransform, Normal, TanhTransform, TransformedDistribution
 
 import sac_continuous_action as sac
 
-def fake_envs(low, high, obs_dim=3):
-    """The two attributes Actor and QEnsemble read from a vector env."""
-    return SimpleNamespace(
-        single_observation_space=gym.spaces.Box(-np.inf, np.inf, (obs_dim,), np.float32),
-        single_action_space=gym.spaces.Box(np.array(low, np.float32), np.array(high, np.float32)),
-    )
-
 
 def tiny(**overrides) -> sac.Args:
-    """A Pendulum run of a few hundred steps that reaches 200 critic updates in about a second."""
-    base = dict(env_id="Pendulum-v1", total_timesteps=300, learning_starts=100, batch_size=32, buffer_size=1_000,
-                eval_freq=0, eval_episodes=1, log_freq=50, cuda=False)
-    return sac.Args(**{**base, **overrides})
+    return sac.Args(**{**TINY_CONTINUOUS, **overrides})
 
 
 # ---------------------------------------------------------------------------------------------------------------------

@@ -6,31 +6,18 @@ specified in test_common_block.py."""
 import glob
 import math
 import os
-from types import SimpleNamespace
 
-import gymnasium as gym
-import numpy as np
 import pytest
 import torch
-from conftest import scalars
+from conftest import TINY_CONTINUOUS, fake_envs, scalars
 
 import td3_continuous_action as td3
 
 LOW, HIGH = [-2.0, 0.0, 10.0], [5.0, 0.5, 10.1]  # asymmetric bounds, scales 3.5, 0.25 and 0.05
 
 
-def fake_envs(low, high, obs_dim=3):
-    """The two attributes Actor and QEnsemble read from a vector env."""
-    return SimpleNamespace(
-        single_observation_space=gym.spaces.Box(-np.inf, np.inf, (obs_dim,), np.float32),
-        single_action_space=gym.spaces.Box(np.array(low, np.float32), np.array(high, np.float32)),
-    )
-
-
 def tiny(**overrides) -> td3.Args:
-    base = dict(env_id="Pendulum-v1", total_timesteps=300, learning_starts=100, batch_size=32, buffer_size=1_000,
-                eval_freq=0, eval_episodes=1, log_freq=50, cuda=False)
-    return td3.Args(**{**base, **overrides})
+    return td3.Args(**{**TINY_CONTINUOUS, **overrides})
 
 
 def clipped_normal_variance(sigma: float, c: float) -> float:
