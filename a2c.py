@@ -1,5 +1,4 @@
-"""Advantage Actor-Critic (A2C): synchronous A3C with n-step returns or GAE, for Discrete or Box actions, from flat
-observations (MLP) or Atari frames (NatureCNN).
+"""Advantage Actor-Critic (A2C): synchronous A3C with n-step returns or GAE; Discrete or Box actions; MLP or NatureCNN.
 
 Papers:
     Mnih et al. 2016, "Asynchronous Methods for Deep Reinforcement Learning" (A3C; A2C is its synchronous form), arXiv:1602.01783
@@ -9,12 +8,10 @@ Example:
     python a2c.py --env-id CartPole-v1 --advantage gae --seed 1
 
 Deviations from the papers (each marked `# DEVIATION(n)` in the code):
-    1. Synchronous: `num_envs` envs step in lockstep and one update uses all their rollouts (OpenAI baselines' A2C),
-       instead of A3C's asynchronous actor-learners with Hogwild updates.
+    1. Synchronous (OpenAI baselines' A2C): `num_envs` envs step in lockstep and one update uses all their rollouts.
     2. A truncated episode's last reward gets gamma * V(final observation) added (the A3C paper had no time limits).
     3. GAE advantages are standardized over the rollout (SB3; `--norm-adv`), which the GAE paper does not do.
-    4. The gradient norm is clipped to `max_grad_norm` (0.5, baselines) and RMSprop's statistics are not shared across
-       workers (there is one learner).
+    4. The gradient norm is clipped to `max_grad_norm` (0.5, baselines); one learner, so no shared RMSprop statistics.
 """
 
 import contextlib
@@ -109,18 +106,19 @@ HALF_LOG_2PI = 0.5 * float(np.log(2 * np.pi))
 COMPILE_MIN_STEPS = None  # unset --compile runs eagerly
 
 
-# ---------------------------------------------------------------------------------------------------------------------
-# PURE MATH
-# ---------------------------------------------------------------------------------------------------------------------
+# PURE MATH ------------------------------------------------------------------------------------------------------------
+def discounted_sums(x, discounts, last):
+    """y (T, N) backwards from y[T] = last (N,): y[t] = x[t] + discounts[t] * y[t+1], for n-step returns and GAE."""
+    y = torch.empty_like(x)
+    for t in reversed(range(len(x))):
+        last = y[t] = x[t] + discounts[t] * last
+    return y
+
+
 def nstep_returns(rewards, dones, last_values, gamma: float):
     """n-step returns (T, N) from rewards, dones (T, N) (d[t] = 1: the episode ended at step t), V(s_T) (N,):
     R[T-1] = r[T-1] + gamma * (1 - d[T-1]) * V(s_T);  R[t] = r[t] + gamma * (1 - d[t]) * R[t+1]   [A3C paper, Alg. S3]"""
-    discounts = gamma * (1.0 - dones)
-    returns = torch.empty_like(rewards)
-    future = last_values
-    for t in reversed(range(len(rewards))):
-        future = returns[t] = rewards[t] + discounts[t] * future
-    return returns
+    return discounted_sums(rewards, gamma * (1.0 - dones), last_values)
 
 
 def gae_advantages(rewards, values, dones, last_values, gamma: float, gae_lambda: float):
@@ -128,11 +126,7 @@ def gae_advantages(rewards, values, dones, last_values, gamma: float, gae_lambda
     delta[t] = r[t] + gamma * (1 - d[t]) * V[t+1] - V[t];  A[t] = delta[t] + gamma * lambda * (1 - d[t]) * A[t+1]"""
     discounts = gamma * (1.0 - dones)
     deltas = rewards + discounts * torch.cat((values[1:], last_values.unsqueeze(0))) - values
-    advantages = torch.empty_like(rewards)
-    future = torch.zeros_like(last_values)
-    for t in reversed(range(len(rewards))):
-        future = advantages[t] = deltas[t] + gae_lambda * discounts[t] * future
-    return advantages
+    return discounted_sums(deltas, gae_lambda * discounts, torch.zeros_like(last_values))
 
 
 def bootstrap_truncations(rewards, truncations, final_values, gamma: float):
@@ -142,13 +136,10 @@ def bootstrap_truncations(rewards, truncations, final_values, gamma: float):
 
 def explained_variance(predictions, targets):
     """1 - Var[targets - predictions] / Var[targets], a 0-d tensor; nan when the targets do not vary."""
-    var = targets.var()
-    return torch.where(var == 0, torch.nan, 1 - (targets - predictions).var() / var)
+    return torch.where(targets.var() == 0, torch.nan, 1 - (targets - predictions).var() / targets.var())
 
 
-# ---------------------------------------------------------------------------------------------------------------------
-# NETWORKS
-# ---------------------------------------------------------------------------------------------------------------------
+# NETWORKS -------------------------------------------------------------------------------------------------------------
 def layer_init(layer: nn.Module, gain: float = np.sqrt(2)) -> nn.Module:
     """Orthogonal weights with this gain and zero biases (baselines' A2C and SB3)."""
     nn.init.orthogonal_(layer.weight, gain)
@@ -159,12 +150,10 @@ def layer_init(layer: nn.Module, gain: float = np.sqrt(2)) -> nn.Module:
 def trunk(obs_shape) -> nn.Sequential:
     """NatureCNN for (stack, 84, 84) frames; a 64-64 tanh MLP for 1-D observations."""
     if len(obs_shape) == 3:
-        return nn.Sequential(
-            layer_init(nn.Conv2d(obs_shape[0], 32, 8, stride=4)), nn.ReLU(),
-            layer_init(nn.Conv2d(32, 64, 4, stride=2)), nn.ReLU(),
-            layer_init(nn.Conv2d(64, 64, 3, stride=1)), nn.ReLU(), nn.Flatten(),
-            layer_init(nn.Linear(64 * 7 * 7, CNN_FEATURES)), nn.ReLU(),
-        )
+        return nn.Sequential(layer_init(nn.Conv2d(obs_shape[0], 32, 8, stride=4)), nn.ReLU(),
+                             layer_init(nn.Conv2d(32, 64, 4, stride=2)), nn.ReLU(),
+                             layer_init(nn.Conv2d(64, 64, 3, stride=1)), nn.ReLU(), nn.Flatten(),
+                             layer_init(nn.Linear(64 * 7 * 7, CNN_FEATURES)), nn.ReLU())
     return nn.Sequential(layer_init(nn.Linear(obs_shape[0], HIDDEN)), nn.Tanh(),
                          layer_init(nn.Linear(HIDDEN, HIDDEN)), nn.Tanh())
 
@@ -176,9 +165,8 @@ def as_tensor(obs: np.ndarray, device) -> torch.Tensor:
 
 
 class Agent(nn.Module):
-    """Policy pi(a|s) and value V(s): one shared trunk with two heads, or separate actor and critic networks. Discrete
-    actions: Categorical(logits); Box actions: Normal(mean(s), exp(log_std)), log_std state-independent, the sample
-    clipped to the bounds for the env only. Written out: torch.distributions' checks cost more than the network."""
+    """pi(a|s) and V(s): one shared trunk with two heads, or separate networks. Categorical(logits) for Discrete actions,
+    Normal(mean(s), exp(log_std)) for Box, log_std state-independent; no torch.distributions (its checks cost more)."""
 
     def __init__(self, envs, shared: bool):
         super().__init__()
@@ -186,15 +174,11 @@ class Agent(nn.Module):
         self.discrete = isinstance(space, gym.spaces.Discrete)
         self.actor_trunk = trunk(obs_shape)
         self.critic_trunk = self.actor_trunk if shared else trunk(obs_shape)
-        features = self.actor_trunk[-2].out_features
-        outputs = int(space.n) if self.discrete else int(np.prod(space.shape))
+        features, outputs = self.actor_trunk[-2].out_features, int(space.n) if self.discrete else space.shape[0]
         self.actor_head = layer_init(nn.Linear(features, outputs), gain=0.01)
         self.critic_head = layer_init(nn.Linear(features, 1), gain=1.0)
         if not self.discrete:
             self.log_std = nn.Parameter(torch.zeros(outputs))
-
-    def value(self, obs):
-        return self.critic_head(self.critic_trunk(obs)).squeeze(-1)
 
     def forward(self, obs):
         """(policy statistics (B, A): the logits, or the Gaussian's mean; V(s) (B,)), one pass through a shared trunk."""
@@ -222,23 +206,14 @@ class Agent(nn.Module):
             return (stats - torch.rand_like(stats).log_().neg_().log_()).argmax(-1), values
         return stats + self.log_std.exp() * torch.randn_like(stats), values
 
-    @torch.no_grad()
-    def greedy_action(self, obs):
-        """argmax_a pi(a|s) for Discrete actions, the mean for Box actions."""
-        stats = self.actor_head(self.actor_trunk(obs))
-        return stats.argmax(-1) if self.discrete else stats
 
-
-# ---------------------------------------------------------------------------------------------------------------------
-# LOSS AND UPDATE
-# ---------------------------------------------------------------------------------------------------------------------
+# LOSS AND UPDATE ------------------------------------------------------------------------------------------------------
 def compute_loss(agent, obs, actions, advantages, value_targets, vf_coef: float, ent_coef: float):
     """(loss, detached metrics), advantages and value_targets detached:
     L = -E[log pi(a|s) * A] + vf_coef * E[(V(s) - V_target)^2] - ent_coef * E[H(pi(.|s))]   [arXiv:1602.01783 Sec. 4]"""
     stats, values = agent(obs)
     log_prob, entropy = agent.log_prob_entropy(stats, actions)
-    policy_loss = -(log_prob * advantages).mean()
-    value_loss = (values - value_targets).pow(2).mean()
+    policy_loss, value_loss = -(log_prob * advantages).mean(), (values - value_targets).pow(2).mean()
     entropy = entropy.mean()
     loss = policy_loss + vf_coef * value_loss - ent_coef * entropy
     return loss, {"policy_loss": policy_loss.detach(), "value_loss": value_loss.detach(), "entropy": entropy.detach()}
@@ -246,103 +221,78 @@ def compute_loss(agent, obs, actions, advantages, value_targets, vf_coef: float,
 
 def check_args(args: Args) -> None:
     """Raise ConfigError for this script's out-of-range or contradictory flags."""
-    batch = args.num_envs * args.num_steps
     check([(args.num_steps < 1, "--num-steps must be at least 1"),
-           (args.total_timesteps < batch, f"--total-timesteps {args.total_timesteps} is less than one rollout "
-            f"(--num-envs x --num-steps = {batch}): raise it or shorten the rollout"),
-           (not args.learning_rate > 0, "--learning-rate must be positive"),
-           (not 0 < args.gamma <= 1, "--gamma must lie in (0, 1]"),
-           (not 0 <= args.gae_lambda <= 1, "--gae-lambda must lie in [0, 1]"),
-           (not args.vf_coef >= 0, "--vf-coef must be non-negative"),
-           (not args.ent_coef >= 0, "--ent-coef must be non-negative"),
-           (not args.max_grad_norm > 0, "--max-grad-norm must be positive"),
-           (not 0 <= args.rms_alpha < 1, "--rms-alpha must lie in [0, 1)"),
-           (not args.rms_eps > 0, "--rms-eps must be positive")])
+           (args.total_timesteps < args.num_envs * args.num_steps, f"--total-timesteps {args.total_timesteps} is less "
+            f"than one rollout (--num-envs x --num-steps = {args.num_envs * args.num_steps}): raise it or shorten it"),
+           *((not getattr(args, name) > 0, f"--{name.replace('_', '-')} must be positive")
+             for name in ("learning_rate", "max_grad_norm", "rms_eps")),
+           (not (args.vf_coef >= 0 and args.ent_coef >= 0), "--vf-coef and --ent-coef must be non-negative"),
+           (not (0 < args.gamma <= 1 and 0 <= args.gae_lambda <= 1), "--gamma must be in (0, 1], --gae-lambda in [0, 1]"),
+           (not 0 <= args.rms_alpha < 1, "--rms-alpha must lie in [0, 1)")])
 
 
 def check_spaces(env_id: str, obs_space, action_space) -> None:
-    """Raise ConfigError unless the env has Discrete or bounded 1-D Box actions, and 1-D Box or Atari-frame observations."""
-    box = isinstance(action_space, gym.spaces.Box)
-    check([(not (box or isinstance(action_space, gym.spaces.Discrete)),
-            f"{env_id} has a {type(action_space).__name__} action space; this script needs Discrete or Box"),
-           (box and not (len(action_space.shape) == 1 and np.isfinite([action_space.low, action_space.high]).all()),
-            f"{env_id} has a {action_space} action space; this script needs a 1-D Box with finite bounds"),
+    """Raise ConfigError unless the actions are Discrete or a bounded 1-D Box, the observations 1-D or Atari frames."""
+    bounded = isinstance(action_space, gym.spaces.Box) and np.isfinite([action_space.low, action_space.high]).all()
+    check([(not (isinstance(action_space, gym.spaces.Discrete) or bounded and len(action_space.shape) == 1),
+            f"{env_id} has a {action_space} action space; this script needs Discrete or a 1-D Box with finite bounds"),
            (not (isinstance(obs_space, gym.spaces.Box) and (len(obs_space.shape) == 1 or obs_space.shape[1:] == (84, 84))),
-            f"{env_id} has {obs_space} observations; this script needs Atari frames or a 1-D Box: flatten them in "
-            "your env (gymnasium.wrappers.FlattenObservation) before registering it")])
+            f"{env_id} has {obs_space} observations; this script needs Atari frames or a 1-D Box (FlattenObservation)")])
 
 
-# ---------------------------------------------------------------------------------------------------------------------
-# MAIN
-# ---------------------------------------------------------------------------------------------------------------------
+# MAIN -----------------------------------------------------------------------------------------------------------------
 def main(args: Args) -> dict:
     """Train; returns a summary. Raises ConfigError, before writing anything, on bad flags, envs or checkpoints."""
     args, checkpoint, device = setup(args)
     run = Run(args, checkpoint, device)
     try:
-        envs, T, N = run.envs, args.num_steps, args.num_envs
-        obs_shape, action_space = envs.single_observation_space.shape, envs.single_action_space
+        envs, T, N, space = run.envs, args.num_steps, args.num_envs, run.envs.single_action_space
         agent = Agent(envs, args.shared_network).to(device)
         params = list(agent.parameters())
-        if args.optimizer == "rmsprop":
-            optimizer = torch.optim.RMSprop(params, lr=args.learning_rate, alpha=args.rms_alpha, eps=args.rms_eps)
-        else:
-            optimizer = torch.optim.Adam(params, lr=args.learning_rate, eps=args.rms_eps)
+        optimizer = (torch.optim.RMSprop(params, lr=args.learning_rate, alpha=args.rms_alpha, eps=args.rms_eps)
+                     if args.optimizer == "rmsprop" else torch.optim.Adam(params, lr=args.learning_rate, eps=args.rms_eps))
 
         def update(obs, actions, advantages, value_targets):  # one gradient step on a whole rollout; detached metrics
             loss, metrics = compute_loss(agent, obs, actions, advantages, value_targets, args.vf_coef, args.ent_coef)
             optimizer.zero_grad()
             loss.backward()
-            # g *= min(1, max_grad_norm / ||g||), ||g|| of all gradients as one vector (DEVIATION(4))
-            grad_norm = nn.utils.get_total_norm([torch.cat([p.grad.flatten() for p in params])])
-            nn.utils.clip_grads_with_norm_(params, args.max_grad_norm, grad_norm)
+            grad_norm = nn.utils.get_total_norm([torch.cat([p.grad.flatten() for p in params])])  # ||g||, DEVIATION(4)
+            nn.utils.clip_grads_with_norm_(params, args.max_grad_norm, grad_norm)  # g *= min(1, max_grad_norm / ||g||)
             optimizer.step()
             return metrics
-
         update = torch.compile(update) if args.compile else update
-        low, high = (None, None) if agent.discrete else (action_space.low, action_space.high)
+        low, high = (0, space.n - 1) if agent.discrete else (space.low, space.high)  # np.clip leaves Discrete as it is
 
         # ROLLOUT STORAGE: (T, N) per quantity; rewards and dones in numpy until the rollout is complete (one copy each)
-        rollout_obs = torch.zeros((T, N, *obs_shape), device=device)
-        rollout_actions = torch.zeros((T, N, *action_space.shape), device=device,
-                                      dtype=torch.long if agent.discrete else torch.float32)
+        rollout_obs = torch.zeros((T, N, *envs.single_observation_space.shape), device=device)
+        rollout_actions = torch.zeros((T, N, *space.shape), device=device, dtype=torch.long if agent.discrete else None)
         rollout_rewards, rollout_dones = np.zeros((T, N), dtype=np.float32), np.zeros((T, N), dtype=np.float32)
         rollout_values = torch.zeros((T, N), device=device)
-
         num_updates = args.total_timesteps // (T * N)
         loss_sums = torch.zeros(4, device=device)  # policy_loss, value_loss, entropy and updates since the last write
-        counters, obs = run.resume(dict(agent=agent, optimizer=optimizer, loss_sums=loss_sums), (0, 0))
-        global_step, updates = counters
+        (global_step, updates), obs = run.resume(dict(agent=agent, optimizer=optimizer, loss_sums=loss_sums), (0, 0))
 
         def policy(obs):  # greedy: the most probable action, or the Gaussian's mean clipped to the bounds
-            actions = agent.greedy_action(as_tensor(obs, device)).cpu().numpy()
-            return actions if agent.discrete else np.clip(actions, low, high)
+            stats = agent(as_tensor(obs, device))[0]
+            return np.clip((stats.argmax(-1) if agent.discrete else stats).cpu().numpy(), low, high)
 
         while updates < num_updates and not run.stop_signal:
             previous_step = global_step
-            # COLLECT a rollout of T steps in each of the N envs, all stepped in lockstep (DEVIATION(1))
-            for t in range(T):
-                obs_t = as_tensor(obs, device)
-                actions, rollout_values[t] = agent.act(obs_t)
-                rollout_obs[t], rollout_actions[t] = obs_t, actions
-                actions = actions.cpu().numpy()
-                next_obs, rewards, terminations, truncations, infos = envs.step(
-                    actions if agent.discrete else np.clip(actions, low, high))
-                global_step += N
-                run.log(infos, None, global_step - N, global_step)
+            with torch.no_grad():  # COLLECT T steps in each of the N envs, stepped in lockstep (DEVIATION(1)); no graph
+                for t in range(T):
+                    rollout_obs[t] = obs_t = as_tensor(obs, device)
+                    rollout_actions[t], rollout_values[t] = agent.act(obs_t)
+                    actions = np.clip(rollout_actions[t].cpu().numpy(), low, high)  # a Box action: for the env only
+                    obs, rewards, terminations, truncations, infos = envs.step(actions)  # SAME_STEP: no reset steps
+                    global_step += N
+                    run.log(infos, None, global_step - N, global_step)
+                    if truncations.any():  # bootstrap through truncations, never terminations (DEVIATION(2))
+                        final_values = agent(as_tensor(final_observations(obs, infos), device))[1].cpu().numpy()
+                        rewards = bootstrap_truncations(rewards, truncations, final_values, args.gamma)
+                    rollout_rewards[t], rollout_dones[t] = rewards, terminations | truncations
 
-                # Bootstrap through truncations, never terminations: r += gamma * V(final obs), then the step ends the
-                # episode (DEVIATION(2)); SAME_STEP autoreset, so no reset step enters the rollout.
-                if truncations.any():
-                    with torch.no_grad():
-                        final_values = agent.value(as_tensor(final_observations(next_obs, infos), device)).cpu().numpy()
-                    rewards = bootstrap_truncations(rewards, truncations, final_values, args.gamma)
-                rollout_rewards[t], rollout_dones[t] = rewards, terminations | truncations
-                obs = next_obs
-
-            # ADVANTAGES, detached
-            with torch.no_grad():
-                last_values = agent.value(as_tensor(obs, device))
+                # ADVANTAGES from V(s_T)
+                last_values = agent(as_tensor(obs, device))[1]
                 rewards, dones = (torch.as_tensor(x, device=device) for x in (rollout_rewards, rollout_dones))
                 if args.advantage == "nstep":
                     value_targets = nstep_returns(rewards, dones, last_values, args.gamma)
@@ -353,11 +303,9 @@ def main(args: Args) -> dict:
                     if args.norm_adv:  # DEVIATION(3)
                         advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
 
-            # UPDATE: one gradient step on the whole rollout
-            if args.anneal_lr:
-                optimizer.param_groups[0]["lr"] = args.learning_rate * (1.0 - updates / num_updates)
-            metrics = update(rollout_obs.flatten(0, 1), rollout_actions.flatten(0, 1), advantages.flatten(),
-                             value_targets.flatten())
+            # UPDATE: one gradient step on the whole rollout; --anneal-lr decays the learning rate linearly to 0
+            optimizer.param_groups[0]["lr"] = args.learning_rate * (1 - updates / num_updates if args.anneal_lr else 1)
+            metrics = update(*(x.flatten(0, 1) for x in (rollout_obs, rollout_actions, advantages, value_targets)))
             updates += 1
 
             # LOG the losses averaged over the updates since the last write: summed on the device, read once per write

@@ -1,6 +1,5 @@
-"""ACER: actor-critic with experience replay, for Discrete actions, from flat observations (MLP) or Atari frames
-(NatureCNN): Retrace Q targets, truncated importance sampling with bias correction, and a trust region around an
-exponential moving average of the network.
+"""ACER, actor-critic with experience replay, for Discrete actions from flat observations (MLP) or Atari frames
+(NatureCNN): Retrace Q targets, truncated importance weights with bias correction, a trust region around an EMA network.
 
 Paper:
     Wang et al. 2016, "Sample Efficient Actor-Critic with Experience Replay", arXiv:1611.01224 (Algorithms 1-2, Sec. 3)
@@ -9,12 +8,9 @@ Example:
     python acer.py --env-id CartPole-v1 --seed 1
 
 Deviations from the paper (each marked `# DEVIATION(n)` in the code):
-    1. Synchronous: `num_envs` envs step in lockstep and one learner updates on all their segments (OpenAI baselines'
-       ACER), instead of the paper's asynchronous actor-learner threads, each with its own replay memory.
-    2. A truncated episode bootstraps: the reward of its last step gets gamma * V(final observation) added, V from the
-       network at update time, and the step counts as an episode end. The paper's envs had no time limits.
-    3. The Q loss is q_coef * (Q_ret - Q(s_t, a_t))^2 as issue #6 specifies; the paper gives only the gradient
-       (Q_ret - Q) grad Q, and baselines halves the square, so q_coef 0.5 here weighs the Q head twice as much as there.
+    1. Synchronous: `num_envs` envs step in lockstep, one learner updates (OpenAI baselines' ACER); the paper is async.
+    2. A truncated step gets gamma * V(final observation) added to its reward, V at update time, and ends the episode.
+    3. The Q loss is q_coef * (Q_ret - Q(s_t, a_t))^2: the paper gives only its gradient, and baselines halves it.
     4. Importance weights divide by max(mu, 1e-8): a behaviour probability that underflowed to 0 gives a large weight.
     5. The global gradient norm is clipped to `max_grad_norm` (10, baselines).
 """
@@ -124,23 +120,18 @@ COMPILE_MIN_STEPS = None  # unset --compile runs eagerly; --compile compiles `ac
 # PURE MATH
 # ---------------------------------------------------------------------------------------------------------------------
 def retrace_targets(rewards, dones, q_taken, values, rho_bar, last_values, gamma: float):
-    """Retrace targets Q_ret(s_t, a_t) (T, N), backwards through the segment   [arXiv:1611.01224 eq. 5, Alg. 2]:
-        Q_ret <- V(s_T);  for t = T-1 .. 0:  Q_ret <- r_t + gamma * (1 - d_t) * Q_ret;  q_ret[t] = Q_ret;
-                                             Q_ret <- rho_bar_t * (Q_ret - Q(s_t, a_t)) + V(s_t)
-    rewards, dones (1: the episode ended at step t; a truncation's bootstrap is in its reward), q_taken = Q(s_t, a_t),
-    values = V(s_t) and rho_bar = min(1, pi(a_t|s_t) / mu(a_t|s_t)) are (T, N); last_values = V(s_T) is (N,)."""
-    q_ret = torch.empty_like(rewards)
-    future = last_values
+    """Q_ret(s_t, a_t) (T, N) backwards from V(s_T) = last_values (N,)   [arXiv:1611.01224 eq. 5, Alg. 2]; the rest is
+    (T, N): dones 1 where an episode ended (a truncation's bootstrap is in its reward), rho_bar = min(1, pi / mu)."""
+    q_ret, future = torch.empty_like(rewards), last_values
     for t in reversed(range(len(rewards))):
-        future = q_ret[t] = rewards[t] + gamma * (1.0 - dones[t]) * future
-        future = rho_bar[t] * (future - q_taken[t]) + values[t]
+        future = q_ret[t] = rewards[t] + gamma * (1.0 - dones[t]) * future  # Q_ret <- r_t + gamma (1 - d_t) Q_ret
+        future = rho_bar[t] * (future - q_taken[t]) + values[t]  # Q_ret <- rho_bar_t (Q_ret - Q(s_t, a_t)) + V(s_t)
     return q_ret
 
 
 def trust_region_project(g, k, delta: float):
-    """g' = g - max(0, (k.g - delta) / ||k||^2) k per row of g, k (B, A): the objective's gradient with respect to the
-    policy statistics, projected so that the linearised KL change k.g' stays within delta   [arXiv:1611.01224 eq. 12].
-    Rows with k.g <= delta come back unchanged (so does a zero row of k, pi = pi_avg); the others get k.g' = delta."""
+    """g' = g - max(0, (k.g - delta) / ||k||^2) k over the last dim of g, k (..., A)   [arXiv:1611.01224 eq. 12]: rows
+    with k.g <= delta (or k = 0) come back unchanged, the others get the linearised KL change k.g' = delta."""
     excess = ((k * g).sum(-1, keepdim=True) - delta).clamp(min=0.0)
     return g - excess / (k * k).sum(-1, keepdim=True).clamp(min=1e-12) * k
 
@@ -170,8 +161,7 @@ class Agent(nn.Module):
             self.trunk = nn.Sequential(layer_init(nn.Linear(obs_shape[0], HIDDEN)), nn.Tanh(),
                                        layer_init(nn.Linear(HIDDEN, HIDDEN)), nn.Tanh())
         features = self.trunk[-2].out_features
-        self.policy_head = layer_init(nn.Linear(features, num_actions), gain=0.01)
-        self.q_head = layer_init(nn.Linear(features, num_actions), gain=1.0)
+        self.policy_head, self.q_head = (layer_init(nn.Linear(features, num_actions), gain) for gain in (0.01, 1.0))
 
     def forward(self, obs):
         """(logits (B, A), Q(s, .) (B, A)), computed in float32; Atari's uint8 frames are scaled to [0, 1] here only."""
@@ -180,29 +170,24 @@ class Agent(nn.Module):
 
     @torch.no_grad()
     def act(self, obs):
-        """(a ~ pi(.|s) (B,), mu(.|s) = pi(.|s) (B, A)), the action and the behaviour policy that the buffer stores,
-        by the Gumbel-max trick: a = argmax_a (logits_a + g_a), g_a = -log(-log u_a), u_a ~ U[0, 1)."""
+        """(a ~ pi(.|s) (B,), mu = pi(.|s) (B, A)), Gumbel-max: a = argmax_a logits_a - log(-log u_a), u_a ~ U[0, 1)."""
         logits = self(obs)[0]
-        actions = (logits - torch.rand_like(logits).log_().neg_().log_()).argmax(-1)
-        return actions, logits.softmax(-1)
+        return (logits - torch.rand_like(logits).log_().neg_().log_()).argmax(-1), logits.softmax(-1)
 
 
 class SegmentBuffer:
     """The last `buffer_size` transitions as whole segments of T steps in N envs: s_0..s_T (uint8 Atari frames, else
-    float32; s_T bootstraps the last step), a_t, r_t, d_t (the episode ended at step t), mu(.|s_t), and under
-    (slot, t, n) the final observation of an episode truncated at step t of env n, for V of it (DEVIATION(2))."""
+    float32), a_t, r_t, d_t, mu(.|s_t), and final_obs {(slot, t, n): s_t+1 where env n truncated at t}, DEVIATION(2)."""
 
     FIELDS = ("obs", "actions", "rewards", "dones", "mu")
 
     def __init__(self, buffer_size: int, T: int, N: int, obs_space, num_actions: int, device):
-        self.slots, self.T, self.N = buffer_size // (T * N), T, N
+        self.slots, self.T, self.N, self.final_obs, self.pos, self.size = buffer_size // (T * N), T, N, {}, 0, 0
         obs_dtype = torch.uint8 if obs_space.dtype == np.uint8 else torch.float32
         self.obs = torch.zeros((self.slots, T + 1, N, *obs_space.shape), dtype=obs_dtype, device=device)
         self.actions = torch.zeros((self.slots, T, N), dtype=torch.long, device=device)
         self.rewards, self.dones = (torch.zeros((self.slots, T, N), device=device) for _ in range(2))
         self.mu = torch.zeros((self.slots, T, N, num_actions), device=device)
-        self.final_obs = {}  # (slot, t, n) -> final observation of an episode truncated there
-        self.pos = self.size = 0
 
     @property
     def transitions(self) -> int:
@@ -237,9 +222,7 @@ class SegmentBuffer:
 # LOSS AND UPDATE
 # ---------------------------------------------------------------------------------------------------------------------
 def acer_loss(agent: Agent, avg_agent: Agent, segment: dict, args: Args):
-    """(loss, detached metrics) of one segment, on-policy or replayed with its stored mu. The policy part
-    -(z * g').sum(-1).mean() on the logits z carries g', the trust-region projection of g = d objective / dz, into the
-    network by backward [eq. 12]; the Q head's is q_coef * (Q_ret - Q(s_t, a_t))^2 (DEVIATION(3))."""
+    """(loss, detached metrics) of one segment, on-policy or replayed with its stored mu   [arXiv:1611.01224 Alg. 2]."""
     T, N = segment["actions"].shape
     logits, q = (x.view(T + 1, N, -1) for x in agent(segment["obs"].flatten(0, 1)))
     actions = segment["actions"].unsqueeze(-1)
@@ -247,42 +230,34 @@ def acer_loss(agent: Agent, avg_agent: Agent, segment: dict, args: Args):
     with torch.no_grad():
         pi = logits.softmax(-1)
         values = (pi * q).sum(-1)  # V(s) = sum_a pi(a|s) Q(s, a), (T + 1, N)
-        rewards = segment["rewards"]
+        rewards = segment["rewards"].clone()
         if segment["final_obs"]:  # DEVIATION(2): r + gamma * V(final obs) at a truncation, V from this network
             final_logits, final_q = agent(torch.stack(list(segment["final_obs"].values())))
-            rewards = rewards.clone()
             rewards[tuple(zip(*segment["final_obs"]))] += args.gamma * (final_logits.softmax(-1) * final_q).sum(-1)
         rho_all = pi[:T] / segment["mu"].clamp(min=MU_FLOOR)  # rho(a) = pi(a|s) / mu(a|s) for every a, DEVIATION(4)
         rho = rho_all.gather(-1, actions).squeeze(-1)
-        q_ret = retrace_targets(rewards, segment["dones"], q_taken.detach(), values[:T], rho.clamp(max=1.0), values[T],
-                                args.gamma)
+        q_ret = retrace_targets(rewards, segment["dones"], q_taken, values[:T], rho.clamp(max=1), values[T], args.gamma)
         pi_avg = avg_agent(segment["obs"][:T].flatten(0, 1))[0].view(T, N, -1).softmax(-1)
+        avg_kl = (pi_avg * (pi_avg.clamp(min=1e-12).log() - pi[:T].clamp(min=1e-12).log())).sum(-1).mean()
 
     # g = d objective / dz on a leaf copy z of the logits, per sample                                          [eq. 9]
     #   = min(c, rho_t) grad log pi(a_t|s_t) (Q_ret - V(s_t)) + E_{a~pi}[relu(1 - c / rho_t(a)) grad log pi(a|s_t)
     #     (Q(s_t, a) - V(s_t))] + beta grad H(pi(.|s_t)),   rho_t(a) = pi(a|s_t) / mu(a|s_t)
     z = logits[:T].detach().requires_grad_()
     log_pi = z.log_softmax(-1)
-    advantage = q_ret - values[:T]
-    truncated_term = rho.clamp(max=args.truncation_c) * log_pi.gather(-1, actions).squeeze(-1) * advantage
+    truncated_term = rho.clamp(max=args.truncation_c) * log_pi.gather(-1, actions).squeeze(-1) * (q_ret - values[:T])
     bias_weights = (1.0 - args.truncation_c / rho_all).clamp(min=0.0) * pi[:T]  # relu(1 - c / rho(a)) pi(a|s)
     bias_correction = (bias_weights * log_pi * (q[:T].detach() - values[:T].unsqueeze(-1))).sum(-1)
     entropy = -(log_pi.exp() * log_pi).sum(-1)
     objective = truncated_term + bias_correction + args.ent_coef * entropy
-    with torch.enable_grad():
-        g = torch.autograd.grad(objective.sum(), z)[0]
-    # k = d KL(pi_avg || pi) / dz = pi - pi_avg for softmax logits z                                        [eq. 12]
-    k = pi[:T] - pi_avg
-    if args.trust_region:
-        g = trust_region_project(g.flatten(0, 1), k.flatten(0, 1), args.max_kl).view_as(g)
-    policy_surrogate = -(logits[:T] * g).sum(-1).mean()
-
-    q_loss = (q_ret - q_taken).pow(2).mean()  # DEVIATION(3)
-    loss = policy_surrogate + args.q_coef * q_loss
-    with torch.no_grad():
-        avg_kl = (pi_avg * (pi_avg.clamp(min=1e-12).log() - pi[:T].clamp(min=1e-12).log())).sum(-1).mean()
-        metrics = (-(truncated_term + bias_correction).mean(), q_loss.detach(), entropy.mean(), avg_kl, rho.mean())
-    return loss, dict(zip(METRICS, metrics))
+    g = torch.autograd.grad(objective.sum(), z)[0]
+    if args.trust_region:  # g' from k = d KL(pi_avg || pi) / dz = pi - pi_avg for softmax logits z           [eq. 12]
+        g = trust_region_project(g, pi[:T] - pi_avg, args.max_kl)
+    q_loss = (q_ret - q_taken).pow(2).mean()  # DEVIATION(3): the loss has q_coef times this, not half of it
+    # the policy part -(z * g').sum(-1).mean(), z the logits with their gradient, carries g' into the network [eq. 12]
+    loss = -(logits[:T] * g).sum(-1).mean() + args.q_coef * q_loss
+    metrics = -(truncated_term + bias_correction).mean(), q_loss, entropy.mean(), avg_kl, rho.mean()
+    return loss, {key: value.detach() for key, value in zip(METRICS, metrics)}
 
 
 @torch.no_grad()
@@ -302,22 +277,20 @@ def acer_update(agent: Agent, avg_agent: Agent, optimizer, args: Args):
         optimizer.step()
         update_average(avg_agent, agent, args.avg_decay)  # [paper, Alg. 2]
         return metrics
-
     return torch.compile(update) if args.compile else update
 
 
 def check_args(args: Args) -> None:
     """Raise ConfigError for this script's out-of-range or contradictory flags."""
     segment = args.num_envs * args.num_steps
-    check([(args.num_steps < 1, "--num-steps must be at least 1"),
-           (args.total_timesteps < segment, f"--total-timesteps must be at least --num-envs x --num-steps = {segment}"),
+    check([(args.total_timesteps < segment, f"--total-timesteps must be at least --num-envs x --num-steps = {segment}"),
            (args.buffer_size < segment, f"--buffer-size must be at least --num-envs x --num-steps = {segment}"),
            *((not getattr(args, name) >= 0, f"--{name.replace('_', '-')} must be non-negative")
              for name in ("replay_ratio", "replay_start", "q_coef", "ent_coef")),
            (args.replay_ratio > 0 and args.replay_start > args.buffer_size, f"--replay-start {args.replay_start} "
             f"exceeds --buffer-size {args.buffer_size}, so replay would never start: lower one or raise the other"),
            *((not getattr(args, name) > 0, f"--{name.replace('_', '-')} must be positive")
-             for name in ("learning_rate", "truncation_c", "max_kl", "max_grad_norm", "rms_eps")),
+             for name in ("num_steps", "learning_rate", "truncation_c", "max_kl", "max_grad_norm", "rms_eps")),
            (not 0 < args.gamma <= 1, "--gamma must lie in (0, 1]"),
            (not 0 <= args.avg_decay < 1, "--avg-decay must lie in [0, 1)"),
            (not 0 <= args.rms_alpha < 1, "--rms-alpha must lie in [0, 1)")])
@@ -341,13 +314,11 @@ def main(args: Args) -> dict:
     T, N = args.num_steps, args.num_envs
     if args.total_timesteps % (T * N):  # whole segments only
         args = replace(args, total_timesteps=args.total_timesteps // (T * N) * T * N)
-        print(f"note: --total-timesteps rounded down to {args.total_timesteps:,}, a multiple of --num-envs x "
-              f"--num-steps = {T * N}", file=sys.stderr)
+        print(f"note: --total-timesteps rounded down to {args.total_timesteps:,}, whole segments", file=sys.stderr)
     run = Run(args, checkpoint, device)
     try:
-        agent = Agent(run.envs).to(device)
-        avg_agent = Agent(run.envs).to(device).requires_grad_(False)  # theta_avg, the average policy's network
-        avg_agent.load_state_dict(agent.state_dict())
+        agent, avg_agent = Agent(run.envs).to(device), Agent(run.envs).to(device).requires_grad_(False)
+        avg_agent.load_state_dict(agent.state_dict())  # theta_avg, the average policy's network, starts at theta
         optimizer = (torch.optim.RMSprop(agent.parameters(), args.learning_rate, args.rms_alpha, args.rms_eps)
                      if args.optimizer == "rmsprop" else torch.optim.Adam(agent.parameters(), args.learning_rate,
                                                                           eps=args.rms_eps))
@@ -386,12 +357,10 @@ def main(args: Args) -> dict:
             if replays and args.replay_ratio_poisson:
                 replays = int(torch.poisson(torch.tensor(float(replays))))
             for batch in [segment, *(buffer.sample() for _ in range(replays))]:
-                metric_sums[:-1] += torch.stack(list(update(batch).values()))
-                metric_sums[-1] += 1
+                metric_sums += torch.stack([*update(batch).values(), metric_sums.new_ones(())])
             replay_updates += replays
 
-            # LOG the metrics averaged over every update (on-policy and replayed) since the last write
-            if crossed(previous_step, global_step, args.log_freq):
+            if crossed(previous_step, global_step, args.log_freq):  # LOG the mean of every update since the last write
                 run.log({}, dict(zip(METRICS, metric_sums[:-1] / metric_sums[-1])), previous_step, global_step)
                 run.writer.add_scalar("charts/replay_transitions", buffer.transitions, global_step)
                 run.writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
