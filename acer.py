@@ -116,9 +116,7 @@ METRICS = ("policy_loss", "q_loss", "entropy", "avg_policy_kl", "rho_mean")  # a
 COMPILE_MIN_STEPS = None  # unset --compile runs eagerly; --compile compiles `acer_update` as it is
 
 
-# ---------------------------------------------------------------------------------------------------------------------
-# PURE MATH
-# ---------------------------------------------------------------------------------------------------------------------
+# PURE MATH ------------------------------------------------------------------------------------------------------------
 def retrace_targets(rewards, dones, q_taken, values, rho_bar, last_values, gamma: float):
     """Q_ret(s_t, a_t) (T, N) backwards from V(s_T) = last_values (N,)   [arXiv:1611.01224 eq. 5, Alg. 2]; the rest is
     (T, N): dones 1 where an episode ended (a truncation's bootstrap is in its reward), rho_bar = min(1, pi / mu)."""
@@ -136,9 +134,7 @@ def trust_region_project(g, k, delta: float):
     return g - excess / (k * k).sum(-1, keepdim=True).clamp(min=1e-12) * k
 
 
-# ---------------------------------------------------------------------------------------------------------------------
-# NETWORKS AND REPLAY OF WHOLE SEGMENTS
-# ---------------------------------------------------------------------------------------------------------------------
+# NETWORKS AND REPLAY OF WHOLE SEGMENTS --------------------------------------------------------------------------------
 def layer_init(layer: nn.Module, gain: float = np.sqrt(2)) -> nn.Module:
     """Orthogonal weights with this gain and zero biases (baselines and SB3)."""
     nn.init.orthogonal_(layer.weight, gain)
@@ -218,9 +214,7 @@ class SegmentBuffer:
         self.pos, self.size = state["pos"], state["size"]
 
 
-# ---------------------------------------------------------------------------------------------------------------------
-# LOSS AND UPDATE
-# ---------------------------------------------------------------------------------------------------------------------
+# LOSS AND UPDATE ------------------------------------------------------------------------------------------------------
 def acer_loss(agent: Agent, avg_agent: Agent, segment: dict, args: Args):
     """(loss, detached metrics) of one segment, on-policy or replayed with its stored mu   [arXiv:1611.01224 Alg. 2]."""
     T, N = segment["actions"].shape
@@ -305,9 +299,7 @@ def check_spaces(env_id: str, obs_space, action_space) -> None:
             "this script needs Atari frames or a 1-D Box: wrap the env in gymnasium.wrappers.FlattenObservation")])
 
 
-# ---------------------------------------------------------------------------------------------------------------------
-# MAIN
-# ---------------------------------------------------------------------------------------------------------------------
+# MAIN -----------------------------------------------------------------------------------------------------------------
 def main(args: Args) -> dict:
     """Train; returns a summary. Raises ConfigError, before writing anything, on bad flags, envs or checkpoints."""
     args, checkpoint, device = setup(args)

@@ -120,9 +120,7 @@ COMPILE_MIN_STEPS = 100_000  # unset --compile compiles CPU runs of this many en
 LOG_2PI = math.log(2 * math.pi)
 
 
-# ---------------------------------------------------------------------------------------------------------------------
-# PURE MATH
-# ---------------------------------------------------------------------------------------------------------------------
+# PURE MATH ------------------------------------------------------------------------------------------------------------
 def tanh_gaussian_log_prob(u: torch.Tensor, eps: torch.Tensor, log_std: torch.Tensor, action_scale: torch.Tensor):
     """log pi(a|s) of a = tanh(u) * action_scale + action_bias, u = mean + exp(log_std) * eps, eps ~ N(0, I).
     Shapes: u, eps, log_std (B, |A|); action_scale (|A|,). Returns (B, 1).
@@ -149,9 +147,7 @@ def subsample_critics(num_critics: int, num_subsample: int, device=None):
     return slice(None) if num_subsample == num_critics else torch.randperm(num_critics, device=device)[:num_subsample]
 
 
-# ---------------------------------------------------------------------------------------------------------------------
-# NETWORKS AND REPLAY BUFFER
-# ---------------------------------------------------------------------------------------------------------------------
+# NETWORKS AND REPLAY BUFFER -------------------------------------------------------------------------------------------
 class QEnsemble(nn.Module):
     """N soft Q networks Q_i(s, a), each 256-256-1 with ReLU, in one batched pass: layer weights are stacked to
     (N, in, out) for `torch.baddbmm`. Each member is initialised as `nn.Linear` is: U(+-1/sqrt(fan_in))."""
@@ -240,9 +236,7 @@ class ReplayBuffer:
         self.storage[: self.size] = state["storage"].to(self.device)
 
 
-# ---------------------------------------------------------------------------------------------------------------------
-# LOSSES AND UPDATES
-# ---------------------------------------------------------------------------------------------------------------------
+# LOSSES AND UPDATES ---------------------------------------------------------------------------------------------------
 def compute_loss_q(actor, qf, qf_target, batch, alpha, gamma, backup_entropy, num_subsample):
     """J_Q = sum_i E[(Q_i(s, a) - y)^2], y from `soft_q_target`   [arXiv:1812.05905 eq. 5; DEVIATION(2)]. Returns (loss, metrics)."""
     obs, actions, rewards, next_obs, terminations = batch
@@ -335,9 +329,7 @@ def check_spaces(env_id: str, obs_space, action_space) -> None:
             action_space.low)), f"{env_id} has unbounded or empty action bounds; tanh needs finite low < high")])
 
 
-# ---------------------------------------------------------------------------------------------------------------------
-# MAIN
-# ---------------------------------------------------------------------------------------------------------------------
+# MAIN -----------------------------------------------------------------------------------------------------------------
 def main(args: Args) -> dict:
     """Train; returns a summary. Raises ConfigError, before writing anything, on bad flags, envs or checkpoints."""
     args, checkpoint, device = setup(args)

@@ -98,9 +98,7 @@ HIDDEN = 256  # units per hidden layer (DEVIATION(1))
 COMPILE_MIN_STEPS = 100_000  # unset --compile compiles CPU runs of this many env steps after learning starts
 
 
-# ---------------------------------------------------------------------------------------------------------------------
-# PURE MATH
-# ---------------------------------------------------------------------------------------------------------------------
+# PURE MATH ------------------------------------------------------------------------------------------------------------
 def smoothed_target_actions(next_actions, action_scale, low, high, policy_noise: float, noise_clip: float):
     """a~' = clip(pi'(s') + clip(eps, -c, c), low, high)   [TD3 eq. 15], eps ~ N(0, (policy_noise * action_scale)^2)
     per sample and dimension, c = noise_clip * action_scale. Shapes: next_actions (B, |A|); the others (|A|,)."""
@@ -115,9 +113,7 @@ def td3_target(rewards, terminations, next_q, gamma: float):
     return rewards + gamma * (1.0 - terminations) * next_q.min(dim=0).values
 
 
-# ---------------------------------------------------------------------------------------------------------------------
-# NETWORKS AND REPLAY BUFFER
-# ---------------------------------------------------------------------------------------------------------------------
+# NETWORKS AND REPLAY BUFFER -------------------------------------------------------------------------------------------
 class QEnsemble(nn.Module):
     """N Q networks Q_i(s, a), each 256-256-1 with ReLU, in one batched pass: layer weights stacked to (N, in, out)
     and applied with `torch.baddbmm`, each member initialised as `nn.Linear`'s, U(-1/sqrt(fan_in), 1/sqrt(fan_in))."""
@@ -194,9 +190,7 @@ class ReplayBuffer:
         self.storage[: self.size] = state["storage"].to(self.device)
 
 
-# ---------------------------------------------------------------------------------------------------------------------
-# LOSSES AND UPDATES
-# ---------------------------------------------------------------------------------------------------------------------
+# LOSSES AND UPDATES ---------------------------------------------------------------------------------------------------
 def compute_loss_q(actor_target, qf, qf_target, batch, gamma: float, policy_noise: float, noise_clip: float):
     """J_Q = sum_i E[(Q_i(s, a) - y)^2], y from `td3_target`   [TD3 Algorithm 1; DEVIATION(2)]; (loss, metrics)."""
     obs, actions, rewards, next_obs, terminations = batch
@@ -269,9 +263,7 @@ def check_spaces(env_id: str, obs_space, action_space) -> None:
             action_space.low)), f"{env_id} has unbounded or empty action bounds; tanh needs finite low < high")])
 
 
-# ---------------------------------------------------------------------------------------------------------------------
-# MAIN
-# ---------------------------------------------------------------------------------------------------------------------
+# MAIN -----------------------------------------------------------------------------------------------------------------
 def main(args: Args) -> dict:
     """Train; returns a summary. Raises ConfigError, before writing anything, on bad flags, envs or checkpoints."""
     args, checkpoint, device = setup(args)
