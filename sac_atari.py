@@ -108,31 +108,24 @@ HIDDEN, CNN_FEATURES = 256, 512  # hidden units of the MLP for flat observations
 COMPILE_MIN_STEPS = None  # unset --compile runs eagerly
 
 
-# ---------------------------------------------------------------------------------------------------------------------
-# PURE MATH
-# ---------------------------------------------------------------------------------------------------------------------
+# PURE MATH ------------------------------------------------------------------------------------------------------------
 def discrete_soft_q_target(rewards, terminations, next_probs, next_log_probs, next_q_min, alpha, gamma: float):
     """Soft Bellman target, the expectation over a' exact under pi; rewards, terminations (B,), the others (B, |A|).
     y = r + gamma * (1 - terminated) * sum_a' pi(a'|s') * (min_i Q'_i(s', a') - alpha * log pi(a'|s'))   [eq. 9, 10]"""
-    next_v = (next_probs * (next_q_min - alpha * next_log_probs)).sum(dim=1)
-    return rewards + gamma * (1.0 - terminations) * next_v
+    return rewards + gamma * (1.0 - terminations) * (next_probs * (next_q_min - alpha * next_log_probs)).sum(dim=1)
 
 
 def discrete_actor_loss(probs, log_probs, q_min, alpha):
-    """J_pi = E_s[sum_a pi(a|s) * (alpha * log pi(a|s) - min_i Q_i(s, a))]   [arXiv:1910.07207 eq. 12; DEVIATION(1)].
-    Shapes: probs, log_probs, q_min (B, |A|). Returns a scalar."""
+    """J_pi = E_s[sum_a pi(a|s) * (alpha * log pi(a|s) - min_i Q_i(s, a))], all (B, |A|)   [eq. 12; DEVIATION(1)]"""
     return (probs * (alpha * log_probs - q_min)).sum(dim=1).mean()
 
 
 def discrete_alpha_loss(log_alpha, probs, log_probs, target_entropy: float):
-    """J(alpha) = E_s[sum_a pi(a|s) * (-alpha * (log pi(a|s) + H-bar))]   [arXiv:1910.07207 eq. 11; DEVIATION(1)].
-    probs and log_probs (B, |A|) enter detached: only log_alpha receives a gradient."""
+    """J(alpha) = E_s[sum_a pi(a|s) * (-alpha * (log pi(a|s) + H-bar))], pi (B, |A|) detached  [eq. 11; DEVIATION(1)]"""
     return (probs * (-log_alpha.exp() * (log_probs + target_entropy))).sum(dim=1).mean()
 
 
-# ---------------------------------------------------------------------------------------------------------------------
-# NETWORKS AND REPLAY BUFFER
-# ---------------------------------------------------------------------------------------------------------------------
+# NETWORKS AND REPLAY BUFFER -------------------------------------------------------------------------------------------
 def layer_init(layer: nn.Module) -> nn.Module:
     """He (Kaiming normal) weights and zero biases (CleanRL's sac_atari.py; He et al. 2015)."""
     nn.init.kaiming_normal_(layer.weight)
@@ -141,16 +134,14 @@ def layer_init(layer: nn.Module) -> nn.Module:
 
 
 def network_input(obs: torch.Tensor) -> torch.Tensor:
-    """uint8 frames (B, stack, 84, 84) scaled to [0, 1] in one pass, as channels-last float32 (faster CPU convolutions);
-    anything else as float32 (this function's own output passes unchanged)."""
+    """uint8 frames (B, stack, 84, 84) to [0, 1], channels-last float32 (faster CPU convolutions); others to float32."""
     if obs.dtype != torch.uint8:
         return obs.float()
     return torch.mul(obs, 1.0 / 255.0, out=torch.empty(obs.shape, device=obs.device, memory_format=torch.channels_last))
 
 
 class SoftQNetwork(nn.Module):
-    """Q(s, .) (B, |A|): NatureCNN on (stack, 84, 84) frames, or a 256-256 MLP on 1-D observations, then one output per
-    action. Takes raw observations or `network_input`'s output (the update scales a batch once for all networks)."""
+    """Q(s, .) (B, |A|): NatureCNN on frame stacks, or a 256-256 MLP on 1-D observations, then a linear head."""
 
     def __init__(self, envs):
         super().__init__()
@@ -166,7 +157,7 @@ class SoftQNetwork(nn.Module):
         self.head = layer_init(nn.Linear(self.encoder[-2].out_features, int(envs.single_action_space.n)))
         self.to(memory_format=torch.channels_last)  # convolution weights in the layout of `network_input`
 
-    def forward(self, obs):
+    def forward(self, obs):  # raw observations, or `network_input`'s (the update scales a batch once for all networks)
         return self.head(self.encoder(network_input(obs)))
 
 
@@ -181,20 +172,18 @@ class Actor(SoftQNetwork):
 
 
 class ReplayBuffer:
-    """Circular storage of each frame once, rebuilding the frame stacks when it samples (DEVIATION(6)). Each sub-env
-    writes its own stream of slots, one frame (an observation's newest) per slot; a slot starting a transition also
-    holds its action, reward and termination, its successor s'. An episode end writes two slots: final, reset obs.
-    Slot k's stack is slots k-stack+1..k, those before the episode's first slot replaced by it (FrameStackObservation's
-    padding); flat observations use stack=1. Storage stays on the CPU; `sample` moves the minibatch to `device`."""
+    """Circular storage of each frame once, the frame stacks rebuilt when sampling (DEVIATION(6)), on the CPU. Each
+    sub-env writes its own stream of slots, one frame (an observation's newest) per slot; a slot starting a transition
+    also holds its action, reward and termination, its successor s'. An episode end writes two slots: final, reset obs.
+    Slot k's stack is slots k-stack+1..k, those before the episode's first replaced by it (FrameStack's padding)."""
 
     FIELDS = ("frames", "actions", "rewards", "terminations", "age", "valid")  # per slot (num_envs, slots, ...)
 
     def __init__(self, capacity: int, num_envs: int, obs_space: gym.spaces.Box, device):
         self.stack = obs_space.shape[0] if len(obs_space.shape) == 3 else 1
         self.slots, self.num_envs, self.device = -(-capacity // num_envs), num_envs, device  # ceil(capacity / envs)
-        shape = (num_envs, self.slots)
+        shape, dtype = (num_envs, self.slots), torch.uint8 if obs_space.dtype == np.uint8 else torch.float32
         # torch.empty commits memory as frames arrive (not 7 GB at once); `size` and `valid` keep unwritten slots unread
-        dtype = torch.uint8 if obs_space.dtype == np.uint8 else torch.float32
         self.frames = torch.empty(shape + (obs_space.shape[1:] if self.stack > 1 else obs_space.shape), dtype=dtype)
         self.actions = torch.zeros(shape, dtype=torch.long)
         self.rewards, self.terminations = torch.zeros(shape), torch.zeros(shape)
@@ -205,9 +194,8 @@ class ReplayBuffer:
 
     def _write(self, env: int, obs, first: bool):
         p = self.pos[env]
-        self.frames[env, p] = torch.as_tensor(obs[-1] if self.stack > 1 else obs)  # the newest frame
+        self.frames[env, p], self.valid[env, p] = torch.as_tensor(obs[-1] if self.stack > 1 else obs), False
         self.age[env, p] = 0 if first else min(int(self.age[env, p - 1]) + 1, self.stack)  # p - 1 = -1 wraps around
-        self.valid[env, p] = False
         self.pos[env], self.size[env] = (p + 1) % self.slots, min(self.size[env] + 1, self.slots)
 
     def start(self, obs):
@@ -233,11 +221,10 @@ class ReplayBuffer:
         return frames if self.stack > 1 else frames[:, 0]
 
     def sample(self, batch_size: int):
-        """(obs, actions, rewards, next_obs, terminations) of `batch_size` transitions drawn uniformly among the stored
-        ones, by rejection: slots with no transition, and those whose stack reaches overwritten slots, are redrawn."""
+        """(obs, actions, rewards, next_obs, terminations) of `batch_size` stored transitions, uniform, on `device`."""
         env, slot = torch.zeros(0, dtype=torch.long), torch.zeros(0, dtype=torch.long)
         wrapped, pos = torch.as_tensor(self.size == self.slots), torch.as_tensor(self.pos)
-        while len(env) < batch_size:
+        while len(env) < batch_size:  # by rejection: redraw slots with no transition or a stack on overwritten slots
             e = torch.randint(0, self.num_envs, (2 * batch_size,))
             s = torch.randint(0, int(self.size.max()), (2 * batch_size,))
             keep = self.valid[e, s] & ~(wrapped[e] & ((s - pos[e]) % self.slots < self.stack - 1))
@@ -257,9 +244,7 @@ class ReplayBuffer:
             getattr(self, k)[:, :state[k].shape[1]] = state[k]
 
 
-# ---------------------------------------------------------------------------------------------------------------------
-# LOSSES AND UPDATES
-# ---------------------------------------------------------------------------------------------------------------------
+# LOSSES AND UPDATES ---------------------------------------------------------------------------------------------------
 def compute_loss_q(actor, qf1, qf2, qf1_target, qf2_target, batch, alpha, gamma):
     """J_Q = sum_i E[(Q_i(s, a) - y)^2], y from `discrete_soft_q_target`   [arXiv:1910.07207 eq. 9; DEVIATION(4)]."""
     obs, actions, rewards, next_obs, terminations = batch
@@ -314,13 +299,11 @@ def check_args(args: Args) -> None:
            (args.learning_starts >= args.total_timesteps, f"--learning-starts {args.learning_starts} >= "
             f"--total-timesteps {args.total_timesteps}: no update would run; lower one or raise the other"),
            (args.learning_starts < args.batch_size, "--learning-starts must be at least --batch-size"),
-           (not all(x > 0 for x in (args.policy_lr, args.q_lr, args.adam_eps)),
-            "--policy-lr, --q-lr and --adam-eps must be positive"),
+           *((not getattr(args, name) > 0, f"--{name.replace('_', '-')} must be positive") for name in
+             ("policy_lr", "q_lr", "adam_eps", "batch_size", "update_frequency", "target_network_frequency")),
            (not (0 < args.tau <= 1 and 0 < args.gamma <= 1), "--tau and --gamma must lie in (0, 1]"),
            (not args.alpha >= 0, "--alpha must be non-negative"),
-           (not 0 <= args.target_entropy_scale <= 1, "--target-entropy-scale must lie in [0, 1]"),
-           (min(args.batch_size, args.update_frequency, args.target_network_frequency) < 1,
-            "--batch-size, --update-frequency and --target-network-frequency must be at least 1")])
+           (not 0 <= args.target_entropy_scale <= 1, "--target-entropy-scale must lie in [0, 1]")])
 
 
 def check_spaces(env_id: str, obs_space, action_space) -> None:
@@ -329,33 +312,27 @@ def check_spaces(env_id: str, obs_space, action_space) -> None:
     check([(not isinstance(action_space, gym.spaces.Discrete), f"{env_id} has a {type(action_space).__name__} action "
             "space; this script needs a Discrete one (for a Box one: sac_continuous_action.py)"),
            (not (box and (len(obs_space.shape) == 1 or obs_space.shape == (4, 84, 84) and obs_space.dtype == np.uint8)),
-            f"{env_id} has {obs_space} observations; this script needs Atari frames or a 1-D Box: wrap the env in "
-            "gymnasium.wrappers.FlattenObservation")])
+            f"{env_id} has {obs_space} observations, not Atari frames or a 1-D Box (use FlattenObservation)")])
 
 
-# ---------------------------------------------------------------------------------------------------------------------
-# MAIN
-# ---------------------------------------------------------------------------------------------------------------------
+# MAIN -----------------------------------------------------------------------------------------------------------------
 def main(args: Args) -> dict:
     """Train; returns a summary. Raises ConfigError, before writing anything, on bad flags, envs or checkpoints."""
     args, checkpoint, device = setup(args)
     run = Run(args, checkpoint, device)
     try:
-        num_actions = int(run.envs.single_action_space.n)
         actor = Actor(run.envs).to(device)
         qf1, qf2, qf1_target, qf2_target = (SoftQNetwork(run.envs).to(device) for _ in range(4))
         for target, source in ((qf1_target, qf1), (qf2_target, qf2)):
-            target.load_state_dict(source.state_dict())
-            target.requires_grad_(False)
+            target.requires_grad_(False).load_state_dict(source.state_dict())
         fused = {"fused": True} if device.type in ("cpu", "cuda") else {}  # one Adam kernel for all tensors
         q_params = [*qf1.parameters(), *qf2.parameters()]
         q_optimizer = torch.optim.Adam(q_params, lr=args.q_lr, eps=args.adam_eps, **fused)
         actor_optimizer = torch.optim.Adam(actor.parameters(), lr=args.policy_lr, eps=args.adam_eps, **fused)
-        log_alpha = torch.zeros(1, device=device, requires_grad=True)
+        fixed_log_alpha = float(np.log(args.alpha)) if args.alpha > 0 else -math.inf  # --no-autotune
+        log_alpha = torch.full((1,), 0.0 if args.autotune else fixed_log_alpha, device=device, requires_grad=True)
         if args.autotune:  # log alpha's Adam: a parameter group of the actor's optimizer, with its own learning rate
             actor_optimizer.add_param_group({"params": [log_alpha], "lr": args.q_lr})
-        else:
-            log_alpha.data.fill_(float(np.log(args.alpha)) if args.alpha > 0 else -math.inf)
         rb = ReplayBuffer(args.buffer_size, args.num_envs, run.envs.single_observation_space, device)
         stateful = dict(actor=actor, qf1=qf1, qf2=qf2, qf1_target=qf1_target, qf2_target=qf2_target,
                         q_optimizer=q_optimizer, actor_optimizer=actor_optimizer, log_alpha=log_alpha,
@@ -372,7 +349,7 @@ def main(args: Args) -> dict:
         while global_step + args.num_envs <= args.total_timesteps and not run.stop_signal:
             # COLLECT: random actions for the first learning_starts steps (DEVIATION(5)), then a ~ pi(.|s)
             if global_step < args.learning_starts:
-                actions = torch.randint(0, num_actions, (args.num_envs,), device=device).cpu().numpy()
+                actions = torch.randint(0, actor.head.out_features, (args.num_envs,), device=device).cpu().numpy()
             else:
                 with torch.no_grad():
                     actions = actor.get_action(torch.as_tensor(obs, device=device))[0].cpu().numpy()
@@ -397,9 +374,8 @@ def main(args: Args) -> dict:
             # LOG, EVALUATE, CHECKPOINT
             run.log(infos, metrics, previous_step, global_step)
             run.after_step(previous_step, (global_step, updates), obs, policy)
-        model = {"actor": actor.state_dict(), "qf1": qf1.state_dict(), "qf2": qf2.state_dict(),
-                 "log_alpha": log_alpha.detach().cpu()}
-        summary = run.finish((global_step, updates), obs, policy, model)
+        model = {"actor": actor.state_dict(), "qf1": qf1.state_dict(), "qf2": qf2.state_dict()}
+        summary = run.finish((global_step, updates), obs, policy, {**model, "log_alpha": log_alpha.detach().cpu()})
     finally:
         run.close()
     return {**summary, "critic_updates": updates, "actor_updates": updates}

@@ -195,9 +195,8 @@ def compute_loss_q(actor_target, qf, qf_target, batch, gamma: float, policy_nois
     """J_Q = sum_i E[(Q_i(s, a) - y)^2], y from `td3_target`   [TD3 Algorithm 1; DEVIATION(2)]; (loss, metrics)."""
     obs, actions, rewards, next_obs, terminations = batch
     with torch.no_grad():
-        next_actions = smoothed_target_actions(actor_target(next_obs), actor_target.action_scale,
-                                               actor_target.action_low, actor_target.action_high, policy_noise,
-                                               noise_clip)
+        next_actions = smoothed_target_actions(actor_target(next_obs), actor_target.action_scale, actor_target.action_low,
+                                               actor_target.action_high, policy_noise, noise_clip)
         y = td3_target(rewards, terminations, qf_target(next_obs, next_actions), gamma)
     q = qf(obs, actions)
     per_critic = (q - y).pow(2).mean(dim=1)
