@@ -381,9 +381,7 @@ def main(args: Args) -> dict:
     return {**summary, "critic_updates": updates, "actor_updates": updates}
 
 
-# ======================================================================================================================
-# COMMON BLOCK: the same text in all five scripts (tests/test_common_block.py compares them)
-# ======================================================================================================================
+# COMMON BLOCK: the same text in all five scripts (tests/test_common_block.py compares them) ===========================
 EVAL_SEED_OFFSET = 1_000_000  # evaluation episode k is reset with seed + EVAL_SEED_OFFSET + k
 
 

@@ -404,9 +404,7 @@ def main(args: Args) -> dict:
     return {**summary, "critic_updates": critic_updates, "actor_updates": actor_updates}
 
 
-# ======================================================================================================================
-# COMMON BLOCK: the same text in all five scripts (tests/test_common_block.py compares them)
-# ======================================================================================================================
+# COMMON BLOCK: the same text in all five scripts (tests/test_common_block.py compares them) ===========================
 EVAL_SEED_OFFSET = 1_000_000  # evaluation episode k is reset with seed + EVAL_SEED_OFFSET + k
 
 
