@@ -161,8 +161,7 @@ class Actor(nn.Module):
 
 
 class ReplayBuffer:
-    """Preallocated circular storage of (s, a, r, s', terminated), sampled uniformly. The five fields are column blocks
-    of one (capacity, 2 |S| + |A| + 2) tensor, so storing a step is one copy and drawing a minibatch one gather."""
+    """Circular storage of (s, a, r, s', terminated), sampled uniformly: column blocks of one preallocated tensor."""
 
     def __init__(self, capacity: int, obs_dim: int, act_dim: int, device):
         self.capacity, self.pos, self.size, self.device = capacity, 0, 0, device
@@ -207,14 +206,12 @@ def compute_loss_q(actor_target, qf, qf_target, batch, gamma: float, policy_nois
 
 
 def compute_loss_pi(actor, qf, obs):
-    """J_pi = -E_s[Q_1(s, mu(s))], the deterministic policy gradient through critic 1 alone   [TD3 Algorithm 1,
-    Sec. 4.2]; the critic's parameters enter detached, so gradients reach the actor only."""
+    """J_pi = -E_s[Q_1(s, mu(s))] through critic 1 alone, its parameters detached   [TD3 Algorithm 1, Sec. 4.2]."""
     return -qf(obs, actor(obs), idx=slice(0, 1), detach_params=True).mean()
 
 
 def td3_update(actor, actor_target, qf, qf_target, q_optimizer, actor_optimizer, args):
-    """update(batch, actor_step): one critic step and, when `actor_step`, one actor step and the Polyak updates of both
-    targets ("delayed policy updates", TD3 paper Sec. 5.2); returns detached metrics (no host sync)."""
+    """update(batch, actor_step): a critic step and, when `actor_step`, an actor step and both targets' Polyak updates."""
     online, targets = [*qf.parameters(), *actor.parameters()], [*qf_target.parameters(), *actor_target.parameters()]
 
     def update(batch, actor_step: bool):
@@ -308,8 +305,7 @@ def main(args: Args) -> dict:
             rb.add(obs, actions, rewards, final_observations(next_obs, infos), terminations)
             obs = next_obs
 
-            # UPDATE: one critic update per env step; every d-th, an actor update and the target updates
-            # ("delayed policy updates", TD3 paper Sec. 5.2)
+            # UPDATE: a critic update per env step; every d-th, the actor's and the targets' (TD3 paper Sec. 5.2)
             if global_step >= args.learning_starts:
                 for _ in range(args.num_envs):
                     critic_updates += 1
