@@ -312,8 +312,9 @@ def main(args: Args) -> dict:
             loss_sums += torch.stack([*metrics.values(), torch.ones((), device=device)])
             if crossed(previous_step, global_step, args.log_freq):
                 metrics = dict(zip(metrics, loss_sums[:-1] / loss_sums[-1]))
-                metrics["explained_variance"] = explained_variance(rollout_values.flatten(), value_targets.flatten())
-                run.log({}, metrics, previous_step, global_step)
+                run.log({}, metrics, previous_step, global_step)  # explained variance is nan, not divergence, for flat targets
+                ev = explained_variance(rollout_values.flatten(), value_targets.flatten())
+                run.writer.add_scalar("losses/explained_variance", float(ev), global_step)
                 run.writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
                 loss_sums.zero_()
             run.after_step(previous_step, (global_step, updates), obs, policy)
@@ -328,7 +329,7 @@ EVAL_SEED_OFFSET = 1_000_000  # evaluation episode k is reset with seed + EVAL_S
 
 
 class ConfigError(Exception):
-    """A bad flag, env or checkpoint: `cli` prints the message on one line and exits with code 2."""
+    """A bad flag, env or checkpoint, a failed save or a diverged run: `cli` prints one line and exits with code 2."""
 
 
 def check(problems) -> None:
@@ -385,6 +386,8 @@ def setup(args):
         except Exception as e:  # a truncated zip, a foreign pickle or missing keys all mean the same to the user
             raise ConfigError(f"--resume {args.resume}: not a readable checkpoint of this script ({type(e).__name__}); "
                               "pass a checkpoint.pt written by --checkpoint-freq or on SIGINT/SIGTERM") from None
+    check([(not math.isfinite(value), f"--{key.replace('_', '-')} must be finite, not {value}")
+           for key, value in asdict(args).items() if isinstance(value, float)])
     check([(min(args.num_envs, args.eval_episodes, args.log_freq) < 1,
             "--num-envs, --eval-episodes and --log-freq must be at least 1"),
            (args.total_timesteps < args.num_envs, "--total-timesteps must be at least --num-envs"),
@@ -456,7 +459,7 @@ class Run:
                 set_state(state)
             counters, obs = checkpoint["counters"], checkpoint["obs"] if self.exact else None
             print(f"resumed {self.dir} at step {counters[0]:,}" + ("" if self.exact else "; new episodes start"))
-        self.start, self.start_step = time.time(), counters[0]
+        self.last_log = time.time(), counters[0]
         return counters, self.envs.reset(seed=self.args.seed + counters[0])[0] if obs is None else obs
 
     def save_checkpoint(self, counters: tuple, obs) -> str:
@@ -469,22 +472,48 @@ class Run:
         state.update(args=asdict(self.args), run_name=self.name, counters=counters, obs=obs, last_return=self.last_return,
                      rng=(*rng, torch.cuda.get_rng_state_all() if self.device.type == "cuda" else None),
                      envs=pickle.dumps((self.envs.envs, states)))
-        torch.save(state, f"{self.dir}/checkpoint.pt.tmp")
-        os.replace(f"{self.dir}/checkpoint.pt.tmp", f"{self.dir}/checkpoint.pt")  # never half a checkpoint
-        return f"{self.dir}/checkpoint.pt"
+        return self.save(state, "checkpoint.pt", counters[0], "the previous checkpoint, if any, is kept")
+
+    def save(self, obj, name: str, global_step: int, kept: str) -> str:
+        """runs/<run_name>/<name>, durably: a temporary file, fsynced, renamed into place, the directory fsynced. The NaN
+        guard refuses to save non-finite network parameters; a failed write removes its temporary file."""
+        bad = [key for key, net in self.stateful.items() if isinstance(net, nn.Module)
+               and not all(p.isfinite().all() for p in net.parameters())]
+        check([(bad, f"step {global_step:,}: the run diverged, {', '.join(bad)} holds non-finite values; nothing is "
+                     f"saved and {kept}: lower the learning rates")])
+        path = f"{self.dir}/{name}"
+        try:
+            with open(f"{path}.tmp", "wb") as f:
+                torch.save(obj, f)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(f"{path}.tmp", path)
+            os.fsync(directory := os.open(self.dir, os.O_RDONLY))
+            os.close(directory)
+        except OSError as e:
+            with contextlib.suppress(OSError):
+                os.remove(f"{path}.tmp")
+            raise ConfigError(f"cannot write {path} ({e.strerror or e}); {kept}") from None
+        return path
 
     def log(self, infos: dict, metrics: dict | None, previous_step: int, global_step: int) -> None:
-        """The episodes that ended; every --log-freq env steps, `metrics` (0-d tensors; one host sync), SPS and progress."""
+        """The episodes that ended; every --log-freq env steps, `metrics` (0-d tensors; one host sync), SPS and progress,
+        and the NaN guard: a non-finite metric stops the run."""
         for i in np.flatnonzero(infos.get("final_info", {}).get("_episode", [])):
             self.last_return = float(infos["final_info"]["episode"]["r"][i])
             self.writer.add_scalar("charts/episodic_return", self.last_return, global_step)
             self.writer.add_scalar("charts/episodic_length", int(infos["final_info"]["episode"]["l"][i]), global_step)
         if metrics and crossed(previous_step, global_step, self.args.log_freq):
-            for key, value in zip(metrics, torch.stack([v.float() for v in metrics.values()]).tolist()):
+            values = dict(zip(metrics, torch.stack([v.float() for v in metrics.values()]).tolist()))
+            diverged = [f"{key} is {value}" for key, value in values.items() if not math.isfinite(value)]
+            check([(diverged, f"step {global_step:,}: the run diverged, {', '.join(diverged)}; nothing is saved and the "
+                    "last checkpoint, if any, is kept: lower the learning rates")])
+            for key, value in values.items():
                 self.writer.add_scalar(f"losses/{key}", value, global_step)
-            sps = int((global_step - self.start_step) / (time.time() - self.start))
+            (then, step), self.last_log = self.last_log, (time.time(), global_step)
+            sps = int((global_step - step) / max(self.last_log[0] - then, 1e-6))  # since the last write
             self.writer.add_scalar("charts/SPS", sps, global_step)
-            print(f"\rstep {global_step:,}  SPS {sps}  last return {self.last_return}", end="", flush=True)
+            print(f"\rstep {global_step:,}  SPS {sps}  last return {self.last_return}".ljust(60), end="", flush=True)
 
     def evaluate(self, policy, global_step: int) -> None:
         """eval/episodic_return: the mean return of `policy` (numpy in and out, no torch RNG) over real episodes."""
@@ -521,7 +550,7 @@ class Run:
                 self.evaluate(policy, counters[0])
             print(f"step {counters[0]:,}: final eval/episodic_return {self.eval_return:.2f}")
             if self.args.save_model:
-                torch.save({**model, "args": asdict(self.args)}, f"{self.dir}/model.pt")
+                self.save({**model, "args": asdict(self.args)}, "model.pt", counters[0], "no model.pt is written")
                 print(f"model saved to {self.dir}/model.pt")
         return {"run_dir": self.dir, "global_step": counters[0], "eval_return": self.eval_return,
                 "stopped_by": self.stop_signal[0] if self.stop_signal else None}

@@ -86,7 +86,7 @@ def test_the_common_block_is_the_same_text_in_all_five_scripts():
         assert other_args == args, f"{name}: its COMMON ARGS differ from sac_continuous_action.py's"
         assert other_block == block, f"{name}: its COMMON BLOCK differs from sac_continuous_action.py's"
     assert block[-1].startswith("    return summary")  # the block ends with cli()
-    assert len(args) <= 20 and len(block) <= 229  # the common args, and the block from its banner to cli()
+    assert len(args) <= 20 and len(block) <= 257  # the common args, and the block from its banner to cli()
 
 
 def test_final_observations_replace_reset_rows_only(script):
@@ -333,3 +333,66 @@ def test_smoke_capture_video(tmp_path, name):
     video_env = "BreakoutNoFrameskip-v4" if name == "sac_atari" else "InvertedPendulum-v5"  # no pygame
     check_capture_video(tmp_path, importlib.import_module(name), ["--env-id", video_env, "--total-timesteps", "300",
                                                                   "--learning-starts", "100", "--batch-size", "32"])
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# NON-FINITE FLAGS, THE NaN GUARD, SAVES THAT FAIL
+# ---------------------------------------------------------------------------------------------------------------------
+def test_non_finite_float_flags_are_refused(in_tmp, capsys, script):
+    floats = [name for name, value in vars(script.Args()).items() if isinstance(value, float)]
+    assert floats
+    for name, value in [(name, value) for name in floats for value in ("inf", "-inf", "nan")]:
+        with pytest.raises(SystemExit) as exit_info:
+            script.cli([f"--{name.replace('_', '-')}", value])
+        err = capsys.readouterr().err
+        assert exit_info.value.code == 2 and err.count("\n") == 1 and "must be finite" in err, (name, value, err)
+    assert os.listdir(in_tmp) == []
+
+
+DIVERGE = {  # flags of a run whose learning rates make it diverge after a checkpoint taken before its first update
+    "sac_continuous_action": ["--env-id", "Pendulum-v1", "--learning-starts", "500", "--batch-size", "64",
+                              "--policy-lr", "1e6", "--q-lr", "1e6"],
+    "td3_continuous_action": ["--env-id", "Pendulum-v1", "--learning-starts", "500", "--batch-size", "64",
+                              "--learning-rate", "1e6"],
+    "sac_atari": ["--env-id", "CartPole-v1", "--learning-starts", "500", "--batch-size", "64", "--update-frequency", "1",
+                  "--policy-lr", "1e6", "--q-lr", "1e6"],
+    "a2c": ["--env-id", "CartPole-v1", "--learning-rate", "1e30"],
+    "acer": ["--env-id", "CartPole-v1", "--learning-rate", "1e30", "--replay-start", "100"],
+}
+
+
+@pytest.mark.parametrize("name", list(DIVERGE))
+def test_a_diverging_run_stops_with_one_line_and_saves_nothing_non_finite(tmp_path, name):
+    module = importlib.import_module(name)
+    flags = [*DIVERGE[name], "--total-timesteps", "3200", "--checkpoint-freq", "400", "--log-freq", "40",
+             "--eval-freq", "0", "--eval-episodes", "1", "--save-model", "--no-cuda"]
+    result = run_cli(module, flags, tmp_path)
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+    assert result.stderr.startswith("error: step ") and "the run diverged" in result.stderr, result.stderr
+    assert not glob.glob(f"{tmp_path}/runs/*/model.pt") and not glob.glob(f"{tmp_path}/runs/*/*.tmp")
+    checkpoints = glob.glob(f"{tmp_path}/runs/*/checkpoint.pt")
+    assert checkpoints or name in ("a2c", "acer")  # the off-policy runs checkpoint before their first update
+    for path in checkpoints:  # the last good checkpoint: loadable, finite
+        checkpoint = torch.load(path, weights_only=False)
+        tensors = [t for value in checkpoint.values() if isinstance(value, dict) for t in value.values()
+                   if isinstance(t, torch.Tensor) and t.is_floating_point()]
+        assert tensors and all(t.isfinite().all() for t in tensors)
+
+
+def test_a_failed_save_keeps_the_previous_checkpoint_and_no_temporary_file(in_tmp, monkeypatch, script):
+    run = script.Run(tiny(script), None, torch.device("cpu"))
+    try:
+        _, obs = run.resume({"net": torch.nn.Linear(2, 2)}, (0,))
+        path = run.save_checkpoint((10,), obs)
+
+        def disk_full(obj, f):
+            f.write(b"half a checkpoint")
+            raise OSError(28, "No space left on device")
+
+        with monkeypatch.context() as patch, pytest.raises(script.ConfigError, match="No space left on device.*previous"):
+            patch.setattr(torch, "save", disk_full)
+            run.save_checkpoint((20,), obs)
+        assert "checkpoint.pt.tmp" not in os.listdir(run.dir)
+        assert torch.load(path, weights_only=False)["counters"] == (10,)
+    finally:
+        run.close()
