@@ -23,6 +23,7 @@ import operator
 import os
 import pickle
 import random
+import shlex
 import shutil
 import signal
 import sys
@@ -60,6 +61,8 @@ class Args:
     """write runs/<run_name>/checkpoint.pt every this many env steps (0: only on SIGINT/SIGTERM)"""
     resume: str | None = None
     """continue the run saved in this checkpoint.pt; the run's saved configuration is used and other flags ignored"""
+    resume_anyway: bool = False
+    """let --resume continue a run that has finished (the TensorBoard data it logged after the checkpoint is dropped)"""
     # --- END OF COMMON ARGS ---
 
     env_id: str = "Hopper-v5"
@@ -379,6 +382,10 @@ def setup(args):
     checkpoint = None
     if args.resume:
         check([(not os.path.isfile(args.resume), f"--resume {args.resume}: no such file; pass a run's checkpoint.pt")])
+        finished = os.path.join(os.path.dirname(args.resume), "finished")  # written by Run.finish
+        if os.path.isfile(finished) and not args.resume_anyway:
+            raise ConfigError(f"--resume {args.resume}: that run {open(finished).read().strip()}, and resuming drops "
+                              "what it logged since: add --resume-anyway to do so")
         try:  # weights_only=False: the checkpoint holds pickled environments; resume only from checkpoints you wrote
             checkpoint = torch.load(args.resume, map_location="cpu", weights_only=False)
             args, _ = Args(**{**checkpoint["args"], "resume": args.resume}), pickle.loads(checkpoint["envs"])
@@ -424,6 +431,19 @@ class Run:
 
     def __init__(self, args, checkpoint: dict | None, device):
         self.args, self.checkpoint, self.device = args, checkpoint, device
+        safe = f"{args.env_id}__{args.exp_name}".replace("/", "-")
+        self.name = checkpoint["run_name"] if checkpoint else f"{safe}__{args.seed}__{int(time.time())}"
+        self.dir = os.path.dirname(os.path.abspath(args.resume)) if checkpoint else f"runs/{self.name}"
+        check([(len(self.name.encode()) > 255, f"the run name {self.name[:40]}... is longer than a file name may be "
+                "(255 bytes): shorten --exp-name")])
+        try:  # the run directory, made or found writable before anything is written to it
+            os.makedirs(self.dir, exist_ok=True)
+            check([(not os.access(self.dir, os.W_OK | os.X_OK), f"{self.dir} is not writable: run from elsewhere")])
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(f"{self.dir}/finished")  # a finished run resumed with --resume-anyway: running again
+        except OSError as e:
+            raise ConfigError(f"cannot make the run directory {self.dir} ({e.strerror}): is runs/ a file, or read-only? "
+                              "nothing is written") from None
         saved = checkpoint and pickle.loads(checkpoint["envs"])  # the sub-envs, with their RNG and simulator state
         for env, (np_random, state) in zip(*saved) if saved else []:
             env.unwrapped.np_random = np_random
@@ -436,9 +456,6 @@ class Run:
         self.envs = gym.vector.SyncVectorEnv(thunks, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
         self.exact = saved and all(state is not None or not isinstance(env.unwrapped, gym.utils.EzPickle)
                                    for env, (_, state) in zip(*saved))  # else EzPickle rebuilt a new env
-        safe = f"{args.env_id}__{args.exp_name}".replace("/", "-")
-        self.name = checkpoint["run_name"] if checkpoint else f"{safe}__{args.seed}__{int(time.time())}"
-        self.dir = os.path.dirname(os.path.abspath(args.resume)) if checkpoint else f"runs/{self.name}"
         # purge_step drops what a killed run logged after its last checkpoint
         self.writer = SummaryWriter(self.dir, purge_step=checkpoint["counters"][0] + 1 if checkpoint else None)
         self.writer.add_text("hyperparameters", "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items()))
@@ -474,8 +491,9 @@ class Run:
         return self.save(state, "checkpoint.pt", counters[0], "the previous checkpoint, if any, is kept")
 
     def save(self, obj, name: str, global_step: int, kept: str) -> str:
-        """runs/<run_name>/<name>, durably: a temporary file, fsynced, renamed into place, the directory fsynced. The NaN
-        guard refuses to save non-finite network parameters; a failed write removes its temporary file."""
+        """`obj` (bytes, or by torch.save) to runs/<run_name>/<name> durably: a temporary file, fsynced, renamed into
+        place, the directory fsynced. The NaN guard refuses to save non-finite network parameters; a failed write
+        removes its temporary file."""
         bad = [key for key, net in self.stateful.items() if isinstance(net, nn.Module)
                and not all(p.isfinite().all() for p in net.parameters())]
         check([(bad, f"step {global_step:,}: the run diverged, {', '.join(bad)} holds non-finite values; nothing is "
@@ -483,7 +501,7 @@ class Run:
         path = f"{self.dir}/{name}"
         try:
             with open(f"{path}.tmp", "wb") as f:
-                torch.save(obj, f)
+                f.write(obj) if isinstance(obj, bytes) else torch.save(obj, f)
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(f"{path}.tmp", path)
@@ -539,11 +557,13 @@ class Run:
             self.save_checkpoint(counters, obs)
 
     def finish(self, counters: tuple, obs, policy, model: dict) -> dict:
-        """On a signal the checkpoint; else the final evaluation (unless just done) and --save-model. The summary."""
+        """On a signal the checkpoint and a command that continues it; else the final evaluation (unless just done),
+        --save-model and the `finished` marker that --resume heeds. The summary."""
         if self.stop_signal:
             path = self.save_checkpoint(counters, obs)
+            command = shlex.join(["python", os.path.abspath(__file__), "--resume", os.path.abspath(path)])
             print(f"\nstopped by signal {self.stop_signal[0]} at step {counters[0]:,}; checkpoint written to {path}; "
-                  f"continue with --resume {path}")
+                  f"continue with:\n{command}")
         else:
             if self.eval_step != counters[0]:
                 self.evaluate(policy, counters[0])
@@ -551,6 +571,7 @@ class Run:
             if self.args.save_model:
                 self.save({**model, "args": asdict(self.args)}, "model.pt", counters[0], "no model.pt is written")
                 print(f"model saved to {self.dir}/model.pt")
+            self.save(f"finished at step {counters[0]:,}\n".encode(), "finished", counters[0], "its checkpoint is kept")
         return {"run_dir": self.dir, "global_step": counters[0], "eval_return": self.eval_return,
                 "stopped_by": self.stop_signal[0] if self.stop_signal else None}
 

@@ -86,7 +86,7 @@ def test_the_common_block_is_the_same_text_in_all_five_scripts():
         assert other_args == args, f"{name}: its COMMON ARGS differ from sac_continuous_action.py's"
         assert other_block == block, f"{name}: its COMMON BLOCK differs from sac_continuous_action.py's"
     assert block[-1].startswith("    return summary")  # the block ends with cli()
-    assert len(args) <= 20 and len(block) <= 257  # the common args, and the block from its banner to cli()
+    assert len(args) <= 22 and len(block) <= 275  # the common args, and the block from its banner to cli()
 
 
 def test_final_observations_replace_reset_rows_only(script):
@@ -396,3 +396,92 @@ def test_a_failed_save_keeps_the_previous_checkpoint_and_no_temporary_file(in_tm
         assert torch.load(path, weights_only=False)["counters"] == (10,)
     finally:
         run.close()
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# RUN DIRECTORIES, FINISHED RUNS, THE STOP MESSAGE, THE PROGRESS LINE
+# ---------------------------------------------------------------------------------------------------------------------
+def tiny_argv(module, **overrides) -> list:
+    """tiny()'s fields as command-line flags."""
+    fields = {**dict(env_id="Pendulum-v1", total_timesteps=300, eval_freq=0, eval_episodes=1, log_freq=50),
+              **TINY[module.__name__][0], **overrides}
+    return [a for key, value in fields.items() for a in (f"--{key.replace('_', '-')}", str(value))] + ["--no-cuda"]
+
+
+@pytest.mark.parametrize("case", ["runs is a file", "a 300-character name", "a read-only directory"])
+def test_a_run_directory_that_cannot_be_written_is_one_line_and_nothing_is_written(in_tmp, capsys, script, case):
+    argv = tiny_argv(script)
+    if case == "runs is a file":
+        (in_tmp / "runs").write_text("")
+    elif case == "a 300-character name":
+        argv += ["--exp-name", "x" * 300]
+    else:
+        if os.geteuid() == 0:
+            pytest.skip("root writes to read-only directories")
+        os.chmod(in_tmp, 0o555)
+    try:
+        with pytest.raises(SystemExit) as exit_info:
+            script.cli(argv)
+    finally:
+        os.chmod(in_tmp, 0o755)
+    err = "".join(line for line in capsys.readouterr().err.splitlines(True) if not line.startswith("note: "))
+    assert exit_info.value.code == 2 and err.count("\n") == 1 and err.startswith("error: "), err
+    assert ("shorten --exp-name" if "name" in case else "nothing is written") in err, err
+    assert os.listdir(in_tmp) == (["runs"] if case == "runs is a file" else [])
+
+
+def test_a_finished_run_refuses_resume_unless_told_and_then_runs_again(in_tmp, capsys, script):
+    summary = script.cli(tiny_argv(script, checkpoint_freq=250, total_timesteps=600))
+    checkpoint = f"{summary['run_dir']}/checkpoint.pt"
+    assert os.path.isfile(checkpoint) and os.path.isfile(f"{summary['run_dir']}/finished")
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_info:
+        script.cli(["--resume", checkpoint])
+    err, end = capsys.readouterr().err, summary["global_step"]
+    assert exit_info.value.code == 2 and err.count("\n") == 1 and f"finished at step {end}" in err, err
+    assert "--resume-anyway" in err and torch.load(checkpoint, weights_only=False)["counters"][0] < end
+    resumed = script.cli(["--resume", checkpoint, "--resume-anyway"])
+    assert resumed["global_step"] == end and os.path.isfile(f"{summary['run_dir']}/finished")
+
+
+def test_a_stopped_run_prints_a_command_that_continues_it_from_anywhere(tmp_path):
+    import sac_continuous_action as sac
+
+    (tmp_path / "a").mkdir()
+    proc = subprocess.Popen([sys.executable, script_path(sac), *tiny_argv(sac, total_timesteps=100_000)],
+                            cwd=tmp_path / "a", stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while not glob.glob(f"{tmp_path}/a/runs/*/events.*") and time.time() < deadline:
+        time.sleep(0.05)
+    time.sleep(1)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGINT, err
+    command = out.strip().splitlines()[-1]
+    assert command.startswith("python /") and "--resume /" in command, out
+    os.makedirs(tmp_path / "b")
+    proc = subprocess.Popen([sys.executable, *command.split()[1:]], cwd=tmp_path / "b", stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    time.sleep(3)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGINT and "resumed" in out, err
+    assert os.listdir(tmp_path / "b") == []  # it writes beside its checkpoint
+
+
+def test_the_progress_line_overwrites_itself_and_shows_the_recent_sps(in_tmp, capsys, monkeypatch, script):
+    run = script.Run(tiny(script, log_freq=50), None, torch.device("cpu"))
+    try:
+        run.resume({}, (0,))
+        with monkeypatch.context() as patch:
+            now = [100.0]
+            patch.setattr(time, "time", lambda: now[0])
+            run.last_log, run.last_return, now[0] = (100.0, 0), -1234.5678, 110.0
+            run.log({}, {"loss": torch.tensor(1.0)}, 0, 50)  # 50 steps in 10 s
+            run.last_return, now[0] = 58.0, 111.0
+            run.log({}, {"loss": torch.tensor(1.0)}, 50, 100)  # 50 steps in 1 s: 9 SPS since the start, 50 recently
+    finally:
+        run.close()
+    first, second = capsys.readouterr().out.split("\r")[1:]
+    assert "SPS 5 " in first and "SPS 50 " in second
+    assert len(second) >= len(first) and second.rstrip().endswith("58.0")  # nothing of the longer line is left
