@@ -8,7 +8,9 @@ Reads every run under the grid root (benchmark/run.py's layout, OUT/<script>/<en
 any folder of run directories named <env>__<script>__<seed>__<time>) with tensorboard's own event reader, groups the
 runs by script and env across seeds, and writes:
     <env>.png   eval/episodic_return (greedy policy) against env steps: the mean over seeds with a band of one standard
-                deviation, one line per script;
+                deviation, one line per script, the band kept within the env's return bounds where RETURN_BOUNDS
+                knows them. A seed with fewer than MIN_EVALS evaluations is warned about, and its script's line shows
+                the training return (the mean of the last K charts/episodic_return) instead;
     results.md  the final return of each (script, env): the last evaluation of each seed, as mean ± std and the
                 interquartile mean (IQM: the mean of the middle half of the seeds, a quarter trimmed from each end,
                 rounded down, as scipy.stats.trim_mean(x, 0.25)); the training return, the mean of each seed's last K
@@ -26,6 +28,9 @@ from collections import defaultdict
 import numpy as np
 
 EVAL_TAG, TRAIN_TAG = "eval/episodic_return", "charts/episodic_return"
+MIN_EVALS = 3  # evaluations a seed needs for its curve to be drawn from them
+RETURN_BOUNDS = {  # the least and greatest return of an episode: +1 or -1 a step up to the time limit
+    "CartPole-v1": (0, 500), "InvertedPendulum-v5": (0, 1000), "Acrobot-v1": (-500, 0), "MountainCar-v0": (-200, 0)}
 
 
 def read_scalars(run_dir: str, tag: str) -> list:
@@ -48,6 +53,27 @@ def find_runs(root: str, scripts=None) -> dict:
             env_id, script, seed, _ = parts
             runs[(script, env_id)][int(seed)] = run_dir
     return runs
+
+
+def training_curves(seeds: dict, last: int, points: int = 50) -> dict:
+    """{seed: [(step, mean of the last `last` training returns)]} at `points` steps that every seed reached."""
+    runs = {seed: np.array(read_scalars(run_dir, TRAIN_TAG)) for seed, run_dir in seeds.items()}
+    runs = {seed: run for seed, run in runs.items() if len(run)}
+    if not runs:
+        return {}
+    steps = np.linspace(max(run[0, 0] for run in runs.values()), min(run[-1, 0] for run in runs.values()), points)
+    curves = {}
+    for seed, run in runs.items():
+        smooth = [run[max(0, i + 1 - last): i + 1, 1].mean() for i in range(len(run))]
+        curves[seed] = list(zip(steps.astype(int).tolist(), np.interp(steps, run[:, 0], smooth).tolist()))
+    return curves
+
+
+def band(values: np.ndarray, env_id: str) -> tuple:
+    """(mean, low, high) over seeds (axis 0): one standard deviation each side, within the env's return bounds."""
+    mean, std = values.mean(0), values.std(0)
+    low, high = RETURN_BOUNDS.get(env_id, (-np.inf, np.inf))
+    return mean, np.clip(mean - std, low, high), np.clip(mean + std, low, high)
 
 
 def iqm(values) -> float:
@@ -110,18 +136,23 @@ def main(argv=None) -> int:
         published = "; ".join(reference.get((script, env_id), [])) or "-"
         rows.append(f"| `{script}` | {env_id} | {len(finals)} | {steps:,} | {np.mean(finals):.1f} ± "
                     f"{np.std(finals):.1f} | {iqm(finals):.1f} | {train} | {published} |")
-        by_env[env_id].append((script, curves))
+        sparse = {seed: len(curve) for seed, curve in curves.items() if len(curve) < MIN_EVALS}
+        for seed, count in sparse.items():
+            print(f"warning: {script} {env_id} seed {seed} has {count} evaluation(s), fewer than {MIN_EVALS}: its "
+                  f"curve shows the training return, the mean of the last {args.last_episodes} episodes",
+                  file=sys.stderr)
+        train_curves = training_curves(seeds, args.last_episodes) if sparse else {}
+        by_env[env_id].append((f"{script}, training return" if train_curves else script, train_curves or curves))
 
     for env_id, entries in by_env.items():
         fig, ax = plt.subplots(figsize=(6, 4))
-        for script, curves in entries:
-            # the evaluation steps every seed reached; each seed evaluates at the same steps (every --eval-freq)
+        for label, curves in entries:
+            # the steps every seed reached; each seed evaluates at the same steps (every --eval-freq)
             common = sorted(set.intersection(*(set(s for s, _ in curve) for curve in curves.values())))
-            values = np.array([[dict(curve)[s] for s in common] for curve in curves.values()])
-            mean, std = values.mean(0), values.std(0)
-            ax.plot(common, mean, label=f"{script} ({len(curves)} seeds)")
-            ax.fill_between(common, mean - std, mean + std, alpha=0.25)
-        ax.set(title=env_id, xlabel="env steps", ylabel="eval/episodic_return (mean ± std over seeds)")
+            mean, low, high = band(np.array([[dict(curve)[s] for s in common] for curve in curves.values()]), env_id)
+            ax.plot(common, mean, label=f"{label} ({len(curves)} seeds)")
+            ax.fill_between(common, low, high, alpha=0.25)
+        ax.set(title=env_id, xlabel="env steps", ylabel="episodic return (mean ± std over seeds)")
         ax.legend()
         fig.tight_layout()
         fig.savefig(os.path.join(out, f"{env_id.replace('/', '-')}.png"), dpi=100)

@@ -9,6 +9,8 @@ Each run lives in its own directory, OUT/<script>/<env>/seed_<seed>/, and runs t
 skipped next time; one that left a checkpoint (the runner passes --checkpoint-freq, and a stopped runner SIGTERMs its
 runs, which write one) is continued with --resume; the others start afresh. A lock file held while a run is going keeps
 a second runner out of its directory. A failed run is reported by name with the tail of its log, and the others go on.
+A fresh run records its flags in flags.txt; a grid whose flags differ from a recorded run's is refused, naming the
+difference, unless --rerun says to delete such runs and run them again.
 With more than one worker each run gets one torch/OpenMP/MKL thread (oversubscribed threads are ruinous).
 Then: python benchmark/report.py OUT
 """
@@ -18,6 +20,7 @@ import fcntl
 import glob
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -31,14 +34,34 @@ def run_dir(out: str, script: str, env_id: str, seed: int) -> str:
     return os.path.join(out, script, env_id.replace("/", "-"), f"seed_{seed}")
 
 
+def flags(args, env_id: str, seed: int) -> list:
+    """The flags of this run's fresh start, as flags.txt records them."""
+    every = args.checkpoint_freq if args.checkpoint_freq is not None else max(args.total_timesteps // 10, 1)
+    return ["--env-id", env_id, "--seed", str(seed), "--total-timesteps", str(args.total_timesteps),
+            "--checkpoint-freq", str(every), *shlex.split(args.extra)]
+
+
 def command(args, env_id: str, seed: int, directory: str) -> list:
     """The script's command line for this run: --resume from its checkpoint if it left one, a fresh start otherwise."""
     checkpoints = glob.glob(os.path.join(directory, "runs", "*", "checkpoint.pt"))
     if checkpoints:
         return [sys.executable, os.path.join(ROOT, f"{args.script}.py"), "--resume", os.path.abspath(checkpoints[0])]
-    every = args.checkpoint_freq if args.checkpoint_freq is not None else max(args.total_timesteps // 10, 1)
-    return [sys.executable, os.path.join(ROOT, f"{args.script}.py"), "--env-id", env_id, "--seed", str(seed),
-            "--total-timesteps", str(args.total_timesteps), "--checkpoint-freq", str(every), *shlex.split(args.extra)]
+    return [sys.executable, os.path.join(ROOT, f"{args.script}.py"), *flags(args, env_id, seed)]
+
+
+def changed_flags(args, env_id: str, seed: int) -> str:
+    """How this grid's flags differ from those the run in this cell recorded ('' if alike or none recorded)."""
+    path = os.path.join(run_dir(args.out, args.script, env_id, seed), "flags.txt")
+    if not os.path.exists(path):
+        return ""
+    old, new = ({}, {}), flags(args, env_id, seed)
+    for table, tokens in zip(old, (shlex.split(open(path).read()), new)):
+        key = ""
+        for token in tokens:  # {"--flag": "its value", "--switch": ""}
+            key = token if token.startswith("--") else key
+            table[key] = "" if token == key else f"{table[key]} {token}".strip()
+    return "; ".join(f"{key} {old[0].get(key, '(unset)')} -> {old[1].get(key, '(unset)')}"
+                     for key in sorted(old[0].keys() | old[1].keys()) if old[0].get(key) != old[1].get(key))
 
 
 class Run:
@@ -53,6 +76,9 @@ class Run:
             env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
         self.log = open(os.path.join(directory, "log.txt"), "a")
         self.log.write(f"$ {shlex.join(cmd)}\n")
+        if "--resume" not in cmd:  # a fresh start: a later grid compares its flags with these
+            with open(os.path.join(directory, "flags.txt"), "w") as f:
+                f.write(shlex.join(cmd[2:]) + "\n")
         self.log.flush()
         self.proc = subprocess.Popen(cmd, cwd=directory, stdout=self.log, stderr=subprocess.STDOUT, env=env)
 
@@ -169,6 +195,8 @@ def main(argv=None) -> int:
     parser.add_argument("--checkpoint-freq", type=int, default=None,
                         help="passed to every run (default: a tenth of --total-timesteps)")
     parser.add_argument("--out", default="benchmark_runs", help="the grid's root directory")
+    parser.add_argument("--rerun", action="store_true",
+                        help="delete the runs whose recorded flags differ from this grid's, and run them again")
     parser.add_argument("--dry-run", action="store_true",
                         help="print the commands of the runs still to do (slurm: the batch script), run nothing")
     parser.add_argument("--backend", choices=["local", "slurm"], default="local",
@@ -188,6 +216,15 @@ def main(argv=None) -> int:
     grid = [(env_id, seed) for env_id in args.envs for seed in args.seeds]
     if args.run_index is not None:
         return run_one(args, *grid[args.run_index])
+    for env_id, seed in grid:
+        difference = changed_flags(args, env_id, seed)
+        directory = run_dir(args.out, args.script, env_id, seed)
+        if difference and not args.rerun:
+            print(f"error: {directory} ran with other flags ({difference}): pass --rerun to delete it and run it "
+                  "again with these, or choose another --out", file=sys.stderr)
+            return 2
+        if difference and not args.dry_run:
+            shutil.rmtree(directory)
     todo = [(env_id, seed) for env_id, seed in grid
             if not os.path.exists(os.path.join(run_dir(args.out, args.script, env_id, seed), "DONE"))]
     if args.backend == "slurm":

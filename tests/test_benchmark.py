@@ -42,6 +42,22 @@ def test_grid_runs_to_the_end_and_a_second_invocation_runs_nothing(tmp_path):
     assert [(path, os.path.getmtime(path)) for path in event_files(tmp_path)] == before
 
 
+def test_a_grid_whose_flags_differ_from_a_recorded_run_is_refused_unless_told_to_rerun(tmp_path):
+    assert runner(tmp_path, "--seeds", "1").returncode == 0
+    recorded = tmp_path / "grid" / "a2c" / "CartPole-v1" / "seed_1" / "flags.txt"
+    assert recorded.read_text() == "--env-id CartPole-v1 --seed 1 --total-timesteps 400 --checkpoint-freq 40 " \
+                                   "--eval-freq 200 --eval-episodes 2 --num-envs 4\n"
+    other = ["--seeds", "1", "--extra", "--eval-freq 200 --eval-episodes 3 --num-envs 4 --ent-coef 0"]
+    refused = runner(tmp_path, *other)
+    assert refused.returncode == 2 and refused.stdout == "" and refused.stderr.count("\n") == 1, refused.stderr
+    assert "--ent-coef (unset) -> 0; --eval-episodes 2 -> 3" in refused.stderr and "--rerun" in refused.stderr
+    rerun = runner(tmp_path, *other, "--rerun")
+    assert rerun.returncode == 0 and "1 to run" in rerun.stdout, rerun.stdout + rerun.stderr
+    assert "--eval-episodes 3 --num-envs 4 --ent-coef 0" in recorded.read_text()
+    assert len(glob.glob(f"{tmp_path}/grid/a2c/CartPole-v1/seed_1/runs/*")) == 1  # the old run is gone
+    assert "0 to run" in runner(tmp_path, *other).stdout
+
+
 def test_dry_run_prints_the_commands_and_runs_nothing(tmp_path):
     result = runner(tmp_path, "--seeds", "1", "2", "--dry-run")
     assert result.returncode == 0 and result.stdout.count("a2c.py --env-id CartPole-v1") == 2
@@ -109,6 +125,8 @@ def test_report_writes_a_png_and_a_table_of_the_event_files_numbers(tmp_path):
     result = subprocess.run([sys.executable, str(ROOT / "benchmark" / "report.py"), str(tmp_path / "grid"),
                              "--last-episodes", "3", "--scripts", "a2c"], capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr
+    # 400 steps evaluated every 200: two evaluations a seed, so the curves show the training returns
+    assert result.stderr.count("warning: a2c CartPole-v1 seed") == 4 and "2 evaluation(s)" in result.stderr
     png = tmp_path / "grid" / "report" / "CartPole-v1.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     height, width, _ = matplotlib.image.imread(png).shape
@@ -127,6 +145,18 @@ def test_report_writes_a_png_and_a_table_of_the_event_files_numbers(tmp_path):
     only = subprocess.run([sys.executable, str(ROOT / "benchmark" / "report.py"), str(tmp_path / "grid"), "--scripts",
                            "acer", "--out", str(tmp_path / "acer")], capture_output=True, text=True, timeout=600)
     assert only.returncode == 2 and "no TensorBoard runs" in only.stderr and not (tmp_path / "acer").exists()
+
+
+def test_report_bands_stay_within_the_return_bounds_it_knows():
+    sys.path.insert(0, str(ROOT / "benchmark"))
+    import report
+
+    values = np.array([[300.0, 500.0], [500.0, 500.0], [500.0, 500.0]])  # 3 seeds at 2 steps
+    mean, low, high = report.band(values, "CartPole-v1")
+    assert np.allclose(mean, [433.333, 500.0], atol=1e-3) and np.allclose(high, [500.0, 500.0])
+    assert np.allclose(low, mean - values.std(0))
+    _, _, unbounded = report.band(values, "NoBounds-v0")
+    assert unbounded[0] == pytest.approx(mean[0] + values[:, 0].std())
 
 
 @pytest.mark.parametrize("values, expected", [([1, 2, 3], 2.0), ([1, 2, 3, 100], 2.5), ([5, 1, 2, 3, 4], 3.0)])

@@ -238,7 +238,7 @@ def test_resume_without_the_buffer_refills_it_before_updating(tmp_path, monkeypa
     saved = torch.load(checkpoint, weights_only=False)
     saved["args"]["total_timesteps"] = 400
     torch.save(saved, checkpoint)
-    summary = sa.main(sa.Args(resume=checkpoint))
+    summary = sa.main(sa.Args(resume=checkpoint, resume_anyway=True))  # the run finished at 200
     assert summary["global_step"] == 400 and summary["critic_updates"] == 101 + 101  # steps 100-200, then 300-400
 
 
