@@ -8,7 +8,7 @@ Reads every run under the grid root (benchmark/run.py's layout, OUT/<script>/<en
 any folder of run directories named <env>__<script>__<seed>__<time>) with tensorboard's own event reader, groups the
 runs by script and env across seeds, and writes:
     <env>.png   eval/episodic_return (greedy policy) against env steps: the mean over seeds with a band of one standard
-                deviation, one line per script, the band kept within the env's return bounds where RETURN_BOUNDS
+                deviation, one line per script, the published numbers of --reference as dotted lines, the band kept within the env's return bounds where RETURN_BOUNDS
                 knows them. A seed with fewer than MIN_EVALS evaluations is warned about, and its script's line shows
                 the training return (the mean of the last K charts/episodic_return) instead;
     results.md  the final return of each (script, env): the last evaluation of each seed, as mean ± std and the
@@ -22,6 +22,7 @@ import argparse
 import csv
 import glob
 import os
+import re
 import sys
 from collections import defaultdict
 
@@ -84,14 +85,19 @@ def iqm(values) -> float:
 
 
 def read_reference(path: str | None) -> dict:
-    """{(script, env): ["value (source)", ...]} from a CSV with columns script, env, steps, value, source."""
+    """{(script, env): [row, ...]} from a CSV with columns script, env, steps, value, source."""
     if not path:
         return {}
     table = defaultdict(list)
     with open(path, newline="") as f:
         for row in csv.DictReader(f):
-            table[(row["script"], row["env"])].append(f"{row['value']} at {row['steps']} ({row['source']})")
+            table[(row["script"], row["env"])].append(row)
     return table
+
+
+def published_value(row: dict) -> float:
+    """The number a reference row's value starts with ('−22.45 ± 0.51' gives -22.45)."""
+    return float(re.match(r"[-−]?[\d.]+", row["value"].replace(",", "")).group().replace("−", "-"))
 
 
 def main(argv=None) -> int:
@@ -133,7 +139,8 @@ def main(argv=None) -> int:
         train = [read_scalars(seeds[seed], TRAIN_TAG)[-args.last_episodes:] for seed in curves]
         train = [np.mean([value for _, value in episodes]) for episodes in train if episodes]
         train = f"{np.mean(train):.1f} ± {np.std(train):.1f}" if train else "-"
-        published = "; ".join(reference.get((script, env_id), [])) or "-"
+        published = "; ".join(f"{r['value']} at {r['steps']} ({r['source']})" for r in reference.get((script, env_id), []))
+        published = published or "-"
         rows.append(f"| `{script}` | {env_id} | {len(finals)} | {steps:,} | {np.mean(finals):.1f} ± "
                     f"{np.std(finals):.1f} | {iqm(finals):.1f} | {train} | {published} |")
         sparse = {seed: len(curve) for seed, curve in curves.items() if len(curve) < MIN_EVALS}
@@ -150,10 +157,13 @@ def main(argv=None) -> int:
             # the steps every seed reached; each seed evaluates at the same steps (every --eval-freq)
             common = sorted(set.intersection(*(set(s for s, _ in curve) for curve in curves.values())))
             mean, low, high = band(np.array([[dict(curve)[s] for s in common] for curve in curves.values()]), env_id)
-            ax.plot(common, mean, label=f"{label} ({len(curves)} seeds)")
-            ax.fill_between(common, low, high, alpha=0.25)
+            color = ax.plot(common, mean, label=f"{label} ({len(curves)} seeds)")[0].get_color()
+            ax.fill_between(common, low, high, alpha=0.25, color=color)
+            for row in reference.get((label.split(",")[0], env_id), []):  # dotted, in the script's colour
+                ax.axhline(published_value(row), color=color, linestyle=":", linewidth=1.2,
+                           label=f"published: {row['value']} at {row['steps']} ({row['source'].split(',')[0]})")
         ax.set(title=env_id, xlabel="env steps", ylabel="episodic return (mean ± std over seeds)")
-        ax.legend()
+        ax.legend(fontsize=7)
         fig.tight_layout()
         fig.savefig(os.path.join(out, f"{env_id.replace('/', '-')}.png"), dpi=100)
         plt.close(fig)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# SAC-discrete on the Atari games of CleanRL's sac_atari benchmark (seed 000), 3 seeds, 5M steps each.
+# SAC-discrete on the Atari games of CleanRL's sac_atari benchmark (CleanRL docs), 3 seeds, 5M steps each.
 #   bash benchmark/sac_atari.sh                 # the full grid
 #   ENVS=BreakoutNoFrameskip-v4 TOTAL_TIMESTEPS=100000 SEEDS=1 EXTRA="--eval-freq 25000" bash benchmark/sac_atari.sh
 # Without ENVS it runs two grids: the classic-control one (CartPole-v1, 50k steps, flags "--learning-starts 1000 --update-frequency 1 --target-network-frequency 1 --tau 0.005"),

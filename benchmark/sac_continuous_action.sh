@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# SAC on the MuJoCo grid of CleanRL's benchmark (seed 000): 6 envs, 3 seeds, 1M steps each.
+# SAC on the MuJoCo grid of CleanRL's benchmark (CleanRL docs): 6 envs, 3 seeds, 1M steps each.
 #   bash benchmark/sac_continuous_action.sh                 # the full grid
 #   ENVS=InvertedPendulum-v5 TOTAL_TIMESTEPS=30000 WORKERS=2 EXTRA="--eval-freq 5000" bash benchmark/sac_continuous_action.sh
 # ENVS, SEEDS, TOTAL_TIMESTEPS, WORKERS, EXTRA (flags for every run) and OUT override the grid; further

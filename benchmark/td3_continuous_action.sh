@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# TD3 on the MuJoCo grid of CleanRL's benchmark (seed 000): 6 envs, 3 seeds, 1M steps each.
+# TD3 on the MuJoCo grid of CleanRL's benchmark (CleanRL docs): 6 envs, 3 seeds, 1M steps each.
 #   bash benchmark/td3_continuous_action.sh                 # the full grid
 #   ENVS=InvertedPendulum-v5 TOTAL_TIMESTEPS=50000 WORKERS=2 EXTRA="--learning-starts 10000 --eval-freq 5000" \
 #     bash benchmark/td3_continuous_action.sh
