@@ -1,0 +1,51 @@
+"""The docs: every flag a script's page names exists, and no tracked file carries development history, machine names
+or paths outside the repository."""
+
+import importlib
+import re
+import subprocess
+
+import pytest
+from conftest import ROOT
+
+SCRIPTS = ["sac_continuous_action", "td3_continuous_action", "sac_atari", "a2c", "acer"]
+NOT_FLAGS = {"--help", "--logdir", "--no-such-flag"}  # tensorboard's, and the bad-input example
+HISTORY = re.compile(r"\bsessions?\b|\bVMs?\b|\bzen ?\d|/work/|/root/|/home/\w|\.\./shared|shared/REFERENCE|"
+                     r"\bseed 00\d\b", re.I)
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_every_flag_a_page_names_exists(name):
+    fields = importlib.import_module(name).Args.__dataclass_fields__
+    flags = {f"--{prefix}{field.replace('_', '-')}" for field in fields for prefix in ("", "no-")}
+    page = (ROOT / "docs" / f"{name}.md").read_text()
+    prose = re.sub(r"```.*?```", "", page, flags=re.S)
+    commands = re.findall(rf"^(?:\S+=\S+ )*python {name}\.py .*$", page, re.M)  # its example commands
+    named = set(re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", prose + "\n".join(commands)))
+    assert named - NOT_FLAGS <= flags, f"docs/{name}.md names flags {name}.py lacks: {sorted(named - NOT_FLAGS - flags)}"
+    assert commands, f"docs/{name}.md shows no command"
+
+
+def test_no_tracked_file_holds_history_words_or_machine_paths():
+    files = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True).stdout.split()
+    if not files:
+        pytest.skip("not a git checkout")
+    hits = []
+    for path in files:
+        if path.endswith((".png", ".jpg")) or path == "tests/test_docs.py":
+            continue
+        for number, line in enumerate((ROOT / path).read_text(errors="replace").splitlines(), 1):
+            if HISTORY.search(line):
+                hits.append(f"{path}:{number}: {line.strip()[:100]}")
+    assert not hits, "\n".join(hits)
+
+
+def test_every_picture_the_docs_show_exists_and_is_small_and_each_script_page_shows_one():
+    showing = set()
+    for page in [ROOT / "README.md", ROOT / "docs" / "performance.md", *(ROOT / "docs" / f"{n}.md" for n in SCRIPTS)]:
+        for target in re.findall(r"!\[[^\]]*\]\(([^)]+)\)", page.read_text()):
+            picture = (page.parent / target).resolve()
+            assert picture.is_file(), f"{page.name} shows {target}, which does not exist"
+            assert picture.stat().st_size < 200_000, f"{target} is over 200 KB"
+            showing.add(page.stem)
+    assert set(SCRIPTS) <= showing, f"no learning curves on the pages of {sorted(set(SCRIPTS) - showing)}"
