@@ -462,7 +462,10 @@ def test_a_stopped_run_prints_a_command_that_continues_it_from_anywhere(tmp_path
     os.makedirs(tmp_path / "b")
     proc = subprocess.Popen([sys.executable, *command.split()[1:]], cwd=tmp_path / "b", stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
-    time.sleep(3)
+    deadline = time.time() + 120  # the resumed run opens a second event file beside the first, then handles signals
+    while len(glob.glob(f"{tmp_path}/a/runs/*/events.*")) < 2 and time.time() < deadline:
+        time.sleep(0.05)
+    time.sleep(1)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 128 + signal.SIGINT and "resumed" in out, err
