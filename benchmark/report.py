@@ -3,19 +3,24 @@
     python benchmark/report.py benchmark_runs                       # writes benchmark_runs/report/
     python benchmark/report.py benchmark_runs --out report --reference benchmark/reference_results.csv
     python benchmark/report.py benchmark_runs --scripts a2c acer --last-episodes 100   # the PPO paper's A2C/ACER table
+    python benchmark/report.py benchmark/results/speed --speed     # speed.png from benchmark/speed.py's --out tables
 
 Reads every run under the grid root (benchmark/run.py's layout, OUT/<script>/<env>/seed_<seed>/runs/<run_name>/, or
 any folder of run directories named <env>__<script>__<seed>__<time>) with tensorboard's own event reader, groups the
 runs by script and env across seeds, and writes:
     <env>.png   eval/episodic_return (greedy policy) against env steps: the mean over seeds with a band of one standard
-                deviation, one line per script, the published numbers of --reference as dotted lines, the band kept within the env's return bounds where RETURN_BOUNDS
-                knows them. A seed with fewer than MIN_EVALS evaluations is warned about, and its script's line shows
-                the training return (the mean of the last K charts/episodic_return) instead;
+                deviation, one line per script, the published numbers of --reference as dotted lines, the band kept
+                within the env's return bounds where RETURN_BOUNDS knows them. A seed with fewer than MIN_EVALS
+                evaluations is warned about, and its script's line shows the training return (the mean of the last K
+                charts/episodic_return) instead;
     results.md  the final return of each (script, env): the last evaluation of each seed, as mean ± std and the
                 interquartile mean (IQM: the mean of the middle half of the seeds, a quarter trimmed from each end,
                 rounded down, as scipy.stats.trim_mean(x, 0.25)); the training return, the mean of each seed's last K
                 charts/episodic_return (--last-episodes K), as mean ± std over seeds; and the published numbers of
                 --reference beside them.
+With --speed it reads instead the Markdown tables that benchmark/speed.py --out wrote into ROOT and draws speed.png: a
+bar per row with a peer, the median ratio of our env steps/s to the peer's over the rounds or measurements, a whisker
+from the least to the greatest, labelled with the script and the flags of our runs.
 """
 
 import argparse
@@ -100,6 +105,36 @@ def published_value(row: dict) -> float:
     return float(re.match(r"[-−]?[\d.]+", row["value"].replace(",", "")).group().replace("−", "-"))
 
 
+def speed_chart(root: str, out: str, plt) -> int:
+    """speed.png from the rows of every speed.py table (*.md) in root; returns the number of bars."""
+    bars = []  # (label, ratio, least, greatest)
+    for path in sorted(glob.glob(os.path.join(root, "*.md"))):
+        text = open(path).read()
+        if "| ours SPS | SB3 SPS |" not in text:  # a table of another kind (--floor, --before)
+            continue
+        flags = re.search(r"Our runs with `([^`]*)`", text)
+        for cells in (line.strip("| ").split(" | ") for line in text.splitlines() if line.startswith("| `")):
+            if "no peer" not in cells[4]:
+                least, ratio, greatest = (float(x) for x in cells[5].split(" / "))
+                label = f"{cells[0].strip('`')} {flags.group(1) if flags else ''}\n{cells[1]}"
+                bars.append((label, ratio, least, greatest))
+    if not bars:
+        return 0
+    fig, ax = plt.subplots(figsize=(6, 0.3 + 0.55 * len(bars)))
+    labels, ratios, least, greatest = zip(*bars)
+    ax.barh(range(len(bars)), ratios, xerr=[np.subtract(ratios, least), np.subtract(greatest, ratios)], capsize=3)
+    for y, ratio in enumerate(ratios):
+        ax.text(0.03, y, f"{ratio:.2f}", va="center", color="white", fontsize=8)
+    ax.axvline(1.0, color="black", linewidth=0.8)
+    ax.set_yticks(range(len(bars)), labels, fontsize=7)
+    ax.invert_yaxis()
+    ax.set(xlabel="env steps/s, ours / Stable-Baselines3: median\n(whiskers: the least and the greatest)")
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "speed.png"), dpi=100)
+    plt.close(fig)
+    return len(bars)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("root", help="the grid's root directory (benchmark/run.py --out)")
@@ -109,7 +144,18 @@ def main(argv=None) -> int:
                         help="published numbers to place beside ours ('' for none)")
     parser.add_argument("--last-episodes", type=int, default=10, metavar="K", help="training episodes a seed averages")
     parser.add_argument("--scripts", nargs="+", help="report these scripts (run names' exp_name) only")
+    parser.add_argument("--speed", action="store_true", help="draw speed.png from benchmark/speed.py's tables in ROOT")
     args = parser.parse_args(argv)
+    if args.speed:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        bars = speed_chart(args.root, args.out or args.root, plt)
+        print(f"wrote {args.out or args.root}/speed.png, {bars} bar(s)" if bars else
+              f"error: no speed.py table with a peer in {args.root}", file=sys.stderr if not bars else sys.stdout)
+        return 0 if bars else 2
     if args.last_episodes < 1:
         print("error: --last-episodes must be at least 1", file=sys.stderr)
         return 2

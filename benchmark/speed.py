@@ -1,21 +1,21 @@
 """Training-phase env steps per second (SPS) of our scripts against Stable-Baselines3 (SB3), matched settings.
 
     python benchmark/speed.py --pairs sac td3 --steps 12001 --interleave 500 --repeats 2   # ours vs SB3 on Hopper-v5
-    python benchmark/speed.py --pairs sac td3 a2c acer sac_atari --out speed.md   # separate runs, ours then SB3
+    python benchmark/speed.py --pairs a2c acer sac_atari --out speed.md   # separate runs, ours then SB3
     python benchmark/speed.py --pairs sac td3 --steps 12001 --interleave 500 --before REV   # the tree against REV
+    python benchmark/speed.py --pairs sac td3 --steps 6000 --floor   # update time against the arithmetic floor
 
-Each run is a fresh process with torch, OpenMP and MKL pinned to --threads threads, the same on both sides. Env steps
-(ours: a wrapped SyncVectorEnv.step, SB3's: a callback) are timed from the first update (after LEARNING_STARTS random
-steps; A2C and ACER from the first step) to the last step: env construction and the final evaluation are left out, a
-separate run's compilation is not. Peak memory is the maximum resident set. --interleave TURN (sac and td3 only:
-sac_continuous_action.py and td3_continuous_action.py on Hopper-v5) runs ours and SB3 as two processes taking turns of
-TURN env steps (a byte passed down a pipe) and times each turn of the training phase but its first, so a slow spell of
-the machine hits both sides of a round; --interleave-check puts SB3 on both sides (the ratio should be near 1).
---before REV runs our script as it was at git revision REV as the second side, in SB3's place (beside ours for acer
-and sac_atari, which have no SB3 peer), with --before-flags in place of --ours-flags if given. Prints Markdown.
+Each run is a fresh process pinned to --threads torch/OpenMP/MKL threads. Env steps are timed from the first update
+(after LEARNING_STARTS random steps; A2C and ACER from the first step) to the last; construction and the final
+evaluation are left out. --interleave TURN (sac and td3: sac_continuous_action.py and td3_continuous_action.py on
+Hopper-v5) runs ours and SB3 as two processes taking turns of TURN env steps, so a slow spell of the machine hits both
+sides of a round. --before REV runs our script as it was at git revision REV as the second side, in SB3's place, with
+--before-flags in place of --ours-flags if given. --floor times our update functions, eager and compiled, against
+their matmul FLOPs (torch's FlopCounterMode, in a third run) at this machine's 256 x 256 matmul rate. Prints Markdown.
 """
 
 import argparse
+import contextlib
 import json
 import os
 import resource
@@ -29,14 +29,10 @@ from importlib.metadata import version
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LEARNING_STARTS = 2_000  # SAC, TD3 and SAC-discrete on both sides: random-action steps before the timed phase
+FLOOR_WARMUP = 100  # --floor: the first calls of each update function, compilation included, are not timed
 
-# SB3 runs our scripts' default hyperparameters. A2C: 8 envs, n_steps 5, gamma 0.99, n-step returns (SB3: gae_lambda
-# 1.0), no advantage normalization, vf 0.5, entropy 0.01, grad norm 0.5, RMSprop lr 7e-4 alpha 0.99 eps 1e-5, separate
-# 64-64 tanh actor and critic. SAC and TD3: 256-256 ReLU actor and twin critics, batch 256, buffer 1M, tau 0.005, gamma
-# 0.99, one learning rate, 3e-4 (SB3's default). SAC: a critic update per env step and on average an actor and alpha
-# update, automatic alpha with target entropy -|A|, target update every step. TD3: policy delay 2, target noise 0.2
-# clipped at 0.5, Gaussian exploration noise 0.1 of the action range. ACER and SAC-discrete have no SB3 peer. Default
-# threads: 2, as SAC's and TD3's 256-unit matrix products gain from a second; A2C's and ACER's do not.
+# SB3 runs our scripts' default hyperparameters (sb3_model); ACER and SAC-discrete have no SB3 peer. Default threads: 2,
+# as SAC's and TD3's 256-unit matrix products gain from a second; A2C's and ACER's do not.
 EVAL = ["--eval-freq", "0", "--eval-episodes", "1"]
 OFF_POLICY = [*EVAL, "--learning-starts", str(LEARNING_STARTS)]  # the timed phase starts after these random steps
 PAIRS = {  # name: (env id, our script, its flags, SB3's algorithm, default threads, default env steps per run)
@@ -52,22 +48,20 @@ def hook_env_steps(on_step):
     """Make every gymnasium SyncVectorEnv of this process, whatever code builds it, call `on_step(env steps done)`
     before each step, counting each sub-env."""
     import gymnasium as gym
-    cls, step, done = gym.vector.SyncVectorEnv, gym.vector.SyncVectorEnv.step, [0]
+    step, done = gym.vector.SyncVectorEnv.step, [0]
 
     def counted_step(self, actions):
         on_step(done[0])
         done[0] += self.num_envs
         return step(self, actions)
 
-    cls.step = counted_step
+    gym.vector.SyncVectorEnv.step = counted_step
 
 
 class Meter:
     """Called with the env steps done at each env step; keeps (time, steps) of the first call at `start` steps or later
-    and of the last call. With `fds` (read fd, write fd, 1 if this side goes first) the process takes turns of `turn`
-    env steps with another, passing a byte down a pipe each way: at each multiple of `turn` it records the turn's
-    seconds, keyed by its first env step, hands over and waits for its next turn. A side that ends sends "d" (or dies,
-    closing its pipe) and the other runs on alone. Processes, as OpenMP slows a process with more threads than cores."""
+    and of the last. With `fds` (read fd, write fd, 1 if this side goes first) it takes turns of `turn` env steps with
+    another process, a byte down a pipe each way, recording each turn's seconds; a side that ends sends "d"."""
 
     def __init__(self, start: int, turn: int = 0, fds: tuple = ()):
         self.start, self.turn, self.fds, self.first, self.turns, self.other_done = start, turn, fds, None, {}, not fds
@@ -92,6 +86,57 @@ class Meter:
     def finish(self) -> None:
         if not self.other_done:
             os.write(self.fds[1], b"d")
+
+
+def measure_updates(module, mode: str, record: dict) -> None:
+    """--floor: make each update function that `module`'s builders (named *_update or *_updates) return append to
+    record[its index] its seconds (mode "time") or its matmul FLOPs (mode "count") at every call."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    def measured(fn, key: str):
+        def call(*a, **k):
+            start = time.perf_counter()
+            with FlopCounterMode(display=False) if mode == "count" else contextlib.nullcontext() as counter:
+                out = fn(*a, **k)
+            record.setdefault(key, []).append(counter.get_total_flops() if counter else time.perf_counter() - start)
+            return out
+        return call
+
+    for name in [n for n, f in vars(module).items() if n.endswith(("_update", "_updates")) and callable(f)]:
+        def build(*a, _build=getattr(module, name), **k):
+            fns = _build(*a, **k)
+            wrapped = tuple(measured(f, str(i)) for i, f in enumerate(fns if isinstance(fns, tuple) else (fns,)))
+            return wrapped if isinstance(fns, tuple) else wrapped[0]
+        setattr(module, name, build)
+
+
+def floor_markdown(args, command: str) -> str:
+    """--floor: per script an eager run counting FLOPs, then an eager and a compiled run timing the updates. A row per
+    script and path: the updates' milliseconds per env step (the first FLOOR_WARMUP calls of each function, compilation
+    included, left out) against the floor, their matmul FLOPs at the rate of a 256 x 256 matmul."""
+    import torch
+    torch.set_num_threads(args.threads or 2)
+    a, calls, start = torch.randn(256, 256), 0, time.perf_counter()
+    while time.perf_counter() - start < 3:
+        torch.mm(a, a)
+        calls += 1
+    rate = 2 * 256 ** 3 * calls / (time.perf_counter() - start)  # FLOP/s
+    rows = [f"| script | path | update ms per env step | matmul GFLOP per env step | floor ms at {rate / 1e9:.0f} "
+            "GFLOP/s (256 x 256 matmul) | update / floor | first calls s (compilation) |", "|---" * 7 + "|"]
+    for pair in args.pairs:
+        runs, train_steps = {}, (args.steps or PAIRS[pair][5]) - LEARNING_STARTS
+        for name, mode, flags in (("count", "count", "--no-compile"), ("eager", "time", "--no-compile"),
+                                  ("compiled", "time", "--compile")):
+            pinned = argparse.Namespace(**{**vars(args), "threads": args.threads or PAIRS[pair][4], "floor": mode,
+                                           "ours_flags": flags, "before_flags": ""})
+            runs[name] = run_children(["ours"], pair, args.steps or PAIRS[pair][5], [args.seed], pinned)[0]["updates"]
+        flops = sum(map(sum, runs.pop("count").values())) / train_steps
+        for path, record in runs.items():
+            seconds = sum(statistics.mean(v[FLOOR_WARMUP:]) * len(v) for v in record.values()) / train_steps
+            rows.append(f"| `{PAIRS[pair][1]}` | {path} | {seconds * 1e3:.2f} | {flops / 1e9:.3f} | "
+                        f"{flops / rate * 1e3:.2f} | {seconds * rate / flops:.2f} | "
+                        f"{sum(v[0] for v in record.values()):.1f} |")
+    return "\n".join([f"`{command}`", "", f"Machine: {machine()}.", "", *rows]) + "\n"
 
 
 def sb3_model(pair: str, seed: int):
@@ -125,6 +170,7 @@ def child(args) -> None:
     pair, (env_id, script, flags) = args.pairs[0], PAIRS[args.pairs[0]][:3]
     start = LEARNING_STARTS if "--learning-starts" in flags else 0  # A2C and ACER: timed from the first step
     meter = Meter(start, args.interleave, tuple(int(x) for x in args.baton.split(",")) if args.baton else ())
+    record = {}  # --floor: what the update functions measured
     try:
         with tempfile.TemporaryDirectory() as folder:
             os.chdir(folder)  # where our script writes runs/
@@ -138,12 +184,15 @@ def child(args) -> None:
                         subprocess.run(["git", "show", f"{args.before}:{script}"], cwd=ROOT, stdout=f, check=True)
                 sys.path.insert(0, folder if args.child == "before" else ROOT)
                 hook_env_steps(meter)
-                __import__(script[: -len(".py")]).cli([
+                module = __import__(script[: -len(".py")])
+                if args.floor:
+                    measure_updates(module, args.floor, record)
+                module.cli([
                     "--env-id", env_id, "--total-timesteps", str(args.steps), "--seed", str(args.seed), *flags,
                     *shlex.split(args.before_flags if args.child == "before" else args.ours_flags)])
     finally:
         meter.finish()
-    result = {"peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+    result = {"peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "updates": record}
     if args.baton:
         result["turns"] = {k: v for k, v in sorted(meter.turns.items()) if k >= start + args.interleave}
     else:
@@ -160,6 +209,7 @@ def run_children(sides: list, pair: str, steps: int, seeds: list, args, batons: 
                "--seed", str(seed), "--threads", str(args.threads), f"--ours-flags={args.ours_flags}",
                f"--before-flags={args.before_flags}", f"--before={args.before}", "--interleave", str(args.interleave)]
         cmd += [f"--baton={','.join(map(str, batons[k]))}"] if batons else []
+        cmd += [f"--floor={args.floor}"] if args.floor else []
         procs.append(subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, text=True,
                                       pass_fds=batons[k][:2] if batons else ()))
     for fd in {fd for baton in batons for fd in baton[:2]}:
@@ -237,16 +287,39 @@ def check(args) -> str | None:
          "--repeats and --threads must be at least 1 and --steps at least 1000"),
         (off_policy and (args.steps or LEARNING_STARTS + 1) <= LEARNING_STARTS,
          f"{', '.join(off_policy)} need --steps above their learning starts ({LEARNING_STARTS:,})"),
-        (args.interleave < 0 or (args.interleave_check and not args.interleave),
-         "--interleave takes a turn of at least 1 env step, and --interleave-check needs it"),
+        (args.interleave < 0, "--interleave takes a turn of at least 1 env step"),
         (args.interleave and set(args.pairs) - {"sac", "td3"}, "--interleave works for --pairs sac td3 only"),
         (args.interleave and min(args.steps or PAIRS[p][5] for p in args.pairs) < least,
          f"--interleave {args.interleave} needs --steps of at least {least:,} (random steps, warm-up, a timed turn)"),
         (args.before_flags is not None and not args.before, "--before-flags needs --before REV"),
-        (args.interleave_check and args.before, "--interleave-check and --before each choose the second side"),
+        (args.floor and (set(args.pairs) - {"sac", "td3"} or args.interleave or args.before),
+         "--floor works for --pairs sac td3 only, without --interleave or --before"),
         (git and not git[0], f"--before {args.before!r} is not a git revision of this repository"),
     ] + [(git and not found, f"{PAIRS[p][1]} does not exist at {args.before}") for p, found in zip(args.pairs, git[1:])]
     return next((why for bad, why in problems if bad), None)
+
+
+def pairs_markdown(args, command: str) -> str:
+    """Measure each pair's sides (interleaved or separate runs) and return the Markdown."""
+    args.before_flags = args.ours_flags if args.before_flags is None else args.before_flags
+    measured = {}
+    for pair in args.pairs:
+        second = ("before",) if args.before else ("sb3",) if PAIRS[pair][3] else ()
+        sides = ("ours", *second)
+        threads, steps = args.threads or PAIRS[pair][4], args.steps or PAIRS[pair][5]
+        pinned, results = argparse.Namespace(**{**vars(args), "threads": threads}), []
+        for k in range(args.repeats):
+            seeds = [args.seed + k] * len(sides)
+            if args.interleave:  # side 0 first in even repeats, side 1 in odd ones
+                (read_1, write_0), (read_0, write_1) = os.pipe(), os.pipe()  # side 0 writes, side 1 reads; and back
+                found = run_children(sides, pair, steps, seeds, pinned, [(read_0, write_0, 1 - k % 2),
+                                                                         (read_1, write_1, k % 2)])
+            else:
+                found = [run_children([side], pair, steps, [seed], pinned)[0] for side, seed in zip(sides, seeds)]
+            results.append((*found, None)[:2])
+            print(f"{pair}: {k + 1} of {args.repeats} done", file=sys.stderr, flush=True)
+        measured[pair] = (threads, steps, results)
+    return markdown(args, ("ours", f"at {args.before}" if args.before else "SB3"), measured, command, machine())
 
 
 def main() -> None:
@@ -259,10 +332,11 @@ def main() -> None:
     parser.add_argument("--out", help="write the Markdown here as well")
     parser.add_argument("--ours-flags", default="", help="more flags for our runs, e.g. --ours-flags=--compile")
     parser.add_argument("--interleave", type=int, default=0, metavar="TURN", help="sac, td3: turns of TURN env steps")
-    parser.add_argument("--interleave-check", action="store_true", help="SB3 on both sides: the ratio should be 1")
     parser.add_argument("--before", default="", metavar="REV", help="our script at git revision REV as the other side")
     parser.add_argument("--before-flags", metavar="FLAGS", help="REV's flags in place of --ours-flags")
     parser.add_argument("--child", choices=["ours", "sb3", "before"], help=argparse.SUPPRESS)
+    parser.add_argument("--floor", nargs="?", const="all", choices=["all", "time", "count"],
+                        help="sac, td3: time the updates against the arithmetic floor (time, count: a child's part)")
     parser.add_argument("--baton", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -270,26 +344,7 @@ def main() -> None:
     if problem := check(args):
         sys.exit(f"error: {problem}")
     command = shlex.join(["python", "benchmark/speed.py", *sys.argv[1:]])
-    args.before_flags = args.ours_flags if args.before_flags is None else args.before_flags
-    measured = {}
-    for pair in args.pairs:
-        second = ("before",) if args.before else ("sb3",) if PAIRS[pair][3] else ()
-        sides = ("sb3" if args.interleave_check else "ours", *second)
-        threads, steps = args.threads or PAIRS[pair][4], args.steps or PAIRS[pair][5]
-        pinned, results = argparse.Namespace(**{**vars(args), "threads": threads}), []
-        for k in range(args.repeats):
-            seeds = [args.seed + k + j * args.interleave_check for j in range(len(sides))]  # check: two SB3 seeds
-            if args.interleave:  # side 0 first in even repeats, side 1 in odd ones
-                (read_1, write_0), (read_0, write_1) = os.pipe(), os.pipe()  # side 0 writes, side 1 reads; and back
-                found = run_children(sides, pair, steps, seeds, pinned, [(read_0, write_0, 1 - k % 2),
-                                                                         (read_1, write_1, k % 2)])
-            else:
-                found = [run_children([side], pair, steps, [seed], pinned)[0] for side, seed in zip(sides, seeds)]
-            results.append((*found, None)[:2])
-            print(f"{pair}: {k + 1} of {args.repeats} done", file=sys.stderr, flush=True)
-        measured[pair] = (threads, steps, results)
-    names = ("SB3 (A)", "SB3 (B)") if args.interleave_check else ("ours", f"at {args.before}" if args.before else "SB3")
-    text = markdown(args, names, measured, command, machine())
+    text = floor_markdown(args, command) if args.floor else pairs_markdown(args, command)
     print(text)
     if args.out:
         with open(args.out, "w") as f:

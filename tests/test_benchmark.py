@@ -147,6 +147,64 @@ def test_report_writes_a_png_and_a_table_of_the_event_files_numbers(tmp_path):
     assert only.returncode == 2 and "no TensorBoard runs" in only.stderr and not (tmp_path / "acer").exists()
 
 
+def test_report_speed_draws_a_bar_per_row_with_a_peer(tmp_path):
+    """report.py --speed reads speed.py's tables: rows with a peer become bars, a row without one is left out."""
+    import matplotlib.image
+
+    header = "| script | env | threads | ours SPS | SB3 SPS | ratio ours / SB3: min / median / max | peak MB |"
+    (tmp_path / "compiled.md").write_text(f"{header}\n|---|\n| `td3_continuous_action.py` | Hopper-v5 | 2 | 274.7 "
+                                          "| 177.6 | 1.27 / 1.55 / 1.80 | 464 / 389 |\n\nOur runs with `--compile`.\n")
+    (tmp_path / "separate.md").write_text(f"{header}\n|---|\n| `a2c.py` | CartPole-v1 | 1 | 14,500.2 | 9,907.4 | "
+                                          "1.41 / 1.46 / 1.61 | 324 / 340 |\n| `acer.py` | CartPole-v1 | 1 | 10,029.5 "
+                                          "| no peer | - | 326 / - |\n")
+    done = subprocess.run([sys.executable, str(ROOT / "benchmark" / "report.py"), str(tmp_path), "--speed"],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0 and "2 bar(s)" in done.stdout, done.stderr
+    assert matplotlib.image.imread(tmp_path / "speed.png").shape[0] > 100
+    (tmp_path / "compiled.md").unlink()
+    (tmp_path / "separate.md").write_text(f"{header}\n|---|\n| `acer.py` | CartPole-v1 | 1 | 10 | no peer | - | 3 |\n")
+    done = subprocess.run([sys.executable, str(ROOT / "benchmark" / "report.py"), str(tmp_path), "--speed"],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 2 and "no speed.py table with a peer" in done.stderr
+
+
+def test_measure_updates_counts_the_matmul_flops_and_times_each_update_function():
+    """speed.py --floor's wrapper, on a module whose builder returns two update functions: every call records its FLOPs
+    (2 M N K a matmul) or its seconds, keyed by the function's place in what the builder returned."""
+    import types
+
+    import torch
+    sys.path.insert(0, str(ROOT / "benchmark"))
+    import speed
+
+    a, b = torch.ones(8, 16), torch.ones(16, 4)
+    for mode in ("count", "time"):
+        module, record = types.SimpleNamespace(toy_updates=lambda: (lambda: a @ b, lambda: (a @ b) @ b.T)), {}
+        speed.measure_updates(module, mode, record)
+        first, second = module.toy_updates()
+        for _ in range(3):
+            first(), second()
+        if mode == "count":
+            assert record == {"0": [2 * 8 * 16 * 4] * 3, "1": [2 * 8 * 16 * 4 + 2 * 8 * 4 * 16] * 3}
+        else:
+            assert sorted(record) == ["0", "1"] and all(len(v) == 3 and min(v) > 0 for v in record.values())
+
+
+@pytest.mark.slow
+def test_speed_floor_times_td3_s_updates_eager_and_compiled(tmp_path):
+    """--floor on TD3: a row per path, whose update / floor is the update time over the floor; the compiled run's first
+    calls take longer, as they compile."""
+    out = tmp_path / "floor.md"
+    done = speed("--pairs", "td3", "--steps", "2201", "--floor", "--out", str(out))
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = {line.split("|")[2].strip(): line.strip("|").split("|")[2:] for line in out.read_text().splitlines()
+            if line.startswith("| `td3_continuous_action.py` |")}
+    assert sorted(rows) == ["compiled", "eager"]
+    for update_ms, gflop, floor_ms, ratio, _ in ([float(c) for c in row] for row in rows.values()):
+        assert update_ms > floor_ms > 0 and gflop > 0 and abs(ratio - update_ms / floor_ms) < 0.01 + 0.01 * ratio
+    assert float(rows["compiled"][-1]) > float(rows["eager"][-1])  # the first calls of a compiled run compile
+
+
 def test_report_bands_stay_within_the_return_bounds_it_knows():
     sys.path.insert(0, str(ROOT / "benchmark"))
     import report
@@ -232,10 +290,9 @@ def test_speed_interleaved_reports_a_ratio_per_round(tmp_path):
 @pytest.mark.parametrize("flags, message", [
     (["--pairs", "a2c", "--interleave", "100"], "--interleave works for --pairs sac td3 only"),
     (["--pairs", "td3", "--interleave", "500", "--steps", "2500"], "--interleave 500 needs --steps of at least 3,001"),
-    (["--pairs", "td3", "--interleave-check"], "--interleave-check needs it"),
     (["--pairs", "td3", "--interleave", "-1"], "--interleave takes a turn of at least 1 env step"),
-    (["--pairs", "td3", "--interleave", "500", "--interleave-check", "--before", "HEAD"],
-     "--interleave-check and --before each choose the second side"),
+    (["--pairs", "a2c", "--floor"], "--floor works for --pairs sac td3 only"),
+    (["--pairs", "td3", "--floor", "--interleave", "500"], "without --interleave or --before"),
     (["--pairs", "td3", "--interleave", "500", "--before", "no-such-revision"], "is not a git revision"),
     (["--pairs", "td3", "--interleave", "500", "--before-flags=--no-compile"], "--before-flags needs --before REV"),
     (["--pairs", "td3", "--steps", "999"], "--steps at least 1000"),

@@ -298,13 +298,10 @@ def test_import_does_nothing(tmp_path, script):
     assert os.listdir(tmp_path) == []
 
 
-def test_help_lists_every_flag_and_the_readme_documents_them(script):
+def test_help_lists_every_flag(script):
     result = subprocess.run([sys.executable, script_path(script), "--help"], capture_output=True, text=True,
                             env={**os.environ, "COLUMNS": "120"})
     assert result.returncode == 0
-    page = (ROOT / "docs" / f"{script.__name__}.md").read_text()
-    options = result.stdout[result.stdout.index("╭"):].strip()  # the usage line above names the script's path
-    assert options in page, f"the --help block of docs/{script.__name__}.md is out of date"
     for field in script.Args.__dataclass_fields__:
         assert "--" + field.replace("_", "-") in result.stdout, field
 

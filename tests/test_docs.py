@@ -1,6 +1,7 @@
-"""The docs: every flag a script's page names exists, and no tracked file carries development history, machine names
-or paths outside the repository."""
+"""The docs: every flag a script's page names exists, the flag tables list every field of `Args` once with its default,
+and no tracked file carries development history, machine names or paths outside the repository."""
 
+import dataclasses
 import importlib
 import re
 import subprocess
@@ -24,6 +25,32 @@ def test_every_flag_a_page_names_exists(name):
     named = set(re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", prose + "\n".join(commands)))
     assert named - NOT_FLAGS <= flags, f"docs/{name}.md names flags {name}.py lacks: {sorted(named - NOT_FLAGS - flags)}"
     assert commands, f"docs/{name}.md shows no command"
+
+
+def render(default):
+    """An `Args` default as `--help` shows it and the flag tables write it: 1_000_000 as 1000000, 3e-4 as 0.0003."""
+    return f"`{default}`"
+
+
+def flag_table(path, heading):
+    """[(field, default column)] of the flag table in the section `heading` of `path`, in the table's order."""
+    section = (ROOT / path).read_text().split(f"\n{heading}\n", 1)[1].split("\n## ", 1)[0]
+    rows = re.findall(r"^\| `--([a-z0-9-]+)` \| ([^|]*) \|", section, re.M)
+    return [(flag.replace("-", "_"), default) for flag, default in rows]
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_flag_tables_list_every_field_once_in_order_with_its_default(name):
+    defaults = {field.name: field.default for field in dataclasses.fields(importlib.import_module(name).Args)}
+    common_block = (ROOT / f"{name}.py").read_text().split("# --- COMMON ARGS")[1].split("# --- END OF COMMON ARGS")[0]
+    common = re.findall(r"^    (\w+):", common_block, re.M)
+    readme, page = flag_table("README.md", "## Common flags"), flag_table(f"docs/{name}.md", "## Flags")
+    assert [field for field, _ in readme] == common, "README's common flags table is not the common fields of Args"
+    assert [field for field, _ in page] == [field for field in defaults if field not in common], \
+        f"the flags table of docs/{name}.md is not the fields of {name}.Args after the common ones"
+    for field, default in readme + page:
+        shown = "the script's name" if field == "exp_name" and defaults[field] == name else render(defaults[field])
+        assert default == shown, f"--{field.replace('_', '-')}: the table says {default}, Args {shown}"
 
 
 def test_no_tracked_file_holds_history_words_or_machine_paths():
