@@ -1,12 +1,14 @@
-"""The docs: every flag a script's page names exists, the flag tables list every field of `Args` once with its default,
-and no tracked file carries development history, machine names or paths outside the repository."""
+"""The docs: every flag a script's page names exists, every command they show parses, the flag tables list every field
+of `Args` once with its default, and no tracked file carries development history, machine names or paths outside the repository."""
 
 import dataclasses
 import importlib
 import re
+import shlex
 import subprocess
 
 import pytest
+import tyro
 from conftest import ROOT
 
 SCRIPTS = ["sac_continuous_action", "td3_continuous_action", "sac_atari", "a2c", "acer"]
@@ -25,6 +27,19 @@ def test_every_flag_a_page_names_exists(name):
     named = set(re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", prose + "\n".join(commands)))
     assert named - NOT_FLAGS <= flags, f"docs/{name}.md names flags {name}.py lacks: {sorted(named - NOT_FLAGS - flags)}"
     assert commands, f"docs/{name}.md shows no command"
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_every_command_the_docs_show_parses_and_passes_the_script_s_checks(name):
+    """Each `python <name>.py ...` of the README and the pages, continuation lines joined, parses into Args and passes
+    check_args: a renamed flag or a value out of range in an example fails here."""
+    module = importlib.import_module(name)
+    text = "\n".join(p.read_text() for p in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))])
+    commands = re.findall(rf"python {name}\.py((?: [^\n#`]*)?)", text.replace("\\\n", " "))
+    assert commands
+    for argv in (shlex.split(command) for command in commands):
+        if not {"--help", "--no-such-flag"} & set(argv):  # --help prints, the bad-input example fails on purpose
+            module.check_args(tyro.cli(module.Args, args=argv))
 
 
 def render(default):
