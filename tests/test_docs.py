@@ -1,5 +1,6 @@
 """The docs: every flag a script's page names exists, every command they show parses, the flag tables list every field
-of `Args` once with its default, and no tracked file carries development history, machine names or paths outside the repository."""
+of `Args` once with its default, and no tracked file carries development history, machine names or paths outside the
+repository."""
 
 import dataclasses
 import importlib
