@@ -4,6 +4,7 @@ Papers:
     Haarnoja et al. 2018, "Soft Actor-Critic: Off-Policy Maximum Entropy Deep RL with a Stochastic Actor", arXiv:1801.01290
     Haarnoja et al. 2018, "Soft Actor-Critic Algorithms and Applications" (automatic alpha), arXiv:1812.05905
     Chen et al. 2021, "Randomized Ensembled Double Q-Learning" (critic ensembles, subsampled min, UTD), arXiv:2101.05982
+    Ball et al. 2023, "Efficient Online RL with Offline Data" (RLPD: LayerNorm in the critics), arXiv:2302.02948
 
 Example:
     python sac_continuous_action.py --env-id Hopper-v5 --seed 1
@@ -115,6 +116,8 @@ class Args:
     """G: critic updates per environment step (update-to-data ratio; REDQ: 20)"""
     grad_clip_norm: float | None = None
     """clip the gradient norm of the actor and the critics to this value (off by default; HIL-SERL: 40)"""
+    critic_layer_norm: bool = False
+    """LayerNorm after each hidden layer of the critics, before the ReLU (RLPD, arXiv:2302.02948)"""
 
 
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0  # DEVIATION(3)
@@ -153,9 +156,10 @@ def subsample_critics(num_critics: int, num_subsample: int, device=None):
 # NETWORKS AND REPLAY BUFFER -------------------------------------------------------------------------------------------
 class QEnsemble(nn.Module):
     """N soft Q networks Q_i(s, a), each 256-256-1 with ReLU, in one batched pass: layer weights are stacked to
-    (N, in, out) for `torch.baddbmm`. Each member is initialised as `nn.Linear` is: U(+-1/sqrt(fan_in))."""
+    (N, in, out) for `torch.baddbmm`. Each member is initialised as `nn.Linear` is: U(+-1/sqrt(fan_in)). With
+    layer_norm, each hidden layer is Linear, LayerNorm (its own gain and bias per member, eps 1e-5), ReLU, as RLPD's."""
 
-    def __init__(self, envs, num_critics: int = 2):
+    def __init__(self, envs, num_critics: int = 2, layer_norm: bool = False):
         super().__init__()
         obs_dim = int(np.prod(envs.single_observation_space.shape))
         act_dim = int(np.prod(envs.single_action_space.shape))
@@ -165,14 +169,21 @@ class QEnsemble(nn.Module):
             bound = 1.0 / math.sqrt(fan_in)
             self.weights.append(nn.Parameter(torch.empty(num_critics, fan_in, fan_out).uniform_(-bound, bound)))
             self.biases.append(nn.Parameter(torch.empty(num_critics, 1, fan_out).uniform_(-bound, bound)))
+        hidden = len(dims) - 2 if layer_norm else 0  # LayerNorm gains 1 and biases 0, as nn.LayerNorm's
+        self.norm_gains = nn.ParameterList(nn.Parameter(torch.ones(num_critics, 1, HIDDEN)) for _ in range(hidden))
+        self.norm_biases = nn.ParameterList(nn.Parameter(torch.zeros(num_critics, 1, HIDDEN)) for _ in range(hidden))
 
     def forward(self, obs, actions, idx=slice(None), detach_params: bool = False):
         """Q values (N, B), or (M, B) for the critics `idx` selects; detach_params=True lets no gradient into the critics."""
         x = torch.cat([obs, actions], dim=-1)
-        ws, bs = ([p[idx].detach() if detach_params else p[idx] for p in ps] for ps in (self.weights, self.biases))
+        ws, bs, gs, hs = ([p[idx].detach() if detach_params else p[idx] for p in ps]
+                          for ps in (self.weights, self.biases, self.norm_gains, self.norm_biases))
         x = x.expand(ws[0].shape[0], *x.shape)
-        for w, b in zip(ws[:-1], bs[:-1]):
-            x = F.relu(torch.baddbmm(b, x, w), inplace=True)
+        for k, (w, b) in enumerate(zip(ws[:-1], bs[:-1])):
+            x = torch.baddbmm(b, x, w)
+            if gs:  # --critic-layer-norm: g * (x - mean(x)) / sqrt(var(x) + eps) + h over the hidden units
+                x = torch.addcmul(hs[k], F.layer_norm(x, x.shape[-1:]), gs[k])
+            x = F.relu(x, inplace=True)
         # the output layer as multiply-and-sum: a batched matmul with one output column takes a slow path on the CPU
         return (x * ws[-1].transpose(1, 2)).sum(-1) + bs[-1].squeeze(-1)
 
@@ -340,7 +351,7 @@ def main(args: Args) -> dict:
     try:
         obs_dim, act_dim = run.envs.single_observation_space.shape[0], run.envs.single_action_space.shape[0]
         actor = Actor(run.envs).to(device)
-        qf, qf_target = (QEnsemble(run.envs, args.num_critics).to(device) for _ in range(2))
+        qf, qf_target = (QEnsemble(run.envs, args.num_critics, args.critic_layer_norm).to(device) for _ in range(2))
         qf_target.load_state_dict(qf.state_dict())
         qf_target.requires_grad_(False)
         fused = {"fused": True} if device.type in ("cpu", "cuda") else {}  # one Adam kernel for all tensors

@@ -9,6 +9,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+import torch.nn as nn
 from conftest import TINY_CONTINUOUS, fake_envs, scalars
 from torch.distributions import AffineTransform, Normal, TanhTransform, TransformedDistribution
 
@@ -135,6 +136,31 @@ def test_q_ensemble_equals_a_loop_over_separate_networks():
     torch.testing.assert_close(qf(obs, actions, idx=torch.tensor([2, 0])), torch.stack([expected[2], expected[0]]))
 
 
+def test_q_ensemble_with_layer_norm_equals_separate_networks_with_nn_layer_norm():
+    """--critic-layer-norm: each member is Linear, nn.LayerNorm (its own gain and bias), ReLU per hidden layer."""
+    torch.manual_seed(0)
+    qf = sac.QEnsemble(fake_envs([-1.0, -1.0], [1.0, 1.0]), num_critics=3, layer_norm=True)
+    with torch.no_grad():  # gains and biases away from 1 and 0, so that a member reading another's would show
+        for p in [*qf.norm_gains, *qf.norm_biases]:
+            p.add_(torch.randn_like(p))
+    obs, actions = torch.randn(7, 3), torch.randn(7, 2)
+    expected = []
+    for i in range(3):
+        layers = []
+        for k, (w, b) in enumerate(zip(qf.weights, qf.biases)):
+            linear = nn.Linear(*w.shape[1:])
+            linear.weight.data, linear.bias.data = w[i].T.detach(), b[i, 0].detach()
+            layers.append(linear)
+            if k < 2:
+                norm = nn.LayerNorm(w.shape[2])
+                norm.weight.data, norm.bias.data = qf.norm_gains[k][i, 0].detach(), qf.norm_biases[k][i, 0].detach()
+                layers += [norm, nn.ReLU()]
+        expected.append(nn.Sequential(*layers)(torch.cat([obs, actions], -1)).squeeze(-1))
+    torch.testing.assert_close(qf(obs, actions), torch.stack(expected))
+    torch.testing.assert_close(qf(obs, actions, idx=torch.tensor([1])), expected[1][None])
+    assert len(list(qf.parameters())) == 6 + 4 and len(list(sac.QEnsemble(fake_envs([-1.0], [1.0])).parameters())) == 6
+
+
 def test_actor_loss_sends_no_gradient_into_the_critics():
     torch.manual_seed(0)
     envs = fake_envs([-1.0, -1.0], [1.0, 1.0])
@@ -158,7 +184,7 @@ def test_alpha_rises_when_entropy_is_below_target():
 # ---------------------------------------------------------------------------------------------------------------------
 # SMOKE: every boolean flag in both states reaches gradient updates
 # ---------------------------------------------------------------------------------------------------------------------
-BOOLEAN_FLAGS = ["autotune", "backup_entropy", "cuda", "save_model"]
+BOOLEAN_FLAGS = ["autotune", "backup_entropy", "cuda", "save_model", "critic_layer_norm"]
 
 
 @pytest.mark.parametrize("value", [True, False])
