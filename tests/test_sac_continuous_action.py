@@ -285,7 +285,8 @@ def sac_setup(args, seed: int = 0):
     """Networks and optimizers laid out as `main` lays them out: log alpha in the actor optimizer's second group."""
     torch.manual_seed(seed)
     envs = fake_envs([-2.0, 0.0, 10.0], [5.0, 0.5, 10.1])
-    actor, qf, qf_target = sac.Actor(envs), sac.QEnsemble(envs, args.num_critics), sac.QEnsemble(envs, args.num_critics)
+    actor = sac.Actor(envs)
+    qf, qf_target = (sac.QEnsemble(envs, args.num_critics, args.critic_layer_norm) for _ in range(2))
     qf_target.load_state_dict(qf.state_dict())
     qf_target.requires_grad_(False)
     log_alpha = torch.zeros(1, requires_grad=True)
@@ -334,7 +335,8 @@ def assert_same_training(nets, other_nets, logged, other_logged, rtol, atol):
 
 
 CASES = {"defaults": {}, "fixed alpha, clipping, 3 critics subsampled to 2":
-         dict(autotune=False, grad_clip_norm=1.0, num_critics=3, num_subsample_critics=2, backup_entropy=False)}
+         dict(autotune=False, grad_clip_norm=1.0, num_critics=3, num_subsample_critics=2, backup_entropy=False),
+         "critic LayerNorm, clipping": dict(critic_layer_norm=True, grad_clip_norm=1.0)}
 
 
 @pytest.mark.parametrize("case", list(CASES))
