@@ -105,7 +105,16 @@ def published_value(row: dict) -> float:
     return float(re.match(r"[-−]?[\d.]+", row["value"].replace(",", "")).group().replace("−", "-"))
 
 
-def speed_chart(root: str, out: str, plt) -> int:
+def pyplot():
+    """matplotlib.pyplot, drawing to files only (no display needed)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def speed_chart(root: str, out: str) -> int:
     """speed.png from the rows of every speed.py table (*.md) in root; returns the number of bars."""
     bars = []  # (label, ratio, least, greatest)
     for path in sorted(glob.glob(os.path.join(root, "*.md"))):
@@ -120,6 +129,7 @@ def speed_chart(root: str, out: str, plt) -> int:
                 bars.append((label, ratio, least, greatest))
     if not bars:
         return 0
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6, 0.3 + 0.55 * len(bars)))
     labels, ratios, least, greatest = zip(*bars)
     ax.barh(range(len(bars)), ratios, xerr=[np.subtract(ratios, least), np.subtract(greatest, ratios)], capsize=3)
@@ -147,15 +157,12 @@ def main(argv=None) -> int:
     parser.add_argument("--speed", action="store_true", help="draw speed.png from benchmark/speed.py's tables in ROOT")
     args = parser.parse_args(argv)
     if args.speed:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
-        bars = speed_chart(args.root, args.out or args.root, plt)
-        print(f"wrote {args.out or args.root}/speed.png, {bars} bar(s)" if bars else
-              f"error: no speed.py table with a peer in {args.root}", file=sys.stderr if not bars else sys.stdout)
-        return 0 if bars else 2
+        bars = speed_chart(args.root, args.out or args.root)
+        if not bars:
+            print(f"error: no speed.py table with a peer in {args.root}", file=sys.stderr)
+            return 2
+        print(f"wrote {args.out or args.root}/speed.png, {bars} bar(s)")
+        return 0
     if args.last_episodes < 1:
         print("error: --last-episodes must be at least 1", file=sys.stderr)
         return 2
@@ -167,11 +174,7 @@ def main(argv=None) -> int:
     os.makedirs(out, exist_ok=True)
     reference = read_reference(args.reference)
 
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     rows = ["| script | env | seeds | steps | final return: mean ± std | IQM | training return, last "
             f"{args.last_episodes} episodes: mean ± std | published |", "|---|---|---|---|---|---|---|---|"]
     by_env = defaultdict(list)
@@ -185,8 +188,8 @@ def main(argv=None) -> int:
         train = [read_scalars(seeds[seed], TRAIN_TAG)[-args.last_episodes:] for seed in curves]
         train = [np.mean([value for _, value in episodes]) for episodes in train if episodes]
         train = f"{np.mean(train):.1f} ± {np.std(train):.1f}" if train else "-"
-        published = "; ".join(f"{r['value']} at {r['steps']} ({r['source']})" for r in reference.get((script, env_id), []))
-        published = published or "-"
+        published = "; ".join(f"{r['value']} at {r['steps']} ({r['source']})"
+                              for r in reference.get((script, env_id), [])) or "-"
         rows.append(f"| `{script}` | {env_id} | {len(finals)} | {steps:,} | {np.mean(finals):.1f} ± "
                     f"{np.std(finals):.1f} | {iqm(finals):.1f} | {train} | {published} |")
         sparse = {seed: len(curve) for seed, curve in curves.items() if len(curve) < MIN_EVALS}

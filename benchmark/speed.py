@@ -124,12 +124,13 @@ def floor_markdown(args, command: str) -> str:
     rows = [f"| script | path | update ms per env step | matmul GFLOP per env step | floor ms at {rate / 1e9:.0f} "
             "GFLOP/s (256 x 256 matmul) | update / floor | first calls s (compilation) |", "|---" * 7 + "|"]
     for pair in args.pairs:
-        runs, train_steps = {}, (args.steps or PAIRS[pair][5]) - LEARNING_STARTS
+        runs, steps, threads = {}, args.steps or PAIRS[pair][5], args.threads or PAIRS[pair][4]
         for name, mode, flags in (("count", "count", "--no-compile"), ("eager", "time", "--no-compile"),
                                   ("compiled", "time", "--compile")):
-            pinned = argparse.Namespace(**{**vars(args), "threads": args.threads or PAIRS[pair][4], "floor": mode,
-                                           "ours_flags": flags, "before_flags": ""})
-            runs[name] = run_children(["ours"], pair, args.steps or PAIRS[pair][5], [args.seed], pinned)[0]["updates"]
+            pinned = argparse.Namespace(**{**vars(args), "threads": threads, "measure": mode, "ours_flags": flags,
+                                           "before_flags": ""})
+            runs[name] = run_children(["ours"], pair, steps, [args.seed], pinned)[0]["updates"]
+        train_steps = steps - LEARNING_STARTS
         flops = sum(map(sum, runs.pop("count").values())) / train_steps
         for path, record in runs.items():
             seconds = sum(statistics.mean(v[FLOOR_WARMUP:]) * len(v) for v in record.values()) / train_steps
@@ -185,8 +186,8 @@ def child(args) -> None:
                 sys.path.insert(0, folder if args.child == "before" else ROOT)
                 hook_env_steps(meter)
                 module = __import__(script[: -len(".py")])
-                if args.floor:
-                    measure_updates(module, args.floor, record)
+                if args.measure:
+                    measure_updates(module, args.measure, record)
                 module.cli([
                     "--env-id", env_id, "--total-timesteps", str(args.steps), "--seed", str(args.seed), *flags,
                     *shlex.split(args.before_flags if args.child == "before" else args.ours_flags)])
@@ -209,7 +210,7 @@ def run_children(sides: list, pair: str, steps: int, seeds: list, args, batons: 
                "--seed", str(seed), "--threads", str(args.threads), f"--ours-flags={args.ours_flags}",
                f"--before-flags={args.before_flags}", f"--before={args.before}", "--interleave", str(args.interleave)]
         cmd += [f"--baton={','.join(map(str, batons[k]))}"] if batons else []
-        cmd += [f"--floor={args.floor}"] if args.floor else []
+        cmd += [f"--measure={args.measure}"] if args.measure else []
         procs.append(subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, text=True,
                                       pass_fds=batons[k][:2] if batons else ()))
     for fd in {fd for baton in batons for fd in baton[:2]}:
@@ -335,8 +336,8 @@ def main() -> None:
     parser.add_argument("--before", default="", metavar="REV", help="our script at git revision REV as the other side")
     parser.add_argument("--before-flags", metavar="FLAGS", help="REV's flags in place of --ours-flags")
     parser.add_argument("--child", choices=["ours", "sb3", "before"], help=argparse.SUPPRESS)
-    parser.add_argument("--floor", nargs="?", const="all", choices=["all", "time", "count"],
-                        help="sac, td3: time the updates against the arithmetic floor (time, count: a child's part)")
+    parser.add_argument("--floor", action="store_true", help="sac, td3: time the updates against the arithmetic floor")
+    parser.add_argument("--measure", choices=["time", "count"], help=argparse.SUPPRESS)  # a --floor child's part
     parser.add_argument("--baton", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
