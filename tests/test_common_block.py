@@ -15,9 +15,8 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from conftest import ROOT, scalars
+from conftest import ROOT, SCRIPTS, scalars
 
-SCRIPTS = ["sac_continuous_action", "td3_continuous_action", "sac_atari", "a2c", "acer"]
 OFF_POLICY = SCRIPTS[:3]
 # script -> (fields of a run of a few seconds that reaches its updates, an env of the wrong action space and the
 # script its error points to)

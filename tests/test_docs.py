@@ -10,9 +10,8 @@ import subprocess
 
 import pytest
 import tyro
-from conftest import ROOT
+from conftest import ROOT, SCRIPTS
 
-SCRIPTS = ["sac_continuous_action", "td3_continuous_action", "sac_atari", "a2c", "acer"]
 NOT_FLAGS = {"--help", "--logdir", "--no-such-flag"}  # tensorboard's, and the bad-input example
 HISTORY = re.compile(r"\bsessions?\b|\bVMs?\b|\bzen ?\d|/work/|/root/|/home/\w|\.\./shared|shared/REFERENCE|"
                      r"\bseed 00\d\b", re.I)
