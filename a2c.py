@@ -15,6 +15,7 @@ Deviations from the papers (each marked `# DEVIATION(n)` in the code):
 """
 
 import contextlib
+import functools
 import importlib.util
 import io
 import math
@@ -347,19 +348,25 @@ def crossed(before: int, now: int, every: int) -> bool:
     return every > 0 and now // every > before // every
 
 
-def make_env(env_id: str, video_dir: str | None = None):
-    """A thunk making one env that records episode statistics (and with a video_dir, its first episode). Atari gets the
-    DQN wrappers above the statistics, which see whole games: SB3's AtariWrapper and FrameStack(4)."""
+def make_env(args, video_dir: str | None = None):
+    """A thunk making one env of args.env_id that records episode statistics (and with a video_dir, its first episode).
+    Atari gets the DQN wrappers above the statistics, which see whole games: SB3's AtariWrapper and FrameStack(4).
+    sac_continuous_action.py's --from-pixels adds the rendered frame: {"pixels": (size, size, 3) uint8, "state": s}."""
 
     def thunk():
-        atari = env_id.startswith("ALE/") or "NoFrameskip" in env_id
+        atari, pixels = args.env_id.startswith("ALE/") or "NoFrameskip" in args.env_id, getattr(args, "from_pixels", 0)
         if atari:
             gym.register_envs(__import__("ale_py"))
-        kwargs = {"frameskip": 1} if env_id.startswith("ALE/") else {}  # MaxAndSkip skips; ALE/* keeps sticky actions
-        env = gym.make(env_id, **kwargs, **({"render_mode": "rgb_array"} if video_dir is not None else {}))
+        kwargs = {"frameskip": 1} if args.env_id.startswith("ALE/") else {}  # MaxAndSkip skips; ALE/* keeps sticky actions
+        kwargs.update({"render_mode": "rgb_array"} if video_dir is not None or pixels else {})
+        env = gym.make(args.env_id, **kwargs, **({"width": args.image_size, "height": args.image_size} if pixels else {}))
         if video_dir:
             env = gym.wrappers.RecordVideo(env, video_dir, episode_trigger=lambda k: k == 0, disable_logger=True)
         env = gym.wrappers.RecordEpisodeStatistics(env)
+        if pixels:  # AddRenderObservation's observations, by a function that pickles, as checkpoints need
+            space = gym.spaces.Box(0, 255, (args.image_size, args.image_size, 3), np.uint8)
+            env = gym.wrappers.TransformObservation(env, functools.partial(pixels_and_state, env),
+                                                    gym.spaces.Dict(pixels=space, state=env.observation_space))
         if atari:  # (84, 84, 1) frames become (84, 84) (itemgetter pickles), then stacks of 4
             from stable_baselines3.common.atari_wrappers import AtariWrapper
             frames = gym.spaces.Box(0, 255, (84, 84), np.uint8)
@@ -370,11 +377,18 @@ def make_env(env_id: str, video_dir: str | None = None):
     return thunk
 
 
+def pixels_and_state(env, obs) -> dict:
+    """--from-pixels' observation: the frame `env` renders beside its own observation."""
+    return {"pixels": env.render(), "state": obs}
+
+
 def final_observations(next_obs: np.ndarray, infos: dict) -> np.ndarray:
-    """The true s_{t+1}: under SAME_STEP autoreset an ended sub-env's row of next_obs is already its reset observation."""
-    real_next_obs = next_obs.copy()
+    """The true s_{t+1}: under SAME_STEP autoreset an ended sub-env's row of next_obs is already its reset observation.
+    Dict observations are replaced key by key."""
+    real_next_obs = {key: x.copy() for key, x in next_obs.items()} if isinstance(next_obs, dict) else next_obs.copy()
     for i in np.flatnonzero(infos.get("_final_obs", [])):
-        real_next_obs[i] = infos["final_obs"][i]
+        for key, final in infos["final_obs"][i].items() if isinstance(next_obs, dict) else [(..., infos["final_obs"][i])]:
+            real_next_obs[key][i] = final
     return real_next_obs
 
 
@@ -397,20 +411,22 @@ def setup(args):
            for key, value in asdict(args).items() if isinstance(value, float)])
     check([(min(args.num_envs, args.eval_episodes, args.log_freq) < 1,
             "--num-envs, --eval-episodes and --log-freq must be at least 1"),
-           (args.total_timesteps < args.num_envs, "--total-timesteps must be at least --num-envs"),
+           (args.total_timesteps < args.num_envs and not getattr(args, "offline_steps", 0),
+            "--total-timesteps must be at least --num-envs (or 0, in sac_continuous_action.py, with --offline-steps)"),
            (min(args.eval_freq, args.checkpoint_freq) < 0, "--eval-freq and --checkpoint-freq must be non-negative"),
            (args.capture_video and not importlib.util.find_spec("moviepy"), "--capture-video needs `pip install moviepy`")])
     check_args(args)
-    if args.capture_video:
+    if args.capture_video or getattr(args, "from_pixels", False):
         os.environ.setdefault("MUJOCO_GL", "egl")  # headless MuJoCo rendering; read when mujoco is first imported
         __import__("torch._dynamo")  # CUDA wheels' triton segfaults when first loaded after MuJoCo's EGL context
     try:  # the env, and for --capture-video a frame, which would otherwise fail at the first evaluation
-        env = make_env(args.env_id, "" if args.capture_video else None)()
+        env = make_env(args, "" if args.capture_video else None)()
         env.reset(seed=0)
         frame = env.render() if args.capture_video else None
     except Exception as e:  # an unknown id, a missing package or renderer: one line, whatever the library raised
         raise ConfigError(f"{args.env_id} cannot be made ({type(e).__name__}: {e}): is it an unknown env id (see "
-                          "gymnasium.pprint_registry()), or does it need an extra or, for --capture-video, a renderer?")
+                          "gymnasium.pprint_registry()), or does it need an extra or, for --capture-video or --from-pixels, a "
+                          "MuJoCo renderer?")
     check([(args.capture_video and frame is None, f"--capture-video: {args.env_id} renders no frames")])
     check_spaces(args.env_id, env.observation_space, env.action_space)
     for seed in (random.seed, np.random.seed, torch.manual_seed):
@@ -452,7 +468,7 @@ class Run:
                 env.unwrapped.ale.restoreState(state)
             elif state is not None:
                 __import__("mujoco").mj_copyData(env.unwrapped.data, env.unwrapped.model, state)
-        thunks = [lambda env=env: env for env in saved[0]] if saved else [make_env(args.env_id)] * args.num_envs
+        thunks = [lambda env=env: env for env in saved[0]] if saved else [make_env(args)] * args.num_envs
         # SAME_STEP autoreset: a step that ends an episode returns the reset observation, the final one in infos
         self.envs = gym.vector.SyncVectorEnv(thunks, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
         self.exact = saved and all(state is not None or not isinstance(env.unwrapped, gym.utils.EzPickle)
@@ -536,12 +552,13 @@ class Run:
     def evaluate(self, policy, global_step: int) -> None:
         """eval/episodic_return: the mean return of `policy` (numpy in and out, no torch RNG) over real episodes."""
         video_dir = f"{self.dir}/videos/step_{global_step}" if self.args.capture_video else None
-        env, returns = make_env(self.args.env_id, video_dir)(), []
+        env, returns = make_env(self.args, video_dir)(), []
         for k in range(self.args.eval_episodes):
             obs, info = env.reset(seed=self.args.seed + EVAL_SEED_OFFSET + k)
             while "episode" not in info:  # the real episode's end: RecordEpisodeStatistics sits below EpisodicLife
                 with torch.no_grad():
-                    obs, _, terminated, truncated, info = env.step(policy(obs[None])[0])
+                    batch = {key: x[None] for key, x in obs.items()} if isinstance(obs, dict) else obs[None]
+                    obs, _, terminated, truncated, info = env.step(policy(batch)[0])
                 if (terminated or truncated) and "episode" not in info:  # a life lost under EpisodicLife: play on
                     obs, _ = env.reset()
             returns.append(float(info["episode"]["r"]))

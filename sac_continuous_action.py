@@ -21,6 +21,7 @@ Deviations from the papers (each marked `# DEVIATION(n)` in the code):
 """
 
 import contextlib
+import functools
 import importlib.util
 import inspect
 import io
@@ -118,10 +119,28 @@ class Args:
     """clip the gradient norm of the actor and the critics to this value (off by default; HIL-SERL: 40)"""
     critic_layer_norm: bool = False
     """LayerNorm after each hidden layer of the critics, before the ReLU (RLPD, arXiv:2302.02948)"""
+    from_pixels: bool = False
+    """observe {"pixels": the frame rendered at --image-size, "state": the env's observation} (AddRenderObservation)"""
+    image_size: int = 84
+    """height and width in pixels of --from-pixels frames (DrQ, arXiv:2004.13649: 84)"""
+    augment: bool = True
+    """shift each image of an update's batch by up to 4 pixels (DrQ's random shift, arXiv:2004.13649)"""
+    shared_encoder: bool = True
+    """Dict observations: one encoder, trained by the critics' loss and read detached by the actor (HIL-SERL)"""
+    save_replay: str | None = None
+    """write the replay buffer to this .npz at the end and on SIGINT/SIGTERM, for --offline-data"""
+    offline_data: str | None = None
+    """an .npz written by --save-replay: a second buffer that each batch draws from (RLPD, arXiv:2302.02948)"""
+    offline_ratio: float | None = None
+    """fraction of each batch drawn from --offline-data; None: 0.5, RLPD's symmetric sampling"""
+    offline_steps: int = 0
+    """update steps on --offline-data alone before the first env step (HIL-SERL's offline learner)"""
 
 
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0  # DEVIATION(3)
-HIDDEN = 256  # units per hidden layer (SAC paper, Table 1)
+HIDDEN = 256  # units per hidden layer (SAC paper, Table 1); also the state encoding's width (HIL-SERL latent_dim)
+IMAGE_FEATURES = 50  # an image's encoding width (DrQ, SAC-AE)
+SHIFT = 4  # DrQ's random shift: pad by 4 pixels (replicating the border), crop back at a random offset
 COMPILE_MIN_STEPS = 100_000  # unset --compile compiles CPU runs of this many env steps after learning starts
 LOG_2PI = math.log(2 * math.pi)
 
@@ -148,20 +167,78 @@ def soft_q_target(rewards, terminations, next_q, next_log_prob, alpha, gamma: fl
     return rewards + gamma * (1.0 - terminations) * next_v
 
 
+def random_shift(images: torch.Tensor, pad: int = SHIFT) -> torch.Tensor:
+    """DrQ's image augmentation (arXiv:2004.13649, Sec. 3.1): each image (B, C, H, W) padded by `pad` pixels that repeat
+    its border, then cropped back to H x W at an offset drawn uniformly from {0, ..., 2 pad}^2."""
+    n, _, h, w = images.shape
+    padded = F.pad(images, (pad,) * 4, mode="replicate")
+    dy, dx = torch.randint(0, 2 * pad + 1, (2, n, 1, 1), device=images.device)
+    rows, cols = torch.arange(h, device=images.device)[:, None] + dy, torch.arange(w, device=images.device) + dx
+    return padded[torch.arange(n, device=images.device)[:, None, None], :, rows, cols].permute(0, 3, 1, 2)
+
+
 def subsample_critics(num_critics: int, num_subsample: int, device=None):
     """Indices of `num_subsample` distinct critics of `num_critics`, drawn uniformly (REDQ, Alg. 1 line 8); all: [:]."""
     return slice(None) if num_subsample == num_critics else torch.randperm(num_critics, device=device)[:num_subsample]
 
 
 # NETWORKS AND REPLAY BUFFER -------------------------------------------------------------------------------------------
+def to_tensors(obs, device):
+    """The networks' input from observations (B, ...): float32; a Dict's keys flattened, its uint8 images (B, H, W, C)
+    or (B, C, H, W) made (B, C, H, W) floats in [0, 1]."""
+    if not isinstance(obs, dict):
+        return torch.as_tensor(obs, dtype=torch.float32, device=device)
+    out = {}
+    for key, x in obs.items():
+        x = torch.as_tensor(np.ascontiguousarray(x) if isinstance(x, np.ndarray) else x, device=device)
+        out[key] = (x if x.shape[1] < x.shape[-1] else x.permute(0, 3, 1, 2)).float() / 255 if x.dtype == torch.uint8 \
+            else x.reshape(len(x), -1).float()
+    return out
+
+
+class Encoder(nn.Module):
+    """An observation's features: a flat Box passes through; of a Dict, each image goes through a CNN and the vector keys,
+    concatenated, through Linear, LayerNorm, Tanh (HIL-SERL's SACObservationEncoder); the parts are concatenated."""
+
+    def __init__(self, obs_space):
+        super().__init__()
+        spaces = obs_space.spaces if isinstance(obs_space, gym.spaces.Dict) else {}
+        self.images = [key for key, space in spaces.items() if space.dtype == np.uint8]
+        self.vectors = [key for key in spaces if key not in self.images]
+        self.cnns, self.state, self.out_dim = nn.ModuleDict(), None, 0 if spaces else obs_space.shape[0]
+        for key in self.images:
+            shape = spaces[key].shape if spaces[key].shape[0] < spaces[key].shape[-1] else np.roll(spaces[key].shape, 1)
+            # DrQ's encoder (SAC-AE, arXiv:1910.01741): 3x3 convolutions of 32 channels, the first of stride 2, ReLUs,
+            # then Linear to IMAGE_FEATURES, LayerNorm and Tanh
+            convs = nn.Sequential(nn.Conv2d(int(shape[0]), 32, 3, stride=2), nn.ReLU(),
+                                  *(m for _ in range(3) for m in (nn.Conv2d(32, 32, 3), nn.ReLU())))
+            with torch.no_grad():
+                flat = convs(torch.zeros(1, *map(int, shape))).numel()
+            head = (nn.Linear(flat, IMAGE_FEATURES), nn.LayerNorm(IMAGE_FEATURES), nn.Tanh())
+            self.cnns[key], self.out_dim = nn.Sequential(*convs, nn.Flatten(), *head), self.out_dim + IMAGE_FEATURES
+        if self.vectors:
+            state_dim = sum(int(np.prod(spaces[key].shape)) for key in self.vectors)
+            self.state, self.out_dim = nn.Sequential(nn.Linear(state_dim, HIDDEN), nn.LayerNorm(HIDDEN), nn.Tanh()), \
+                self.out_dim + HIDDEN
+
+    def forward(self, obs):
+        if not isinstance(obs, dict):
+            return obs
+        parts = [self.cnns[key](obs[key]) for key in self.images]
+        vectors = [self.state(torch.cat([obs[key] for key in self.vectors], dim=-1))] if self.vectors else []
+        return torch.cat(parts + vectors, dim=-1)
+
+
 class QEnsemble(nn.Module):
-    """N soft Q networks Q_i(s, a), each 256-256-1 with ReLU, in one batched pass: layer weights are stacked to
-    (N, in, out) for `torch.baddbmm`. Each member is initialised as `nn.Linear` is: U(+-1/sqrt(fan_in)). With
-    layer_norm, each hidden layer is Linear, LayerNorm (its own gain and bias per member, eps 1e-5), ReLU, as RLPD's."""
+    """N soft Q networks Q_i(s, a), each 256-256-1 with ReLU on one shared `Encoder`'s features of s, in one batched
+    pass: layer weights are stacked to (N, in, out) for `torch.baddbmm`. Each member is initialised as `nn.Linear` is:
+    U(+-1/sqrt(fan_in)). With layer_norm, each hidden layer is Linear, LayerNorm (its own gain and bias per member, eps
+    1e-5), ReLU, as RLPD's."""
 
     def __init__(self, envs, num_critics: int = 2, layer_norm: bool = False):
         super().__init__()
-        obs_dim = int(np.prod(envs.single_observation_space.shape))
+        self.encoder = Encoder(envs.single_observation_space)
+        obs_dim = self.encoder.out_dim
         act_dim = int(np.prod(envs.single_action_space.shape))
         dims = [obs_dim + act_dim, HIDDEN, HIDDEN, 1]
         self.weights, self.biases = nn.ParameterList(), nn.ParameterList()
@@ -174,8 +251,10 @@ class QEnsemble(nn.Module):
         self.norm_biases = nn.ParameterList(nn.Parameter(torch.zeros(num_critics, 1, HIDDEN)) for _ in range(hidden))
 
     def forward(self, obs, actions, idx=slice(None), detach_params: bool = False):
-        """Q values (N, B), or (M, B) for the critics `idx` selects; detach_params=True lets no gradient into the critics."""
-        x = torch.cat([obs, actions], dim=-1)
+        """Q values (N, B), or (M, B) for the critics `idx` selects; detach_params=True lets no gradient into the critics
+        or their encoder."""
+        features = self.encoder(obs)
+        x = torch.cat([features.detach() if detach_params else features, actions], dim=-1)
         ws, bs, gs, hs = ([p[idx].detach() if detach_params else p[idx] for p in ps]
                           for ps in (self.weights, self.biases, self.norm_gains, self.norm_biases))
         x = x.expand(ws[0].shape[0], *x.shape)
@@ -189,11 +268,14 @@ class QEnsemble(nn.Module):
 
 
 class Actor(nn.Module):
-    """Tanh-squashed Gaussian policy with CleanRL's interface: Actor(envs), forward, get_action."""
+    """Tanh-squashed Gaussian policy with CleanRL's interface: Actor(envs), forward, get_action. Given the critics'
+    encoder (--shared-encoder) it reads its features detached, so J_pi trains no encoder; else it has its own."""
 
-    def __init__(self, envs):
+    def __init__(self, envs, shared_encoder: Encoder | None = None):
         super().__init__()
-        obs_dim = int(np.prod(envs.single_observation_space.shape))
+        self.encoder = Encoder(envs.single_observation_space) if shared_encoder is None else None  # trained by J_pi
+        self.shared = [shared_encoder] if shared_encoder else []  # in a list: not registered, not in actor.parameters()
+        obs_dim = (shared_encoder or self.encoder).out_dim
         act_dim = int(np.prod(envs.single_action_space.shape))
         self.fc1 = nn.Linear(obs_dim, HIDDEN)
         self.fc2 = nn.Linear(HIDDEN, HIDDEN)
@@ -205,7 +287,8 @@ class Actor(nn.Module):
 
     def forward(self, obs):
         """Returns (mean, log_std), each (B, |A|), log_std in [LOG_STD_MIN, LOG_STD_MAX]."""
-        x = F.relu(self.fc2(F.relu(self.fc1(obs), inplace=True)), inplace=True)
+        x = self.encoder(obs) if self.encoder is not None else self.shared[0](obs).detach()  # HIL-SERL's detach rule
+        x = F.relu(self.fc2(F.relu(self.fc1(x), inplace=True)), inplace=True)
         log_std = torch.tanh(self.fc_logstd(x))
         log_std = LOG_STD_MIN + 0.5 * (LOG_STD_MAX - LOG_STD_MIN) * (log_std + 1)  # DEVIATION(3)
         return self.fc_mean(x), log_std
@@ -222,32 +305,93 @@ class Actor(nn.Module):
 
 
 class ReplayBuffer:
-    """Preallocated circular storage of (s, a, r, s', terminated), sampled uniformly. The five fields are column blocks
-    of one (capacity, 2 |S| + |A| + 2) tensor, so storing a step is one copy and drawing a minibatch one gather."""
+    """Preallocated circular storage of (s, a, r, s', terminated), sampled uniformly. The vector parts (a flat s, or a
+    Dict's vector keys, then a, r, s', terminated) are column blocks of one float tensor, so storing a step is one copy
+    and drawing a minibatch one gather. A Dict's uint8 images are stored once, on the CPU: frames[i] is row i's s and
+    frames[i + num_envs], its sub-env's next row, its s' (written with it), unless the episode ended at row i: then
+    last[i] is. torch.empty commits memory only where written, so `last` costs a frame per episode."""
 
-    def __init__(self, capacity: int, obs_dim: int, act_dim: int, device):
-        self.capacity, self.pos, self.size, self.device = capacity, 0, 0, device
+    def __init__(self, capacity: int, obs_space, act_dim: int, num_envs: int, device):
+        self.capacity, self.num_envs, self.pos, self.size, self.device = capacity, num_envs, 0, 0, device
+        self.spaces = obs_space.spaces if isinstance(obs_space, gym.spaces.Dict) else None
+        self.images = [key for key, space in (self.spaces or {}).items() if space.dtype == np.uint8]
+        self.vectors = {key: space.shape for key, space in (self.spaces or {}).items() if key not in self.images}
+        obs_dim = sum(int(np.prod(shape)) for shape in self.vectors.values()) if self.spaces else obs_space.shape[0]
         self.widths = (obs_dim, act_dim, 1, obs_dim, 1)
         self.storage = torch.empty((capacity, sum(self.widths)), device=device)  # rows >= size are never read
+        self.frames, self.last = ({key: torch.empty((capacity, *self.spaces[key].shape), dtype=torch.uint8)
+                                   for key in self.images} for _ in range(2))
+        self.ended = torch.zeros(capacity, dtype=torch.bool)
 
-    def add(self, obs, actions, rewards, next_obs, terminations):
-        """Store one row per sub-env; arrays are (num_envs, ...)."""
-        rows = np.concatenate([obs, actions, rewards[:, None], next_obs, terminations[:, None]], 1, dtype=np.float32)
-        self.storage[torch.arange(self.pos, self.pos + len(rows)) % self.capacity] = torch.from_numpy(rows).to(self.device)
-        self.pos, self.size = (self.pos + len(rows)) % self.capacity, min(self.size + len(rows), self.capacity)
+    def flat(self, obs):
+        """(B, obs_dim): a flat s, or a Dict's vector keys flattened and concatenated."""
+        n = len(next(iter(obs.values()))) if self.spaces else 0
+        return np.concatenate([np.zeros((n, 0))] + [obs[key].reshape(n, -1) for key in self.vectors], 1) \
+            if self.spaces else obs
 
-    def sample(self, batch_size: int):
-        """(obs, actions, rewards, next_obs, terminations) of `batch_size` transitions drawn uniformly."""
-        rows = self.storage.index_select(0, torch.randint(0, self.size, (batch_size,), device=self.device))
-        obs, actions, rewards, next_obs, terminations = rows.split(self.widths, dim=-1)
+    def add(self, obs, actions, rewards, next_obs, terminations, dones):
+        """Store one row per sub-env; arrays are (num_envs, ...), next_obs the true s', `dones` where episodes ended."""
+        rows = [self.flat(obs), actions, rewards[:, None], self.flat(next_obs), terminations[:, None]]
+        idx = torch.arange(self.pos, self.pos + len(actions)) % self.capacity
+        self.storage[idx.to(self.device)] = torch.from_numpy(np.concatenate(rows, 1, dtype=np.float32)).to(self.device)
+        self.ended[idx] = torch.as_tensor(dones, dtype=torch.bool)
+        for key in self.images:  # s' first: a bulk load's next rows then get their own s
+            self.frames[key][(idx + self.num_envs) % self.capacity] = torch.as_tensor(next_obs[key])
+            self.frames[key][idx] = torch.as_tensor(obs[key])
+            self.last[key][idx[self.ended[idx]]] = torch.as_tensor(next_obs[key][dones])
+        self.pos, self.size = (self.pos + len(actions)) % self.capacity, min(self.size + len(actions), self.capacity)
+
+    def stale(self) -> int:
+        """How many of the oldest rows have lost their s image to the newest rows' s' (a full buffer's)."""
+        return self.num_envs if self.images and self.size == self.capacity else 0
+
+    def observations(self, flat, idx, next_obs: bool):
+        """Rows idx's s (or s') as stored: a flat tensor, or a Dict of uint8 images and flattened vectors."""
+        if not self.spaces:
+            return flat
+        obs = dict(zip(self.vectors, flat.split([int(np.prod(shape)) for shape in self.vectors.values()], dim=-1)))
+        for key in self.images:
+            frames = self.frames[key][(idx + self.num_envs) % self.capacity if next_obs else idx]
+            obs[key] = torch.where(self.ended[idx, None, None, None], self.last[key][idx], frames) if next_obs else frames
+        return obs
+
+    def sample(self, batch_size: int, augment: bool = False):
+        """(obs, actions, rewards, next_obs, terminations) of `batch_size` transitions drawn uniformly; with augment,
+        each image shifted at random (DrQ)."""
+        idx = torch.randint(0, self.size - self.stale(), (batch_size,), device=self.device)
+        idx = (idx + self.pos + self.stale()) % self.capacity if self.stale() else idx
+        obs, actions, rewards, next_obs, terminations = self.storage.index_select(0, idx).split(self.widths, dim=-1)
+        if self.spaces:
+            obs, next_obs = (to_tensors(self.observations(part, idx.cpu(), nxt), self.device) for part, nxt in
+                             ((obs, False), (next_obs, True)))
+            for o in (obs, next_obs) if augment else ():
+                o.update({key: random_shift(o[key]) for key in self.images})
         return obs, actions, rewards.squeeze(-1), next_obs, terminations.squeeze(-1)
 
+    def arrays(self) -> dict:
+        """The stored transitions, oldest first, as --save-replay writes them: obs, actions, rewards, next_obs and
+        terminations, a Dict's observations as obs/<key> and next_obs/<key> arrays shaped as the space's."""
+        idx = (torch.arange(self.stale(), self.size) + (self.pos if self.size == self.capacity else 0)) % self.capacity
+        obs, actions, rewards, next_obs, terminations = self.storage[idx.to(self.device)].cpu().split(self.widths, -1)
+        data = {"actions": actions, "rewards": rewards[:, 0], "terminations": terminations[:, 0]}
+        for name, flat, nxt in (("obs", obs, False), ("next_obs", next_obs, True)):
+            parts = self.observations(flat, idx, nxt)
+            data.update({f"{name}/{k}": v.reshape(len(idx), *self.spaces[k].shape) for k, v in parts.items()}
+                        if self.spaces else {name: parts})
+        return {key: value.numpy() for key, value in data.items()}
+
     def state_dict(self):
-        return {"pos": self.pos, "size": self.size, "storage": self.storage[: self.size].cpu()}
+        written = min(self.size + self.num_envs, self.capacity)  # the rows' s and the newest rows' s'
+        return {"pos": self.pos, "size": self.size, "storage": self.storage[: self.size].cpu(), "ended": self.ended,
+                **{f"frames/{key}": self.frames[key][:written] for key in self.images},
+                **{f"last/{key}": self.last[key][self.ended] for key in self.images}}
 
     def load_state_dict(self, state):
-        self.pos, self.size = state["pos"], state["size"]
+        self.pos, self.size, self.ended = state["pos"], state["size"], state["ended"]
         self.storage[: self.size] = state["storage"].to(self.device)
+        for key in self.images:
+            self.frames[key][: len(state[f"frames/{key}"])] = state[f"frames/{key}"]
+            self.last[key][self.ended] = state[f"last/{key}"]
 
 
 # LOSSES AND UPDATES ---------------------------------------------------------------------------------------------------
@@ -256,7 +400,7 @@ def compute_loss_q(actor, qf, qf_target, batch, alpha, gamma, backup_entropy, nu
     obs, actions, rewards, next_obs, terminations = batch
     with torch.no_grad():
         next_actions, next_log_prob, _ = actor.get_action(next_obs)
-        idx = subsample_critics(qf.weights[0].shape[0], num_subsample, obs.device)
+        idx = subsample_critics(qf.weights[0].shape[0], num_subsample, actions.device)
         next_q = qf_target(next_obs, next_actions, idx)
         y = soft_q_target(rewards, terminations, next_q, next_log_prob.squeeze(-1), alpha, gamma, backup_entropy)
     q = qf(obs, actions)
@@ -318,9 +462,10 @@ def sac_updates(actor, qf, qf_target, log_alpha, q_optimizer, actor_optimizer, a
 def check_args(args: Args) -> None:
     """Raise ConfigError for this script's out-of-range or contradictory flags."""
     check([(args.buffer_size < args.batch_size, f"--buffer-size must be at least --batch-size ({args.batch_size})"),
-           (args.learning_starts >= args.total_timesteps, f"--learning-starts {args.learning_starts} >= "
+           (args.learning_starts >= args.total_timesteps and not args.offline_steps, f"--learning-starts {args.learning_starts} >= "
             f"--total-timesteps {args.total_timesteps}: no update would run; lower one or raise the other"),
-           (not 1 <= args.batch_size <= args.learning_starts, "--batch-size must lie in [1, --learning-starts]"),
+           (not 1 <= args.batch_size <= (args.buffer_size if args.offline_data else args.learning_starts),
+            "--batch-size must lie in [1, --learning-starts] ([1, --buffer-size] with --offline-data)"),
            (not min(args.policy_lr, args.q_lr) > 0, "--policy-lr and --q-lr must be positive"),
            (not (0 < args.tau <= 1 and 0 < args.gamma <= 1), "--tau and --gamma must lie in (0, 1]"),
            (not args.alpha >= 0, "--alpha must be non-negative"),
@@ -329,30 +474,95 @@ def check_args(args: Args) -> None:
             f"--num-subsample-critics must lie in [1, --num-critics={args.num_critics}]"),
            (min(args.utd_ratio, args.policy_frequency, args.target_network_frequency) < 1,
             "--utd-ratio, --policy-frequency and --target-network-frequency must be at least 1"),
-           (args.grad_clip_norm is not None and not args.grad_clip_norm > 0, "--grad-clip-norm must be positive")])
+           (args.grad_clip_norm is not None and not args.grad_clip_norm > 0, "--grad-clip-norm must be positive"),
+           (args.image_size < 16, "--image-size must be at least 16 pixels, for the encoder's four convolutions"),
+           (not 0 <= (args.offline_ratio or 0) <= 1, "--offline-ratio must lie in [0, 1]"),
+           (args.offline_steps < 0, "--offline-steps must be non-negative"),
+           ((args.offline_ratio or args.offline_steps) and not args.offline_data,
+            "--offline-ratio and --offline-steps need --offline-data PATH, an .npz written by --save-replay"),
+           (args.save_replay and not os.path.isdir(os.path.dirname(os.path.abspath(args.save_replay or "."))),
+            f"--save-replay {args.save_replay}: its directory does not exist; make it first")])
 
 
 def check_spaces(env_id: str, obs_space, action_space) -> None:
-    """Raise ConfigError unless the env has 1-D Box observations and a bounded Box action space."""
+    """Raise ConfigError unless the env has 1-D Box observations, or a Dict of Box vectors and 3-d uint8 images, and a
+    bounded Box action space."""
     box = isinstance(action_space, gym.spaces.Box)  # the bounds are read only from a Box
+    spaces = obs_space.spaces if isinstance(obs_space, gym.spaces.Dict) else {}
+    bad = [key for key, space in spaces.items()
+           if not isinstance(space, gym.spaces.Box) or (space.dtype == np.uint8) != (len(space.shape) == 3)]
     check([(isinstance(action_space, gym.spaces.Discrete), f"{env_id} has a Discrete action space: use sac_atari.py"),
            (not box, f"{env_id}'s action space is no Box; this script needs one"),
-           (not (isinstance(obs_space, gym.spaces.Box) and len(obs_space.shape) == 1), f"{env_id} has {obs_space} "
-            "observations; this script needs a 1-D Box: wrap the env in gymnasium.wrappers.FlattenObservation"),
+           (not (spaces or isinstance(obs_space, gym.spaces.Box) and len(obs_space.shape) == 1), f"{env_id} has "
+            f"{obs_space} observations; this script needs a 1-D Box (see gymnasium.wrappers.FlattenObservation) or a Dict"),
+           (bad, f"{env_id}'s observation keys {bad} are neither vector Boxes nor 3-d uint8 images (H, W, C) or (C, H, W)"),
            (box and not np.all(np.isfinite(action_space.low) & np.isfinite(action_space.high) & (action_space.high >
             action_space.low)), f"{env_id} has unbounded or empty action bounds; tanh needs finite low < high")])
+
+
+def load_offline(args, device) -> ReplayBuffer:
+    """--offline-data's transitions, checked against the env's spaces, in a buffer of their own."""
+    try:
+        with np.load(args.offline_data) as f:
+            data = dict(f)
+    except Exception as e:  # missing, truncated, or no .npz at all
+        raise ConfigError(f"--offline-data {args.offline_data}: not a readable .npz ({type(e).__name__}: {e}); pass a "
+                          "file written by --save-replay") from None
+    env = make_env(args)()
+    obs_space, act_dim, spaces = env.observation_space, env.action_space.shape[0], getattr(env.observation_space, "spaces", {})
+    env.close()
+    n, fields = len(data.get("actions", ())), {"actions": (act_dim,), "rewards": (), "terminations": ()}
+    fields.update({f"{name}/{key}" if spaces else name: space.shape for name in ("obs", "next_obs")
+                   for key, space in (spaces or {None: obs_space}).items()})
+    bad = sorted({*data} ^ {*fields}) + [f"{key} of shape {data[key].shape}" for key in {*data} & {*fields}
+                                          if data[key].shape != (n, *fields[key])]
+    bad += [f"{key} of dtype {data[key].dtype}" for key in {*data} & {*fields}
+            if (data[key].dtype == np.uint8) != (len(fields[key]) == 3)]  # images, and only images, are uint8
+    check([(bad or not n, f"--offline-data {args.offline_data} does not fit {args.env_id}: "
+            f"{', '.join(bad) or 'no transitions'}; it needs these (N, ...) arrays: {fields}")])
+    rb = ReplayBuffer(n + 1, obs_space, act_dim, 1, device)
+    obs, next_obs = ({key: data[f"{name}/{key}"] for key in spaces} if spaces else data[name] for name in ("obs", "next_obs"))
+    chained = np.ones(n - 1, dtype=bool)  # transition i + 1 starts at i's s': the frame is stored once
+    for key in rb.images:
+        chained &= (next_obs[key][:-1] == obs[key][1:]).reshape(n - 1, -1).all(1)
+    rb.add(obs, data["actions"], data["rewards"], next_obs, data["terminations"], np.append(~chained, False))
+    return rb
+
+
+def save_replay(path: str, rb: ReplayBuffer) -> None:
+    """--save-replay: the buffer's transitions (`ReplayBuffer.arrays`) as an .npz, written whole or not at all."""
+    try:
+        with open(f"{path}.tmp", "wb") as f:
+            np.savez(f, **rb.arrays())
+        os.replace(f"{path}.tmp", path)
+    except OSError as e:
+        with contextlib.suppress(OSError):
+            os.remove(f"{path}.tmp")
+        raise ConfigError(f"cannot write --save-replay {path} ({e.strerror or e}); the run's other files are kept") from None
+    print(f"replay buffer saved to {path}")
+
+
+def sample(rb: ReplayBuffer, offline: ReplayBuffer | None, batch_size: int, ratio: float, augment: bool):
+    """A batch of which round(batch_size * ratio) transitions come from the offline buffer, the rest from rb (RLPD)."""
+    k = round(batch_size * ratio) if offline else 0
+    parts = [buffer.sample(n, augment) for buffer, n in ((rb, batch_size - k), (offline, k)) if n]
+    cat = lambda xs: {key: torch.cat([x[key] for x in xs]) for key in xs[0]} if isinstance(xs[0], dict) else torch.cat(xs)
+    return parts[0] if len(parts) == 1 else tuple(map(cat, zip(*parts)))
 
 
 # MAIN -----------------------------------------------------------------------------------------------------------------
 def main(args: Args) -> dict:
     """Train; returns a summary. Raises ConfigError, before writing anything, on bad flags, envs or checkpoints."""
     args, checkpoint, device = setup(args)
+    offline = load_offline(args, device) if args.offline_data else None
     run = Run(args, checkpoint, device)
     try:
-        obs_dim, act_dim = run.envs.single_observation_space.shape[0], run.envs.single_action_space.shape[0]
-        actor = Actor(run.envs).to(device)
+        obs_space, act_dim = run.envs.single_observation_space, run.envs.single_action_space.shape[0]
+        share = args.shared_encoder and isinstance(obs_space, gym.spaces.Dict)
+        actor = None if share else Actor(run.envs).to(device)  # first, as the seed's draws have always gone
         qf, qf_target = (QEnsemble(run.envs, args.num_critics, args.critic_layer_norm).to(device) for _ in range(2))
-        qf_target.load_state_dict(qf.state_dict())
+        actor = actor or Actor(run.envs, qf.encoder).to(device)
+        qf_target.load_state_dict(qf.state_dict())  # the target critics' encoder: a Polyak-averaged copy, as theirs
         qf_target.requires_grad_(False)
         fused = {"fused": True} if device.type in ("cpu", "cuda") else {}  # one Adam kernel for all tensors
         q_optimizer = torch.optim.Adam(qf.parameters(), lr=args.q_lr, **fused)
@@ -363,20 +573,37 @@ def main(args: Args) -> dict:
         else:
             log_alpha.data.fill_(math.log(args.alpha) if args.alpha > 0 else -math.inf)
         target_entropy = -float(act_dim) if args.target_entropy is None else args.target_entropy  # H-bar = -|A| (Sec. 5)
-        rb = ReplayBuffer(args.buffer_size, obs_dim, act_dim, device)
+        rb = ReplayBuffer(args.buffer_size, obs_space, act_dim, args.num_envs, device)
         stateful = dict(actor=actor, qf=qf, qf_target=qf_target, q_optimizer=q_optimizer,
                         actor_optimizer=actor_optimizer, rb=rb, log_alpha=log_alpha)
-        counters, obs = run.resume(stateful, (0, 0, 0, 0))
-        global_step, critic_updates, actor_updates, update_steps = counters
+        (global_step, critic_updates, actor_updates, update_steps), obs = run.resume(stateful, (0, 0, 0, 0))
         updates = compiled_updates if args.compile else sac_updates  # compiled: after a resume loaded the optimizers
         update_critic, update_actor = updates(actor, qf, qf_target, log_alpha, q_optimizer, actor_optimizer, args,
                                               target_entropy)
+        counters = lambda: (global_step, critic_updates, actor_updates, update_steps)  # noqa: E731
+        ratio = 0.5 if args.offline_ratio is None else args.offline_ratio
 
         def policy(obs):  # the deterministic action tanh(mean) * scale + bias, for evaluation
-            mean = actor(torch.as_tensor(obs, dtype=torch.float32, device=device))[0]
+            mean = actor(to_tensors(obs, device))[0]
             return torch.addcmul(actor.action_bias, torch.tanh(mean), actor.action_scale).cpu().numpy()
 
+        def update(ratio: float):  # utd_ratio critic updates; every policy_frequency-th call, policy_frequency actor
+            nonlocal critic_updates, actor_updates, update_steps  # updates (DEVIATION(4))
+            for _ in range(args.utd_ratio):
+                batch = sample(rb, offline, args.batch_size, ratio, args.augment)
+                critic_updates += 1
+                metrics.update(update_critic(batch, critic_updates % args.target_network_frequency == 0))
+            update_steps += 1
+            if update_steps % args.policy_frequency == 0:
+                for _ in range(args.policy_frequency):
+                    metrics.update(update_actor(batch[0]))
+                    actor_updates += 1
+
+        # OFFLINE: --offline-steps updates on the offline data alone, logged at steps -offline_steps + 1, ..., 0
         metrics = {}
+        while update_steps < args.offline_steps and not run.stop_signal:
+            update(ratio=1.0)
+            run.log({}, metrics, update_steps - 1 - args.offline_steps, update_steps - args.offline_steps)
         while global_step + args.num_envs <= args.total_timesteps and not run.stop_signal:
             # COLLECT: random actions for the first learning_starts steps (DEVIATION(6)), then a ~ pi(.|s)
             if global_step < args.learning_starts:
@@ -384,35 +611,27 @@ def main(args: Args) -> dict:
                 actions = (u * actor.action_scale + actor.action_bias).cpu().numpy()
             else:
                 with torch.no_grad():
-                    actions = actor.get_action(torch.as_tensor(obs, dtype=torch.float32, device=device))[0].cpu().numpy()
+                    actions = actor.get_action(to_tensors(obs, device))[0].cpu().numpy()
             next_obs, rewards, terminations, truncations, infos = run.envs.step(actions)
             previous_step, global_step = global_step, global_step + args.num_envs
 
             # STORE: bootstrap through truncations, never through terminations: s' is the true final observation and
             # `terminations` alone masks the target. SAME_STEP autoreset means no stored transition spans a reset.
-            rb.add(obs, actions, rewards, final_observations(next_obs, infos), terminations)
+            rb.add(obs, actions, rewards, final_observations(next_obs, infos), terminations, terminations | truncations)
             obs = next_obs
 
-            # UPDATE: every env step brings utd_ratio critic updates; every policy_frequency-th brings
-            # policy_frequency actor updates (DEVIATION(4))
+            # UPDATE: every env step brings one update step, each batch drawn as --offline-ratio says
             if global_step >= args.learning_starts:
                 for _ in range(args.num_envs):
-                    for _ in range(args.utd_ratio):
-                        batch = rb.sample(args.batch_size)
-                        critic_updates += 1
-                        metrics.update(update_critic(batch, critic_updates % args.target_network_frequency == 0))
-                    update_steps += 1
-                    if update_steps % args.policy_frequency == 0:
-                        for _ in range(args.policy_frequency):
-                            metrics.update(update_actor(batch[0]))
-                            actor_updates += 1
+                    update(ratio)
 
             # LOG, EVALUATE, CHECKPOINT
-            counters = (global_step, critic_updates, actor_updates, update_steps)
             run.log(infos, metrics, previous_step, global_step)
-            run.after_step(previous_step, counters, obs, policy)
+            run.after_step(previous_step, counters(), obs, policy)
         model = {"actor": actor.state_dict(), "qf": qf.state_dict(), "log_alpha": log_alpha.detach().cpu()}
-        summary = run.finish(counters, obs, policy, model)
+        summary = run.finish(counters(), obs, policy, model)
+        if args.save_replay:
+            save_replay(args.save_replay, rb)
     finally:
         run.close()
     return {**summary, "critic_updates": critic_updates, "actor_updates": actor_updates}
@@ -438,19 +657,25 @@ def crossed(before: int, now: int, every: int) -> bool:
     return every > 0 and now // every > before // every
 
 
-def make_env(env_id: str, video_dir: str | None = None):
-    """A thunk making one env that records episode statistics (and with a video_dir, its first episode). Atari gets the
-    DQN wrappers above the statistics, which see whole games: SB3's AtariWrapper and FrameStack(4)."""
+def make_env(args, video_dir: str | None = None):
+    """A thunk making one env of args.env_id that records episode statistics (and with a video_dir, its first episode).
+    Atari gets the DQN wrappers above the statistics, which see whole games: SB3's AtariWrapper and FrameStack(4).
+    sac_continuous_action.py's --from-pixels adds the rendered frame: {"pixels": (size, size, 3) uint8, "state": s}."""
 
     def thunk():
-        atari = env_id.startswith("ALE/") or "NoFrameskip" in env_id
+        atari, pixels = args.env_id.startswith("ALE/") or "NoFrameskip" in args.env_id, getattr(args, "from_pixels", 0)
         if atari:
             gym.register_envs(__import__("ale_py"))
-        kwargs = {"frameskip": 1} if env_id.startswith("ALE/") else {}  # MaxAndSkip skips; ALE/* keeps sticky actions
-        env = gym.make(env_id, **kwargs, **({"render_mode": "rgb_array"} if video_dir is not None else {}))
+        kwargs = {"frameskip": 1} if args.env_id.startswith("ALE/") else {}  # MaxAndSkip skips; ALE/* keeps sticky actions
+        kwargs.update({"render_mode": "rgb_array"} if video_dir is not None or pixels else {})
+        env = gym.make(args.env_id, **kwargs, **({"width": args.image_size, "height": args.image_size} if pixels else {}))
         if video_dir:
             env = gym.wrappers.RecordVideo(env, video_dir, episode_trigger=lambda k: k == 0, disable_logger=True)
         env = gym.wrappers.RecordEpisodeStatistics(env)
+        if pixels:  # AddRenderObservation's observations, by a function that pickles, as checkpoints need
+            space = gym.spaces.Box(0, 255, (args.image_size, args.image_size, 3), np.uint8)
+            env = gym.wrappers.TransformObservation(env, functools.partial(pixels_and_state, env),
+                                                    gym.spaces.Dict(pixels=space, state=env.observation_space))
         if atari:  # (84, 84, 1) frames become (84, 84) (itemgetter pickles), then stacks of 4
             from stable_baselines3.common.atari_wrappers import AtariWrapper
             frames = gym.spaces.Box(0, 255, (84, 84), np.uint8)
@@ -461,11 +686,18 @@ def make_env(env_id: str, video_dir: str | None = None):
     return thunk
 
 
+def pixels_and_state(env, obs) -> dict:
+    """--from-pixels' observation: the frame `env` renders beside its own observation."""
+    return {"pixels": env.render(), "state": obs}
+
+
 def final_observations(next_obs: np.ndarray, infos: dict) -> np.ndarray:
-    """The true s_{t+1}: under SAME_STEP autoreset an ended sub-env's row of next_obs is already its reset observation."""
-    real_next_obs = next_obs.copy()
+    """The true s_{t+1}: under SAME_STEP autoreset an ended sub-env's row of next_obs is already its reset observation.
+    Dict observations are replaced key by key."""
+    real_next_obs = {key: x.copy() for key, x in next_obs.items()} if isinstance(next_obs, dict) else next_obs.copy()
     for i in np.flatnonzero(infos.get("_final_obs", [])):
-        real_next_obs[i] = infos["final_obs"][i]
+        for key, final in infos["final_obs"][i].items() if isinstance(next_obs, dict) else [(..., infos["final_obs"][i])]:
+            real_next_obs[key][i] = final
     return real_next_obs
 
 
@@ -488,20 +720,22 @@ def setup(args):
            for key, value in asdict(args).items() if isinstance(value, float)])
     check([(min(args.num_envs, args.eval_episodes, args.log_freq) < 1,
             "--num-envs, --eval-episodes and --log-freq must be at least 1"),
-           (args.total_timesteps < args.num_envs, "--total-timesteps must be at least --num-envs"),
+           (args.total_timesteps < args.num_envs and not getattr(args, "offline_steps", 0),
+            "--total-timesteps must be at least --num-envs (or 0, in sac_continuous_action.py, with --offline-steps)"),
            (min(args.eval_freq, args.checkpoint_freq) < 0, "--eval-freq and --checkpoint-freq must be non-negative"),
            (args.capture_video and not importlib.util.find_spec("moviepy"), "--capture-video needs `pip install moviepy`")])
     check_args(args)
-    if args.capture_video:
+    if args.capture_video or getattr(args, "from_pixels", False):
         os.environ.setdefault("MUJOCO_GL", "egl")  # headless MuJoCo rendering; read when mujoco is first imported
         __import__("torch._dynamo")  # CUDA wheels' triton segfaults when first loaded after MuJoCo's EGL context
     try:  # the env, and for --capture-video a frame, which would otherwise fail at the first evaluation
-        env = make_env(args.env_id, "" if args.capture_video else None)()
+        env = make_env(args, "" if args.capture_video else None)()
         env.reset(seed=0)
         frame = env.render() if args.capture_video else None
     except Exception as e:  # an unknown id, a missing package or renderer: one line, whatever the library raised
         raise ConfigError(f"{args.env_id} cannot be made ({type(e).__name__}: {e}): is it an unknown env id (see "
-                          "gymnasium.pprint_registry()), or does it need an extra or, for --capture-video, a renderer?")
+                          "gymnasium.pprint_registry()), or does it need an extra or, for --capture-video or --from-pixels, a "
+                          "MuJoCo renderer?")
     check([(args.capture_video and frame is None, f"--capture-video: {args.env_id} renders no frames")])
     check_spaces(args.env_id, env.observation_space, env.action_space)
     for seed in (random.seed, np.random.seed, torch.manual_seed):
@@ -543,7 +777,7 @@ class Run:
                 env.unwrapped.ale.restoreState(state)
             elif state is not None:
                 __import__("mujoco").mj_copyData(env.unwrapped.data, env.unwrapped.model, state)
-        thunks = [lambda env=env: env for env in saved[0]] if saved else [make_env(args.env_id)] * args.num_envs
+        thunks = [lambda env=env: env for env in saved[0]] if saved else [make_env(args)] * args.num_envs
         # SAME_STEP autoreset: a step that ends an episode returns the reset observation, the final one in infos
         self.envs = gym.vector.SyncVectorEnv(thunks, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
         self.exact = saved and all(state is not None or not isinstance(env.unwrapped, gym.utils.EzPickle)
@@ -627,12 +861,13 @@ class Run:
     def evaluate(self, policy, global_step: int) -> None:
         """eval/episodic_return: the mean return of `policy` (numpy in and out, no torch RNG) over real episodes."""
         video_dir = f"{self.dir}/videos/step_{global_step}" if self.args.capture_video else None
-        env, returns = make_env(self.args.env_id, video_dir)(), []
+        env, returns = make_env(self.args, video_dir)(), []
         for k in range(self.args.eval_episodes):
             obs, info = env.reset(seed=self.args.seed + EVAL_SEED_OFFSET + k)
             while "episode" not in info:  # the real episode's end: RecordEpisodeStatistics sits below EpisodicLife
                 with torch.no_grad():
-                    obs, _, terminated, truncated, info = env.step(policy(obs[None])[0])
+                    batch = {key: x[None] for key, x in obs.items()} if isinstance(obs, dict) else obs[None]
+                    obs, _, terminated, truncated, info = env.step(policy(batch)[0])
                 if (terminated or truncated) and "episode" not in info:  # a life lost under EpisodicLife: play on
                     obs, _ = env.reset()
             returns.append(float(info["episode"]["r"]))

@@ -79,7 +79,7 @@ def test_network_input_scales_frames_once_into_channels_last_and_the_networks_ag
     assert x.dtype == torch.float32 and x.is_contiguous(memory_format=torch.channels_last)
     torch.testing.assert_close(x, frames.double().div(255).float(), atol=1e-7, rtol=0)  # [0, 1], to float32 rounding
     assert sa.network_input(torch.randn(5, 4, dtype=torch.float64)).dtype == torch.float32  # flat observations
-    envs = vector_env([sa.make_env("BreakoutNoFrameskip-v4")])
+    envs = vector_env([sa.make_env(sa.Args(env_id="BreakoutNoFrameskip-v4"))])
     torch.manual_seed(0)
     actor = sa.Actor(envs)
     assert actor.encoder[0].weight.is_contiguous(memory_format=torch.channels_last)
@@ -128,7 +128,7 @@ def stored_transitions(rb, env):
 
 @pytest.mark.parametrize("env_id,capacity,steps", [("BreakoutNoFrameskip-v4", 600, 900), ("CartPole-v1", 200, 300)])
 def test_buffer_rebuilds_exactly_what_the_env_returned_across_episodes_and_wrap_around(env_id, capacity, steps):
-    thunk = sa.make_env(env_id) if env_id != "CartPole-v1" else \
+    thunk = sa.make_env(sa.Args(env_id=env_id)) if env_id != "CartPole-v1" else \
         lambda: gym.wrappers.TimeLimit(gym.make("CartPole-v1"), 15)  # truncations as well as terminations
     rb, history = fill(thunk, 2, capacity, steps)
     assert (rb.size == rb.slots).all()  # both streams wrapped around
@@ -150,7 +150,7 @@ def test_buffer_rebuilds_exactly_what_the_env_returned_across_episodes_and_wrap_
 
 
 def test_buffer_state_round_trips():
-    rb, _ = fill(sa.make_env("CartPole-v1"), 2, 30, 50)
+    rb, _ = fill(sa.make_env(sa.Args(env_id="CartPole-v1")), 2, 30, 50)
     copy = sa.ReplayBuffer(30, 2, gym.make("CartPole-v1").observation_space, "cpu")
     copy.load_state_dict(rb.state_dict())
     torch.manual_seed(0)
@@ -165,7 +165,7 @@ def test_buffer_state_round_trips():
 # ATARI ENVS
 # ---------------------------------------------------------------------------------------------------------------------
 def test_atari_pipeline_and_v5_settings():
-    env = sa.make_env("BreakoutNoFrameskip-v4")()
+    env = sa.make_env(sa.Args(env_id="BreakoutNoFrameskip-v4"))()
     assert env.observation_space.shape == (4, 84, 84) and env.observation_space.dtype == np.uint8
     names, e = [], env
     while isinstance(e, gym.Wrapper):
@@ -173,7 +173,7 @@ def test_atari_pipeline_and_v5_settings():
         e = e.env
     assert names[:10] == ["FrameStackObservation", "TransformObservation", "AtariWrapper", "ClipRewardEnv", "WarpFrame",
                           "FireResetEnv", "EpisodicLifeEnv", "MaxAndSkipEnv", "NoopResetEnv", "RecordEpisodeStatistics"]
-    v5 = sa.make_env("ALE/Breakout-v5")()
+    v5 = sa.make_env(sa.Args(env_id="ALE/Breakout-v5"))()
     for e, sticky in ((v5, 0.25), (env, 0.0)):
         assert e.unwrapped._frameskip == 1 and e.unwrapped.ale.getFloat("repeat_action_probability") == sticky
 

@@ -2,8 +2,10 @@
 reach updates, and a short learning run. The common block (episode ends, resume, bad input, ...) is specified in
 test_common_block.py."""
 
+import glob
 import math
 import os
+from types import SimpleNamespace
 
 import gymnasium as gym
 import numpy as np
@@ -228,10 +230,11 @@ def test_smoke_compile(in_tmp):
 # REPLAY BUFFER AND STORED TRANSITIONS
 # ---------------------------------------------------------------------------------------------------------------------
 def test_replay_buffer_wraps_samples_only_stored_rows_and_round_trips():
-    rb = sac.ReplayBuffer(capacity=5, obs_dim=2, act_dim=1, device="cpu")
+    box = gym.spaces.Box(-10, 10, (2,))
+    rb = sac.ReplayBuffer(capacity=5, obs_space=box, act_dim=1, num_envs=3, device="cpu")
     for start in (0, 3, 6):  # three sub-envs per step: rows 0..8 land at (row mod 5)
         rows = np.arange(start, start + 3, dtype=np.float32)
-        rb.add(np.stack([rows, rows], 1), rows[:, None], rows, np.stack([rows, rows], 1) + 0.5, rows % 2)
+        rb.add(np.stack([rows, rows], 1), rows[:, None], rows, np.stack([rows, rows], 1) + 0.5, rows % 2, rows % 2 > 0)
         if start == 0:
             assert rb.size == 3 and set(rb.sample(1000)[2].tolist()) == {0.0, 1.0, 2.0}  # never an empty row
     assert rb.size == 5 and rb.pos == 9 % 5
@@ -240,12 +243,12 @@ def test_replay_buffer_wraps_samples_only_stored_rows_and_round_trips():
     torch.testing.assert_close(obs[:, 0], rewards)  # fields of one transition stay together
     torch.testing.assert_close(next_obs[:, 1], rewards + 0.5)
     torch.testing.assert_close(terminations, rewards % 2)
-    copy = sac.ReplayBuffer(capacity=5, obs_dim=2, act_dim=1, device="cpu")
+    copy = sac.ReplayBuffer(capacity=5, obs_space=box, act_dim=1, num_envs=3, device="cpu")
     copy.load_state_dict(rb.state_dict())
     assert torch.equal(copy.storage, rb.storage) and (copy.pos, copy.size) == (rb.pos, rb.size)
     # a checkpoint holds the stored rows only, not the whole preallocated storage
-    big = sac.ReplayBuffer(capacity=10_000, obs_dim=2, act_dim=1, device="cpu")
-    big.add(np.ones((3, 2)), np.ones((3, 1)), np.ones(3), np.ones((3, 2)), np.zeros(3))
+    big = sac.ReplayBuffer(capacity=10_000, obs_space=box, act_dim=1, num_envs=3, device="cpu")
+    big.add(np.ones((3, 2)), np.ones((3, 1)), np.ones(3), np.ones((3, 2)), np.zeros(3), np.zeros(3, bool))
     assert big.state_dict()["storage"].shape == (3, 7)
 
 
@@ -371,6 +374,207 @@ def test_compiled_updates_match_the_same_updates_eager(monkeypatch):
     results.append((nets := sac_setup(args), run_updates(*sac.compiled_updates(*nets, args, -3.0), batches)))
     (compiled_nets, compiled_logged), (eager_nets, eager_logged) = results
     assert_same_training(compiled_nets[:3], eager_nets[:3], compiled_logged, eager_logged, rtol=1e-4, atol=1e-5)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# IMAGE AND DICT OBSERVATIONS, OFFLINE DATA
+# ---------------------------------------------------------------------------------------------------------------------
+PIXELS = dict(env_id="InvertedPendulum-v5", from_pixels=True, image_size=16)
+DICT_SPACE = gym.spaces.Dict({"pixels": gym.spaces.Box(0, 255, (16, 16, 3), np.uint8),
+                              "state": gym.spaces.Box(-np.inf, np.inf, (3,), np.float32)})
+
+
+def dict_envs():
+    return SimpleNamespace(single_observation_space=DICT_SPACE, single_action_space=gym.spaces.Box(-1, 1, (2,)))
+
+
+def dict_batch(n: int = 8):
+    obs = {"pixels": torch.rand(n, 3, 16, 16), "state": torch.randn(n, 3)}
+    return obs, torch.rand(n, 2) * 2 - 1, torch.randn(n), {k: v + 0.1 for k, v in obs.items()}, torch.zeros(n)
+
+
+def grad_norm(module) -> float:
+    return sum(float(p.grad.abs().sum()) for p in module.parameters() if p.grad is not None)
+
+
+@pytest.mark.parametrize("shared", [True, False])
+def test_encoder_gradients_follow_the_shared_encoder_rule(shared):
+    """Shared: J_pi puts exactly zero gradient on the encoder, J_Q a non-zero one. Not shared: the actor's own encoder
+    gets J_pi's gradient, and the critics' encoder none of it."""
+    torch.manual_seed(0)
+    qf, qf_target = sac.QEnsemble(dict_envs()), sac.QEnsemble(dict_envs())
+    actor = sac.Actor(dict_envs(), qf.encoder if shared else None)
+    assert (actor.encoder is None) == shared and not any(p is q for p in actor.parameters() for q in qf.parameters())
+    obs = dict_batch()[0]
+    sac.compute_loss_pi(actor, qf, obs, torch.tensor(0.2))[0].backward()
+    assert grad_norm(qf.encoder) == 0 and grad_norm(qf) == 0
+    assert shared or grad_norm(actor.encoder) > 0
+    sac.compute_loss_q(actor, qf, qf_target, dict_batch(), torch.tensor(0.2), 0.99, True, 2)[0].backward()
+    assert grad_norm(qf.encoder) > 0
+
+
+def test_random_shift_moves_each_image_by_at_most_the_pad_and_repeats_the_border():
+    torch.manual_seed(0)
+    images = torch.arange(2 * 3 * 8 * 8, dtype=torch.float32).reshape(2, 3, 8, 8)
+    shifted = sac.random_shift(images, pad=2)
+    padded = torch.nn.functional.pad(images, (2,) * 4, mode="replicate")
+    for i in range(2):  # brute force: each output is one of the 25 crops of its padded image
+        crops = [padded[i, :, y:y + 8, x:x + 8] for y in range(5) for x in range(5)]
+        assert any(torch.equal(shifted[i], crop) for crop in crops)
+
+
+def test_image_replay_returns_what_the_env_gave_across_episode_ends_and_wrap_around():
+    env_args = sac.Args(**PIXELS)
+    envs = gym.vector.SyncVectorEnv([sac.make_env(env_args)] * 2, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+    rb = sac.ReplayBuffer(50, envs.single_observation_space, 1, 2, "cpu")
+    obs, _ = envs.reset(seed=0)
+    seen, ends = set(), 0
+    for _ in range(80):  # InvertedPendulum's random episodes end within a few dozen steps
+        actions = envs.action_space.sample()
+        next_obs, rewards, terminations, truncations, infos = envs.step(actions)
+        real = sac.final_observations(next_obs, infos)
+        rb.add(obs, actions, rewards, real, terminations, terminations | truncations)
+        seen |= {(obs["pixels"][i].tobytes(), real["pixels"][i].tobytes(), float(actions[i, 0])) for i in range(2)}
+        ends, obs = ends + int((terminations | truncations).sum()), next_obs
+    assert ends > 2 and rb.size == 50
+    o, a, r, o2, t = rb.sample(500)
+    to_bytes = lambda x: (x * 255).round().to(torch.uint8).permute(0, 2, 3, 1).numpy()  # noqa: E731
+    pairs = {(p.tobytes(), q.tobytes(), float(v)) for p, q, v in zip(to_bytes(o["pixels"]), to_bytes(o2["pixels"]), a[:, 0])}
+    assert pairs <= seen and len(pairs) > 30
+    data = rb.arrays()  # --save-replay's arrays hold the same transitions
+    assert len(data["actions"]) == 48 and {(p.tobytes(), q.tobytes(), float(v)) for p, q, v in
+                                           zip(data["obs/pixels"], data["next_obs/pixels"], data["actions"][:, 0])} <= seen
+
+
+def test_image_replay_holds_about_one_frame_per_transition():
+    """Memory per image transition, measured as resident memory: about one frame, not two."""
+    space = gym.spaces.Dict({"pixels": gym.spaces.Box(0, 255, (84, 84, 3), np.uint8)})
+    rss = lambda: int(open("/proc/self/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE")  # noqa: E731
+    frame, n = 84 * 84 * 3, 4_000
+    before = rss()
+    rb = sac.ReplayBuffer(n, space, 1, 1, "cpu")
+    frames = np.random.default_rng(0).integers(0, 256, (2, 1, 84, 84, 3), dtype=np.uint8)
+    for t in range(n):
+        rb.add({"pixels": frames[t % 2]}, np.zeros((1, 1)), np.zeros(1), {"pixels": frames[1 - t % 2]}, np.zeros(1),
+               np.array([t % 200 == 199]))  # an episode end every 200 steps
+    per_transition = (rss() - before) / n
+    assert 0.9 * frame < per_transition < 1.2 * frame, per_transition / frame
+
+
+def test_smoke_pixels_reach_updates_and_log_every_metric(in_tmp):
+    summary = sac.main(tiny(**PIXELS, save_model=True))
+    assert summary["critic_updates"] == 201 and summary["actor_updates"] == 200
+    logged = scalars(summary["run_dir"])
+    for tag in ["losses/qf1_values", "losses/qf2_values", "losses/qf1_loss", "losses/qf2_loss", "losses/qf_loss",
+                "losses/actor_loss", "losses/alpha", "losses/entropy", "losses/alpha_loss", "charts/SPS",
+                "charts/episodic_return", "charts/episodic_length", "eval/episodic_return"]:
+        assert tag in logged, tag
+    model = torch.load(f"{summary['run_dir']}/model.pt", weights_only=False)
+    assert any(key.startswith("encoder.cnns.pixels") for key in model["qf"])
+    assert not any(key.startswith("encoder") for key in model["actor"])  # shared: the actor holds no encoder
+
+
+@pytest.mark.parametrize("flags", [dict(shared_encoder=False), dict(augment=False)])
+def test_smoke_pixel_options_reach_updates(in_tmp, flags):
+    summary = sac.main(tiny(**PIXELS, **flags))
+    assert summary["critic_updates"] == 201 and summary["actor_updates"] == 200
+
+
+@pytest.mark.parametrize("pixels", [False, True])
+def test_saved_replay_loads_back_exactly(in_tmp, pixels):
+    path = str(in_tmp / "replay.npz")
+    sac.main(tiny(**(PIXELS if pixels else {}), save_replay=path))
+    with np.load(path) as f:
+        saved = dict(f)
+    assert len(saved["actions"]) == 300 and ("obs/pixels" in saved) == pixels
+    offline = sac.load_offline(tiny(**(PIXELS if pixels else {}), offline_data=path), "cpu")
+    again = offline.arrays()
+    assert saved.keys() == again.keys() and all(np.array_equal(saved[k], again[k]) for k in saved)
+    if pixels:  # consecutive transitions share their frame: about one stored frame per transition
+        assert int(offline.ended.sum()) < 300 // 2
+
+
+def test_pure_offline_training_evaluates_and_saves(in_tmp):
+    path = str(in_tmp / "replay.npz")
+    sac.main(tiny(save_replay=path))
+    summary = sac.main(tiny(total_timesteps=0, offline_data=path, offline_steps=100, save_model=True, exp_name="off"))
+    assert summary["global_step"] == 0 and summary["critic_updates"] == 100 and summary["actor_updates"] == 100
+    assert summary["eval_return"] is not None and os.path.exists(f"{summary['run_dir']}/model.pt")
+    assert [step for step, _ in scalars(summary["run_dir"])["losses/qf_loss"]] == [-50, 0]
+
+
+def test_offline_ratio_splits_each_batch():
+    box = gym.spaces.Box(-10, 10, (1,))
+    online, offline = (sac.ReplayBuffer(10, box, 1, 1, "cpu") for _ in range(2))
+    for rb, value in ((online, 1.0), (offline, -1.0)):
+        rb.add(np.full((5, 1), value), np.zeros((5, 1)), np.zeros(5), np.zeros((5, 1)), np.zeros(5), np.zeros(5, bool))
+    for ratio, expected in ((0.5, 32), (0.25, 16), (0.0, 0), (1.0, 64)):
+        obs = sac.sample(online, offline, 64, ratio, False)[0]
+        assert int((obs == -1).sum()) == expected
+
+
+BAD_INPUT = {  # this script's flags; the common ones are in test_common_block.py
+    "missing offline data": (["--offline-data", "nowhere.npz"], "not a readable .npz"),
+    "corrupt offline data": (["--offline-data", "corrupt.npz"], "not a readable .npz"),
+    "offline data of another env": (["--env-id", "InvertedPendulum-v5", "--offline-data", "pendulum.npz"],
+                                    "does not fit InvertedPendulum-v5"),
+    "offline data of another action dimension": (["--env-id", "Pendulum-v1", "--offline-data", "wide.npz"],
+                                                 "actions of shape (3, 2)"),
+    "pixels from an env that cannot render them": (["--from-pixels"], "--from-pixels"),
+    "offline ratio above one": (["--offline-data", "pendulum.npz", "--offline-ratio", "1.5"], "--offline-ratio"),
+    "offline ratio without data": (["--offline-ratio", "0.5"], "need --offline-data"),
+    "offline steps without data": (["--offline-steps", "10"], "need --offline-data"),
+    "save replay into a missing directory": (["--save-replay", "nowhere/replay.npz"], "--save-replay"),
+    "tiny images": (["--env-id", "InvertedPendulum-v5", "--from-pixels", "--image-size", "8"], "--image-size"),
+    "learning never starts": (["--learning-starts", "1000", "--total-timesteps", "1000"], "--learning-starts"),
+    "too few critics": (["--num-critics", "1"], "--num-critics"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_INPUT))
+def test_bad_input_one_line_exit_2_nothing_written(in_tmp, capsys, case):
+    (in_tmp / "corrupt.npz").write_bytes(b"PK\x03\x04 not an npz")
+    data = {"obs": np.zeros((3, 3), np.float32), "actions": np.zeros((3, 1), np.float32), "rewards": np.zeros(3),
+            "next_obs": np.zeros((3, 3), np.float32), "terminations": np.zeros(3)}
+    np.savez(in_tmp / "pendulum.npz", **data)
+    np.savez(in_tmp / "wide.npz", **{**data, "actions": np.zeros((3, 2), np.float32)})
+    before = sorted(os.listdir(in_tmp))
+    argv, needle = BAD_INPUT[case]
+    with pytest.raises(SystemExit) as exit_info:
+        sac.cli(["--env-id", "Pendulum-v1", *argv])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: ") and needle in err, err
+    assert sorted(os.listdir(in_tmp)) == before
+
+
+@pytest.mark.parametrize("space", [gym.spaces.Box(0, 1, (16, 16, 3), np.float32), gym.spaces.Box(0, 255, (16,), np.uint8)])
+def test_an_image_key_neither_uint8_nor_3d_is_refused(space):
+    with pytest.raises(sac.ConfigError, match="neither vector Boxes nor 3-d uint8 images"):
+        sac.check_spaces("X-v0", gym.spaces.Dict({"image": space}), gym.spaces.Box(-1, 1, (1,)))
+
+
+def test_a_run_with_offline_data_resumes_exactly(tmp_path, monkeypatch):
+    from test_common_block import check_sigterm_resume_is_exact
+
+    (tmp_path / "data").mkdir()
+    monkeypatch.chdir(tmp_path / "data")
+    sac.main(tiny(save_replay=str(tmp_path / "replay.npz")))
+    flags = ["--env-id", "Pendulum-v1", "--offline-data", str(tmp_path / "replay.npz"), "--offline-steps", "100",
+             "--total-timesteps", "800", "--learning-starts", "200", "--batch-size", "32", "--eval-freq", "400",
+             "--eval-episodes", "1", "--save-model", "--log-freq", "50", "--no-cuda"]
+    check_sigterm_resume_is_exact(tmp_path, sac, flags, 400, 800, ("actor", "qf", "log_alpha"),
+                                  ("losses/qf_loss", "losses/actor_loss", "eval/episodic_return"))
+
+
+def test_a_pixel_run_stopped_by_sigterm_resumes_to_the_end(tmp_path):
+    """Not bit-exact: MuJoCo's renderer places its camera when it first renders, so a restored env's frames differ."""
+    from test_common_block import stop_with_sigterm_and_resume
+
+    flags = ["--env-id", "Reacher-v5", "--from-pixels", "--image-size", "16", "--total-timesteps", "600",
+             "--learning-starts", "200", "--batch-size", "32", "--eval-freq", "0", "--eval-episodes", "1", "--no-cuda"]
+    stop_with_sigterm_and_resume(tmp_path, sac, flags, 300, 600, "run")
+    assert glob.glob(f"{tmp_path}/run/runs/*/finished")
 
 
 # ---------------------------------------------------------------------------------------------------------------------
