@@ -462,7 +462,8 @@ def sac_updates(actor, qf, qf_target, log_alpha, q_optimizer, actor_optimizer, a
 def check_args(args: Args) -> None:
     """Raise ConfigError for this script's out-of-range or contradictory flags."""
     check([(args.buffer_size < args.batch_size, f"--buffer-size must be at least --batch-size ({args.batch_size})"),
-           (args.learning_starts >= args.total_timesteps and not args.offline_steps, f"--learning-starts {args.learning_starts} >= "
+           (args.learning_starts >= args.total_timesteps and not args.offline_steps,
+            f"--learning-starts {args.learning_starts} >= "
             f"--total-timesteps {args.total_timesteps}: no update would run; lower one or raise the other"),
            (not 1 <= args.batch_size <= (args.buffer_size if args.offline_data else args.learning_starts),
             "--batch-size must lie in [1, --learning-starts] ([1, --buffer-size] with --offline-data)"),
@@ -509,7 +510,8 @@ def load_offline(args, device) -> ReplayBuffer:
         raise ConfigError(f"--offline-data {args.offline_data}: not a readable .npz ({type(e).__name__}: {e}); pass a "
                           "file written by --save-replay") from None
     env = make_env(args)()
-    obs_space, act_dim, spaces = env.observation_space, env.action_space.shape[0], getattr(env.observation_space, "spaces", {})
+    obs_space, act_dim = env.observation_space, env.action_space.shape[0]
+    spaces = getattr(obs_space, "spaces", {})
     env.close()
     n, fields = len(data.get("actions", ())), {"actions": (act_dim,), "rewards": (), "terminations": ()}
     fields.update({f"{name}/{key}" if spaces else name: space.shape for name in ("obs", "next_obs")
@@ -521,7 +523,8 @@ def load_offline(args, device) -> ReplayBuffer:
     check([(bad or not n, f"--offline-data {args.offline_data} does not fit {args.env_id}: "
             f"{', '.join(bad) or 'no transitions'}; it needs these (N, ...) arrays: {fields}")])
     rb = ReplayBuffer(n + 1, obs_space, act_dim, 1, device)
-    obs, next_obs = ({key: data[f"{name}/{key}"] for key in spaces} if spaces else data[name] for name in ("obs", "next_obs"))
+    obs, next_obs = ({key: data[f"{name}/{key}"] for key in spaces} if spaces else data[name]
+                     for name in ("obs", "next_obs"))
     chained = np.ones(n - 1, dtype=bool)  # transition i + 1 starts at i's s': the frame is stored once
     for key in rb.images:
         chained &= (next_obs[key][:-1] == obs[key][1:]).reshape(n - 1, -1).all(1)
@@ -734,8 +737,8 @@ def setup(args):
         frame = env.render() if args.capture_video else None
     except Exception as e:  # an unknown id, a missing package or renderer: one line, whatever the library raised
         raise ConfigError(f"{args.env_id} cannot be made ({type(e).__name__}: {e}): is it an unknown env id (see "
-                          "gymnasium.pprint_registry()), or does it need an extra or, for --capture-video or --from-pixels, a "
-                          "MuJoCo renderer?")
+                          "gymnasium.pprint_registry()), or does it need an extra or, for --capture-video or "
+                          "--from-pixels, a MuJoCo renderer?")
     check([(args.capture_video and frame is None, f"--capture-video: {args.env_id} renders no frames")])
     check_spaces(args.env_id, env.observation_space, env.action_space)
     for seed in (random.seed, np.random.seed, torch.manual_seed):

@@ -424,8 +424,8 @@ def setup(args):
         frame = env.render() if args.capture_video else None
     except Exception as e:  # an unknown id, a missing package or renderer: one line, whatever the library raised
         raise ConfigError(f"{args.env_id} cannot be made ({type(e).__name__}: {e}): is it an unknown env id (see "
-                          "gymnasium.pprint_registry()), or does it need an extra or, for --capture-video or --from-pixels, a "
-                          "MuJoCo renderer?")
+                          "gymnasium.pprint_registry()), or does it need an extra or, for --capture-video or "
+                          "--from-pixels, a MuJoCo renderer?")
     check([(args.capture_video and frame is None, f"--capture-video: {args.env_id} renders no frames")])
     check_spaces(args.env_id, env.observation_space, env.action_space)
     for seed in (random.seed, np.random.seed, torch.manual_seed):
