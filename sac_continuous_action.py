@@ -576,7 +576,11 @@ def main(args: Args) -> dict:
         else:
             log_alpha.data.fill_(math.log(args.alpha) if args.alpha > 0 else -math.inf)
         target_entropy = -float(act_dim) if args.target_entropy is None else args.target_entropy  # H-bar = -|A| (Sec. 5)
-        rb = ReplayBuffer(args.buffer_size, obs_space, act_dim, args.num_envs, device)
+        try:  # images: torch.empty reserves the frames' address space, which the OS may refuse
+            rb = ReplayBuffer(args.buffer_size, obs_space, act_dim, args.num_envs, device)
+        except RuntimeError as e:
+            raise ConfigError(f"no memory for a replay buffer of {args.buffer_size:,} transitions ({e}): lower "
+                              "--buffer-size or --image-size") from None
         stateful = dict(actor=actor, qf=qf, qf_target=qf_target, q_optimizer=q_optimizer,
                         actor_optimizer=actor_optimizer, rb=rb, log_alpha=log_alpha)
         (global_step, critic_updates, actor_updates, update_steps), obs = run.resume(stateful, (0, 0, 0, 0))
