@@ -208,8 +208,9 @@ class Encoder(nn.Module):
         self.cnns, self.state, self.out_dim = nn.ModuleDict(), None, 0 if spaces else obs_space.shape[0]
         for key in self.images:
             shape = spaces[key].shape if spaces[key].shape[0] < spaces[key].shape[-1] else np.roll(spaces[key].shape, 1)
-            # DrQ's encoder (SAC-AE, arXiv:1910.01741): 3x3 convolutions of 32 channels, the first of stride 2, ReLUs,
-            # then Linear to IMAGE_FEATURES, LayerNorm and Tanh
+            # DrQ's encoder (arXiv:2004.13649 App. B, from SAC-AE, arXiv:1910.01741), each convolution with a ReLU:
+            # conv1 C -> 32 channels, 3x3, stride 2; conv2, conv3, conv4 32 -> 32, 3x3, stride 1 (84 px: 41, 39, 37, 35)
+            # then Linear to IMAGE_FEATURES = 50, LayerNorm and Tanh
             convs = nn.Sequential(nn.Conv2d(int(shape[0]), 32, 3, stride=2), nn.ReLU(),
                                   *(m for _ in range(3) for m in (nn.Conv2d(32, 32, 3), nn.ReLU())))
             with torch.no_grad():

@@ -413,6 +413,31 @@ def test_encoder_gradients_follow_the_shared_encoder_rule(shared):
     assert grad_norm(qf.encoder) > 0
 
 
+@pytest.mark.parametrize("shared", [True, False])
+def test_compiled_updates_run_eagerly_match_the_autograd_updates_with_an_image_encoder(monkeypatch, shared):
+    monkeypatch.setattr(torch, "compile", lambda function: function)
+    args = sac.Args(policy_lr=0.01, q_lr=0.01, tau=0.1)
+
+    def setup():
+        torch.manual_seed(0)
+        qf, qf_target = sac.QEnsemble(dict_envs()), sac.QEnsemble(dict_envs())
+        qf_target.load_state_dict(qf.state_dict())
+        qf_target.requires_grad_(False)
+        actor, log_alpha = sac.Actor(dict_envs(), qf.encoder if shared else None), torch.zeros(1, requires_grad=True)
+        q_optimizer, actor_optimizer = torch.optim.Adam(qf.parameters(), 0.01), torch.optim.Adam(actor.parameters(), 0.01)
+        actor_optimizer.add_param_group({"params": [log_alpha], "lr": 0.01})
+        return actor, qf, qf_target, log_alpha, q_optimizer, actor_optimizer
+
+    torch.manual_seed(7)
+    batches = [dict_batch(16) for _ in range(6)]
+    reference = setup()
+    logged = run_updates(*sac.sac_updates(*reference, args, -2.0), batches)
+    nets = setup()
+    assert_same_training(nets[:3], reference[:3], run_updates(*sac.compiled_updates(*nets, args, -2.0), batches), logged,
+                         rtol=1e-5, atol=1e-6)
+    assert not torch.equal(nets[1].encoder.cnns["pixels"][0].weight, setup()[1].encoder.cnns["pixels"][0].weight)
+
+
 def test_random_shift_moves_each_image_by_at_most_the_pad_and_repeats_the_border():
     torch.manual_seed(0)
     images = torch.arange(2 * 3 * 8 * 8, dtype=torch.float32).reshape(2, 3, 8, 8)
