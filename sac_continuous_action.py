@@ -478,6 +478,8 @@ def check_args(args: Args) -> None:
             "--utd-ratio, --policy-frequency and --target-network-frequency must be at least 1"),
            (args.grad_clip_norm is not None and not args.grad_clip_norm > 0, "--grad-clip-norm must be positive"),
            (args.image_size < 16, "--image-size must be at least 16 pixels, for the encoder's four convolutions"),
+           (args.resume and args.from_pixels and "Pendulum-v5" in args.env_id, f"--resume: gymnasium restores a pickled "
+            f"{args.env_id} with shifted constructor arguments, and it renders no more; start a new run"),
            (not 0 <= (args.offline_ratio or 0) <= 1, "--offline-ratio must lie in [0, 1]"),
            (args.offline_steps < 0, "--offline-steps must be non-negative"),
            ((args.offline_ratio or args.offline_steps) and not args.offline_data,

@@ -240,7 +240,8 @@ def markdown(args, names: tuple, measured: dict, command: str, machine: str) -> 
             "|---|---|---|---|---|---|---|"]
     notes = []
     for pair, (threads, steps, results) in measured.items():
-        env_id, script = PAIRS[pair][:2]
+        flags, script = shlex.split(args.ours_flags), PAIRS[pair][1]
+        env_id = ([v for f, v in zip(flags, flags[1:]) if f == "--env-id"] or [PAIRS[pair][0]])[-1]  # ours' env
         ones, others = [r[0] for r in results], [r[1] for r in results if r[1] is not None]
         peaks = " / ".join(f"{max(r['peak_mb'] for r in side):.0f}" if side else "-" for side in (ones, others))
         if "turns" in ones[0]:

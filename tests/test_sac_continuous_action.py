@@ -579,6 +579,12 @@ def test_an_image_key_neither_uint8_nor_3d_is_refused(space):
         sac.check_spaces("X-v0", gym.spaces.Dict({"image": space}), gym.spaces.Box(-1, 1, (1,)))
 
 
+def test_resuming_a_pixel_run_of_an_env_gymnasium_cannot_restore_is_refused():
+    with pytest.raises(sac.ConfigError, match="renders no more"):
+        sac.check_args(sac.Args(env_id="InvertedPendulum-v5", from_pixels=True, resume="checkpoint.pt"))
+    sac.check_args(sac.Args(env_id="Reacher-v5", from_pixels=True, resume="checkpoint.pt"))
+
+
 def test_a_run_with_offline_data_resumes_exactly(tmp_path, monkeypatch):
     from test_common_block import check_sigterm_resume_is_exact
 
