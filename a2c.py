@@ -338,9 +338,8 @@ class ConfigError(Exception):
 
 def check(problems) -> None:
     """Raise ConfigError with the message of the first (bad, message) pair that is bad."""
-    for bad, message in problems:
-        if bad:
-            raise ConfigError(message)
+    if messages := [message for bad, message in problems if bad]:
+        raise ConfigError(messages[0])
 
 
 def crossed(before: int, now: int, every: int) -> bool:
@@ -349,9 +348,8 @@ def crossed(before: int, now: int, every: int) -> bool:
 
 
 def make_env(args, video_dir: str | None = None):
-    """A thunk making one env of args.env_id that records episode statistics (and with a video_dir, its first episode).
-    Atari gets the DQN wrappers above the statistics, which see whole games: SB3's AtariWrapper and FrameStack(4).
-    sac_continuous_action.py's --from-pixels adds the rendered frame: {"pixels": (size, size, 3) uint8, "state": s}."""
+    """A thunk making one env of args.env_id with episode statistics (and with a video_dir, its first episode's video).
+    Above the statistics, which see whole games: Atari's SB3 AtariWrapper and FrameStack(4), or --from-pixels' frame."""
 
     def thunk():
         atari, pixels = args.env_id.startswith("ALE/") or "NoFrameskip" in args.env_id, getattr(args, "from_pixels", 0)
@@ -364,6 +362,7 @@ def make_env(args, video_dir: str | None = None):
             env = gym.wrappers.RecordVideo(env, video_dir, episode_trigger=lambda k: k == 0, disable_logger=True)
         env = gym.wrappers.RecordEpisodeStatistics(env)
         if pixels:  # AddRenderObservation's observations, by a function that pickles, as checkpoints need
+            env.unwrapped.render()  # MuJoCo aims the camera at its first frame's geoms: those of gym.make's state
             space = gym.spaces.Box(0, 255, (args.image_size, args.image_size, 3), np.uint8)
             env = gym.wrappers.TransformObservation(env, functools.partial(pixels_and_state, env),
                                                     gym.spaces.Dict(pixels=space, state=env.observation_space))
@@ -378,13 +377,15 @@ def make_env(args, video_dir: str | None = None):
 
 
 def pixels_and_state(env, obs) -> dict:
-    """--from-pixels' observation: the frame `env` renders beside its own observation."""
+    """--from-pixels' observation: the frame `env` renders beside its own. Its GL context is made current first: gymnasium
+    switches only between one env's viewers, and another env's closed renderer would leave none current."""
+    if viewer := getattr(getattr(env.unwrapped, "mujoco_renderer", None), "viewer", None):
+        viewer.make_context_current()
     return {"pixels": env.render(), "state": obs}
 
 
 def final_observations(next_obs: np.ndarray, infos: dict) -> np.ndarray:
-    """The true s_{t+1}: under SAME_STEP autoreset an ended sub-env's row of next_obs is already its reset observation.
-    Dict observations are replaced key by key."""
+    """The true s_{t+1}, key by key for Dict observations: SAME_STEP autoreset puts an ended sub-env's reset in next_obs."""
     real_next_obs = {key: x.copy() for key, x in next_obs.items()} if isinstance(next_obs, dict) else next_obs.copy()
     for i in np.flatnonzero(infos.get("_final_obs", [])):
         for key, final in infos["final_obs"][i].items() if isinstance(next_obs, dict) else [(..., infos["final_obs"][i])]:
@@ -424,11 +425,11 @@ def setup(args):
         env.reset(seed=0)
         frame = env.render() if args.capture_video else None
     except Exception as e:  # an unknown id, a missing package or renderer: one line, whatever the library raised
-        raise ConfigError(f"{args.env_id} cannot be made ({type(e).__name__}: {e}): is it an unknown env id (see "
-                          "gymnasium.pprint_registry()), or does it need an extra or, for --capture-video or "
-                          "--from-pixels, a MuJoCo renderer?")
+        raise ConfigError(f"{args.env_id} cannot be made ({type(e).__name__}: {e}): an unknown env id (see gymnasium."
+                          "pprint_registry()), or a missing extra or (--capture-video, --from-pixels) MuJoCo renderer?")
     check([(args.capture_video and frame is None, f"--capture-video: {args.env_id} renders no frames")])
     check_spaces(args.env_id, env.observation_space, env.action_space)
+    env.close()
     for seed in (random.seed, np.random.seed, torch.manual_seed):
         seed(args.seed)
     torch.backends.cudnn.deterministic = True
@@ -467,6 +468,8 @@ class Run:
             if hasattr(env.unwrapped, "ale"):
                 env.unwrapped.ale.restoreState(state)
             elif state is not None:
+                if env.render_mode:  # a first frame before the state, as make_env takes it, for the same camera
+                    env.unwrapped.render()
                 __import__("mujoco").mj_copyData(env.unwrapped.data, env.unwrapped.model, state)
         thunks = [lambda env=env: env for env in saved[0]] if saved else [make_env(args)] * args.num_envs
         # SAME_STEP autoreset: a step that ends an episode returns the reset observation, the final one in infos
@@ -508,9 +511,8 @@ class Run:
         return self.save(state, "checkpoint.pt", counters[0], "the previous checkpoint, if any, is kept")
 
     def save(self, obj, name: str, global_step: int, kept: str) -> str:
-        """`obj` (bytes, or by torch.save) to runs/<run_name>/<name> durably: a temporary file, fsynced, renamed into
-        place, the directory fsynced. The NaN guard refuses to save non-finite network parameters; a failed write
-        removes its temporary file."""
+        """`obj` (bytes, or by torch.save) to runs/<run_name>/<name> durably (a temporary file fsynced and renamed, the
+        directory fsynced), unless the NaN guard finds non-finite parameters; a failed write removes its temporary file."""
         bad = [key for key, net in self.stateful.items() if isinstance(net, nn.Module)
                and not all(p.isfinite().all() for p in net.parameters())]
         check([(bad, f"step {global_step:,}: the run diverged, {', '.join(bad)} holds non-finite values; nothing is "
@@ -531,8 +533,7 @@ class Run:
         return path
 
     def log(self, infos: dict, metrics: dict | None, previous_step: int, global_step: int) -> None:
-        """The episodes that ended; every --log-freq env steps, `metrics` (0-d tensors; one host sync), SPS and progress,
-        and the NaN guard: a non-finite metric stops the run."""
+        """Ended episodes; every --log-freq steps `metrics` (0-d tensors, one sync; non-finite stops the run), SPS, progress."""
         for i in np.flatnonzero(infos.get("final_info", {}).get("_episode", [])):
             self.last_return = float(infos["final_info"]["episode"]["r"][i])
             self.writer.add_scalar("charts/episodic_return", self.last_return, global_step)
@@ -575,8 +576,7 @@ class Run:
             self.save_checkpoint(counters, obs)
 
     def finish(self, counters: tuple, obs, policy, model: dict) -> dict:
-        """On a signal the checkpoint and a command that continues it; else the final evaluation (unless just done),
-        --save-model and the `finished` marker that --resume heeds. The summary."""
+        """On a signal a checkpoint and the command to continue; else the last evaluation, --save-model and `finished`."""
         if self.stop_signal:
             path = self.save_checkpoint(counters, obs)
             command = shlex.join(["python", os.path.abspath(__file__), "--resume", os.path.abspath(path)])
