@@ -636,10 +636,10 @@ def test_offline_data_reaches_the_from_scratch_return_in_half_the_env_steps(in_t
 
 @pytest.mark.slow
 def test_learns_inverted_pendulum_from_pixels_and_state(in_tmp):
-    """InvertedPendulum-v5 --from-pixels (16 x 16 frames and the state), 8,000 env steps (1,000 random), batch 64."""
+    """InvertedPendulum-v5 --from-pixels (16 x 16 frames and the state), 10,000 env steps (1,000 random), batch 64."""
     summary = sac.main(sac.Args(env_id="InvertedPendulum-v5", from_pixels=True, image_size=16, batch_size=64,
-                                total_timesteps=8_000, learning_starts=1_000, eval_freq=0, cuda=False, seed=1))
-    # Measured, one thread, seeds 1-3 (5 evaluation episodes): 1000, 1000, 1000 at 8,000 steps; 69.4, 72.0, 68.8 at
-    # 6,000; a random policy scores about 5 to 15.
+                                total_timesteps=10_000, learning_starts=1_000, eval_freq=0, cuda=False, seed=1))
+    # Measured, one thread, seeds 1-3 (5 evaluation episodes): 1000, 1000, 1000 at 10,000 steps; 204.0, 1000, 1000 at
+    # 8,000; a random policy scores about 5 to 15.
     assert summary["eval_return"] > 500
 
