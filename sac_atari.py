@@ -424,6 +424,10 @@ def make_env(args, video_dir: str | None = None):
             space = gym.spaces.Box(0, 255, (args.image_size, args.image_size, 3), np.uint8)
             env = gym.wrappers.TransformObservation(env, functools.partial(pixels_and_state, env),
                                                     gym.spaces.Dict(pixels=space, state=env.observation_space))
+            if (k := getattr(args, "frame_stack", 1)) > 1:  # the last k frames, oldest first, on the channel axis
+                space, state = gym.spaces.Box(0, 255, (*space.shape[:2], 3 * k), np.uint8), env.observation_space["state"]
+                env = gym.wrappers.TransformObservation(gym.wrappers.FrameStackObservation(env, k), stacked_channels,
+                                                        gym.spaces.Dict(pixels=space, state=state))
         if atari:  # (84, 84, 1) frames become (84, 84) (itemgetter pickles), then stacks of 4
             from stable_baselines3.common.atari_wrappers import AtariWrapper
             frames = gym.spaces.Box(0, 255, (84, 84), np.uint8)
@@ -440,6 +444,11 @@ def pixels_and_state(env, obs) -> dict:
     if viewer := getattr(getattr(env.unwrapped, "mujoco_renderer", None), "viewer", None):
         viewer.make_context_current()
     return {"pixels": env.render(), "state": obs}
+
+
+def stacked_channels(obs: dict) -> dict:
+    """--frame-stack's observation: FrameStackObservation's k frames (k, H, W, 3) as one (H, W, 3 k), the newest state."""
+    return {"pixels": np.concatenate(obs["pixels"], axis=-1), "state": obs["state"][-1]}
 
 
 def final_observations(next_obs: np.ndarray, infos: dict) -> np.ndarray:

@@ -123,6 +123,8 @@ class Args:
     """observe {"pixels": the frame rendered at --image-size, "state": the env's observation} (AddRenderObservation)"""
     image_size: int = 84
     """height and width in pixels of --from-pixels frames (DrQ, arXiv:2004.13649: 84)"""
+    frame_stack: int = 1
+    """--from-pixels: observe the last k frames, stacked on the channel axis (DrQ, arXiv:2004.13649: 3)"""
     augment: bool = True
     """shift each image of an update's batch by up to 4 pixels (DrQ's random shift, arXiv:2004.13649)"""
     shared_encoder: bool = True
@@ -478,6 +480,8 @@ def check_args(args: Args) -> None:
             "--utd-ratio, --policy-frequency and --target-network-frequency must be at least 1"),
            (args.grad_clip_norm is not None and not args.grad_clip_norm > 0, "--grad-clip-norm must be positive"),
            (args.image_size < 16, "--image-size must be at least 16 pixels, for the encoder's four convolutions"),
+           (not 1 <= args.frame_stack < args.image_size / 3 or args.frame_stack > 1 and not args.from_pixels,
+            "--frame-stack must lie in [1, --image-size / 3) and above 1 needs --from-pixels"),
            (args.resume and args.from_pixels and "Pendulum-v5" in args.env_id, f"--resume: gymnasium restores a pickled "
             f"{args.env_id} with shifted constructor arguments, and it renders no more; start a new run"),
            (not 0 <= (args.offline_ratio or 0) <= 1, "--offline-ratio must lie in [0, 1]"),
@@ -685,6 +689,10 @@ def make_env(args, video_dir: str | None = None):
             space = gym.spaces.Box(0, 255, (args.image_size, args.image_size, 3), np.uint8)
             env = gym.wrappers.TransformObservation(env, functools.partial(pixels_and_state, env),
                                                     gym.spaces.Dict(pixels=space, state=env.observation_space))
+            if (k := getattr(args, "frame_stack", 1)) > 1:  # the last k frames, oldest first, on the channel axis
+                space, state = gym.spaces.Box(0, 255, (*space.shape[:2], 3 * k), np.uint8), env.observation_space["state"]
+                env = gym.wrappers.TransformObservation(gym.wrappers.FrameStackObservation(env, k), stacked_channels,
+                                                        gym.spaces.Dict(pixels=space, state=state))
         if atari:  # (84, 84, 1) frames become (84, 84) (itemgetter pickles), then stacks of 4
             from stable_baselines3.common.atari_wrappers import AtariWrapper
             frames = gym.spaces.Box(0, 255, (84, 84), np.uint8)
@@ -701,6 +709,11 @@ def pixels_and_state(env, obs) -> dict:
     if viewer := getattr(getattr(env.unwrapped, "mujoco_renderer", None), "viewer", None):
         viewer.make_context_current()
     return {"pixels": env.render(), "state": obs}
+
+
+def stacked_channels(obs: dict) -> dict:
+    """--frame-stack's observation: FrameStackObservation's k frames (k, H, W, 3) as one (H, W, 3 k), the newest state."""
+    return {"pixels": np.concatenate(obs["pixels"], axis=-1), "state": obs["state"][-1]}
 
 
 def final_observations(next_obs: np.ndarray, infos: dict) -> np.ndarray:

@@ -86,8 +86,9 @@ def test_the_common_block_is_the_same_text_in_all_five_scripts():
         assert other_block == block, f"{name}: its COMMON BLOCK differs from sac_continuous_action.py's"
     assert block[-1].startswith("    return summary")  # the block ends with cli()
     # the common args, and the block from its banner to cli(): 275 lines before sac_continuous_action.py's --from-pixels
-    # gave make_env its frame (with the GL-context and camera rules that keep frames exact) and Dict observations
-    assert len(args) <= 22 and len(block) <= 291
+    # gave make_env its frame (with the GL-context and camera rules that keep frames exact), Dict observations and
+    # --frame-stack
+    assert len(args) <= 22 and len(block) <= 300
 
 
 def test_final_observations_replace_reset_rows_only(script):

@@ -499,7 +499,24 @@ def test_smoke_pixels_reach_updates_and_log_every_metric(in_tmp):
     assert not any(key.startswith("encoder") for key in model["actor"])  # shared: the actor holds no encoder
 
 
-@pytest.mark.parametrize("flags", [dict(shared_encoder=False), dict(augment=False)])
+def test_frame_stack_holds_the_last_k_frames_oldest_first_and_pads_a_new_episode_with_its_first():
+    plain, stacked = (sac.make_env(sac.Args(**PIXELS, frame_stack=k))() for k in (1, 3))
+    assert stacked.observation_space["pixels"].shape == (16, 16, 9)
+    frames, ends, done = [], 0, True
+    for t in range(100):  # InvertedPendulum's random episodes end within a few dozen steps
+        if done:
+            (obs, _), (obs3, _), done = plain.reset(seed=t), stacked.reset(seed=t), False
+            frames = [obs["pixels"]] * 3
+        else:
+            action = plain.action_space.sample()
+            (obs, _, term, trunc, _), (obs3, *_) = plain.step(action), stacked.step(action)
+            frames, done = frames[1:] + [obs["pixels"]], term or trunc
+            ends += done
+        assert np.array_equal(obs3["pixels"], np.concatenate(frames, axis=-1)) and np.array_equal(obs3["state"], obs["state"])
+    assert ends >= 2
+
+
+@pytest.mark.parametrize("flags", [dict(shared_encoder=False), dict(augment=False), dict(frame_stack=2)])
 def test_smoke_pixel_options_reach_updates(in_tmp, flags):
     summary = sac.main(tiny(**PIXELS, **flags))
     assert summary["critic_updates"] == 201 and summary["actor_updates"] == 200
@@ -550,6 +567,7 @@ BAD_INPUT = {  # this script's flags; the common ones are in test_common_block.p
     "offline ratio without data": (["--offline-ratio", "0.5"], "need --offline-data"),
     "offline steps without data": (["--offline-steps", "10"], "need --offline-data"),
     "save replay into a missing directory": (["--save-replay", "nowhere/replay.npz"], "--save-replay"),
+    "frame stack without pixels": (["--frame-stack", "2"], "--frame-stack"),
     "tiny images": (["--env-id", "InvertedPendulum-v5", "--from-pixels", "--image-size", "8"], "--image-size"),
     "learning never starts": (["--learning-starts", "1000", "--total-timesteps", "1000"], "--learning-starts"),
     "too few critics": (["--num-critics", "1"], "--num-critics"),
@@ -598,10 +616,12 @@ def test_a_run_with_offline_data_resumes_exactly(tmp_path, monkeypatch):
                                   ("losses/qf_loss", "losses/actor_loss", "eval/episodic_return"))
 
 
-def test_a_pixel_run_resumes_exactly(tmp_path):
+@pytest.mark.parametrize("frame_stack", ["1", "2"])
+def test_a_pixel_run_resumes_exactly(tmp_path, frame_stack):
     from test_common_block import check_sigterm_resume_is_exact
 
-    flags = ["--env-id", "Reacher-v5", "--from-pixels", "--image-size", "16", "--total-timesteps", "600",
+    flags = ["--env-id", "Reacher-v5", "--from-pixels", "--image-size", "16", "--frame-stack", frame_stack,
+             "--total-timesteps", "600",
              "--learning-starts", "200", "--batch-size", "32", "--eval-freq", "300", "--eval-episodes", "1",
              "--save-model", "--log-freq", "50", "--no-cuda"]
     check_sigterm_resume_is_exact(tmp_path, sac, flags, 300, 600, ("actor", "qf", "log_alpha"),
