@@ -561,20 +561,20 @@ class Run:
         return self.save(state, "checkpoint.pt", counters[0], "the previous checkpoint, if any, is kept")
 
     def save(self, obj, name: str, global_step: int, kept: str) -> str:
-        """`obj` (bytes, or by torch.save) to runs/<run_name>/<name> durably (a temporary file fsynced and renamed, the
-        directory fsynced), unless the NaN guard finds non-finite parameters; a failed write removes its temporary file."""
+        """`obj` (bytes, a function that writes a file, or by torch.save) to runs/<run_name>/<name> (or an absolute name)
+        durably, via a temporary file fsynced and renamed, unless the NaN guard finds non-finite parameters."""
         bad = [key for key, net in self.stateful.items() if isinstance(net, nn.Module)
                and not all(p.isfinite().all() for p in net.parameters())]
         check([(bad, f"step {global_step:,}: the run diverged, {', '.join(bad)} holds non-finite values; nothing is "
                      f"saved and {kept}: lower the learning rates")])
-        path = f"{self.dir}/{name}"
+        path = os.path.join(self.dir, name)
         try:
             with open(f"{path}.tmp", "wb") as f:
-                f.write(obj) if isinstance(obj, bytes) else torch.save(obj, f)
+                obj(f) if callable(obj) else f.write(obj) if isinstance(obj, bytes) else torch.save(obj, f)
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(f"{path}.tmp", path)
-            os.fsync(directory := os.open(self.dir, os.O_RDONLY))
+            os.fsync(directory := os.open(os.path.dirname(path), os.O_RDONLY))
             os.close(directory)
         except OSError as e:
             with contextlib.suppress(OSError):

@@ -539,19 +539,6 @@ def load_offline(args, device) -> ReplayBuffer:
     return rb
 
 
-def save_replay(path: str, rb: ReplayBuffer) -> None:
-    """--save-replay: the buffer's transitions (`ReplayBuffer.arrays`) as an .npz, written whole or not at all."""
-    try:
-        with open(f"{path}.tmp", "wb") as f:
-            np.savez(f, **rb.arrays())
-        os.replace(f"{path}.tmp", path)
-    except OSError as e:
-        with contextlib.suppress(OSError):
-            os.remove(f"{path}.tmp")
-        raise ConfigError(f"cannot write --save-replay {path} ({e.strerror or e}); the run's other files are kept") from None
-    print(f"replay buffer saved to {path}")
-
-
 def sample(rb: ReplayBuffer, offline: ReplayBuffer | None, batch_size: int, ratio: float, augment: bool):
     """A batch of which round(batch_size * ratio) transitions come from the offline buffer, the rest from rb (RLPD)."""
     k = round(batch_size * ratio) if offline else 0
@@ -644,8 +631,10 @@ def main(args: Args) -> dict:
             run.after_step(previous_step, counters(), obs, policy)
         model = {"actor": actor.state_dict(), "qf": qf.state_dict(), "log_alpha": log_alpha.detach().cpu()}
         summary = run.finish(counters(), obs, policy, model)
-        if args.save_replay:
-            save_replay(args.save_replay, rb)
+        if args.save_replay:  # ReplayBuffer.arrays as an .npz, written whole or not at all
+            path = os.path.abspath(args.save_replay)
+            run.save(lambda f: np.savez(f, **rb.arrays()), path, global_step, "the run's other files are kept")
+            print(f"replay buffer saved to {path}")
     finally:
         run.close()
     return {**summary, "critic_updates": critic_updates, "actor_updates": actor_updates}
@@ -843,20 +832,20 @@ class Run:
         return self.save(state, "checkpoint.pt", counters[0], "the previous checkpoint, if any, is kept")
 
     def save(self, obj, name: str, global_step: int, kept: str) -> str:
-        """`obj` (bytes, or by torch.save) to runs/<run_name>/<name> durably (a temporary file fsynced and renamed, the
-        directory fsynced), unless the NaN guard finds non-finite parameters; a failed write removes its temporary file."""
+        """`obj` (bytes, a function that writes a file, or by torch.save) to runs/<run_name>/<name> (or an absolute name)
+        durably, via a temporary file fsynced and renamed, unless the NaN guard finds non-finite parameters."""
         bad = [key for key, net in self.stateful.items() if isinstance(net, nn.Module)
                and not all(p.isfinite().all() for p in net.parameters())]
         check([(bad, f"step {global_step:,}: the run diverged, {', '.join(bad)} holds non-finite values; nothing is "
                      f"saved and {kept}: lower the learning rates")])
-        path = f"{self.dir}/{name}"
+        path = os.path.join(self.dir, name)
         try:
             with open(f"{path}.tmp", "wb") as f:
-                f.write(obj) if isinstance(obj, bytes) else torch.save(obj, f)
+                obj(f) if callable(obj) else f.write(obj) if isinstance(obj, bytes) else torch.save(obj, f)
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(f"{path}.tmp", path)
-            os.fsync(directory := os.open(self.dir, os.O_RDONLY))
+            os.fsync(directory := os.open(os.path.dirname(path), os.O_RDONLY))
             os.close(directory)
         except OSError as e:
             with contextlib.suppress(OSError):

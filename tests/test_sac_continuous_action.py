@@ -536,6 +536,13 @@ def test_saved_replay_loads_back_exactly(in_tmp, pixels):
         assert int(offline.ended.sum()) < 300 // 2
 
 
+def test_a_replay_that_cannot_be_written_leaves_no_partial_file(in_tmp):
+    (in_tmp / "taken").mkdir()  # a directory where the file should go: the final rename fails
+    with pytest.raises(sac.ConfigError, match="cannot write .*taken .*the run's other files are kept"):
+        sac.main(tiny(save_replay=str(in_tmp / "taken")))
+    assert not (in_tmp / "taken.tmp").exists() and not os.listdir(in_tmp / "taken")
+
+
 def test_pure_offline_training_evaluates_and_saves(in_tmp):
     path = str(in_tmp / "replay.npz")
     sac.main(tiny(save_replay=path))
