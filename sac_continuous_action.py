@@ -5,6 +5,7 @@ Papers:
     Haarnoja et al. 2018, "Soft Actor-Critic Algorithms and Applications" (automatic alpha), arXiv:1812.05905
     Chen et al. 2021, "Randomized Ensembled Double Q-Learning" (critic ensembles, subsampled min, UTD), arXiv:2101.05982
     Ball et al. 2023, "Efficient Online RL with Offline Data" (RLPD: LayerNorm in the critics), arXiv:2302.02948
+    van Hasselt et al. 2016, "Deep RL with Double Q-learning" (the discrete gripper critic's target), arXiv:1509.06461
 
 Example:
     python sac_continuous_action.py --env-id Hopper-v5 --seed 1
@@ -18,6 +19,8 @@ Deviations from the papers (each marked `# DEVIATION(n)` in the code):
        CleanRL's schedule), not once per step as in Algorithm 1.
     5. The temperature loss reuses the actor step's log pi(a|s), drawn before the actor moved, not a fresh sample.
     6. Training starts with `learning_starts` env steps of uniformly random actions (SpinningUp, CleanRL).
+    7. With --num-discrete-actions and a shared encoder, the discrete critic reads the encoder's features detached, as
+       the actor does, and its target reads the target critics' encoder; LeRobot's lets its loss train the encoder.
 """
 
 import contextlib
@@ -137,6 +140,13 @@ class Args:
     """fraction of each batch drawn from --offline-data; None: 0.5, RLPD's symmetric sampling"""
     offline_steps: int = 0
     """update steps on --offline-data alone before the first env step (HIL-SERL's offline learner)"""
+    num_discrete_actions: int = 0
+    """K: the last action dimension is a gripper of K commands, evenly spaced in its bounds, that a discrete critic picks
+    (HIL-SERL); 0: off"""
+    gripper_epsilon: float = 0.1
+    """probability of a uniformly random gripper command in training (epsilon-greedy; DQN's final epsilon, Nature 2015)"""
+    discrete_q_lr: float | None = None
+    """learning rate of the discrete critic's Adam; None: --q-lr"""
 
 
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0  # DEVIATION(3)
@@ -167,6 +177,18 @@ def soft_q_target(rewards, terminations, next_q, next_log_prob, alpha, gamma: fl
     if backup_entropy:
         next_v = next_v - alpha * next_log_prob
     return rewards + gamma * (1.0 - terminations) * next_v
+
+
+def double_dqn_target(rewards, terminations, next_q, next_q_target, gamma: float):
+    """Shapes: rewards, terminations (B,); next_q, next_q_target (B, K), Q_d(s', .) and the target network's Q_d'(s', .).
+    y = r + gamma * (1 - terminated) * Q_d'(s', argmax_a Q_d(s', a))   [arXiv:1509.06461 eq. 4; HIL-SERL]"""
+    best = next_q.argmax(dim=-1, keepdim=True)  # the online network picks the command, the target network values it
+    return rewards + gamma * (1.0 - terminations) * next_q_target.gather(-1, best).squeeze(-1)
+
+
+def gripper_levels(action_space, k: int) -> np.ndarray:
+    """The values of the gripper's k commands: k evenly spaced points of the last action dimension's [low, high]."""
+    return np.linspace(action_space.low[-1], action_space.high[-1], k, dtype=np.float32)
 
 
 def random_shift(images: torch.Tensor, pad: int = SHIFT) -> torch.Tensor:
@@ -238,11 +260,11 @@ class QEnsemble(nn.Module):
     U(+-1/sqrt(fan_in)). With layer_norm, each hidden layer is Linear, LayerNorm (its own gain and bias per member, eps
     1e-5), ReLU, as RLPD's."""
 
-    def __init__(self, envs, num_critics: int = 2, layer_norm: bool = False):
+    def __init__(self, envs, num_critics: int = 2, layer_norm: bool = False, gripper: bool = False):
         super().__init__()
         self.encoder = Encoder(envs.single_observation_space)
         obs_dim = self.encoder.out_dim
-        act_dim = int(np.prod(envs.single_action_space.shape))
+        act_dim = int(np.prod(envs.single_action_space.shape)) - gripper  # the arm's: a gripper's is DiscreteQ's
         dims = [obs_dim + act_dim, HIDDEN, HIDDEN, 1]
         self.weights, self.biases = nn.ParameterList(), nn.ParameterList()
         for fan_in, fan_out in zip(dims[:-1], dims[1:]):
@@ -270,28 +292,38 @@ class QEnsemble(nn.Module):
         return (x * ws[-1].transpose(1, 2)).sum(-1) + bs[-1].squeeze(-1)
 
 
-class Actor(nn.Module):
-    """Tanh-squashed Gaussian policy with CleanRL's interface: Actor(envs), forward, get_action. Given the critics'
-    encoder (--shared-encoder) it reads its features detached, so J_pi trains no encoder; else it has its own."""
+class Head(nn.Module):
+    """A network on an observation's `Encoder` features. Given the critics' encoder (--shared-encoder) it reads its
+    features detached, so its own loss trains no encoder (HIL-SERL's detach rule); else it has its own, which it trains."""
 
     def __init__(self, envs, shared_encoder: Encoder | None = None):
         super().__init__()
-        self.encoder = Encoder(envs.single_observation_space) if shared_encoder is None else None  # trained by J_pi
-        self.shared = [shared_encoder] if shared_encoder else []  # in a list: not registered, not in actor.parameters()
-        obs_dim = (shared_encoder or self.encoder).out_dim
-        act_dim = int(np.prod(envs.single_action_space.shape))
-        self.fc1 = nn.Linear(obs_dim, HIDDEN)
+        self.encoder = Encoder(envs.single_observation_space) if shared_encoder is None else None
+        self.shared = [shared_encoder] if shared_encoder else []  # in a list: not registered, not in .parameters()
+        self.features_dim = (shared_encoder or self.encoder).out_dim
+
+    def features(self, obs):
+        return self.encoder(obs) if self.encoder is not None else self.shared[0](obs).detach()
+
+
+class Actor(Head):
+    """Tanh-squashed Gaussian policy with CleanRL's interface: Actor(envs), forward, get_action; with a gripper, over
+    the other action dimensions."""
+
+    def __init__(self, envs, shared_encoder: Encoder | None = None, gripper: bool = False):
+        super().__init__(envs, shared_encoder)
+        act_dim = int(np.prod(envs.single_action_space.shape)) - gripper
+        self.fc1 = nn.Linear(self.features_dim, HIDDEN)
         self.fc2 = nn.Linear(HIDDEN, HIDDEN)
         self.fc_mean = nn.Linear(HIDDEN, act_dim)
         self.fc_logstd = nn.Linear(HIDDEN, act_dim)
-        high, low = envs.single_action_space.high, envs.single_action_space.low
+        high, low = envs.single_action_space.high[:act_dim], envs.single_action_space.low[:act_dim]
         self.register_buffer("action_scale", torch.tensor((high - low) / 2.0, dtype=torch.float32))
         self.register_buffer("action_bias", torch.tensor((high + low) / 2.0, dtype=torch.float32))
 
     def forward(self, obs):
         """Returns (mean, log_std), each (B, |A|), log_std in [LOG_STD_MIN, LOG_STD_MAX]."""
-        x = self.encoder(obs) if self.encoder is not None else self.shared[0](obs).detach()  # HIL-SERL's detach rule
-        x = F.relu(self.fc2(F.relu(self.fc1(x), inplace=True)), inplace=True)
+        x = F.relu(self.fc2(F.relu(self.fc1(self.features(obs)), inplace=True)), inplace=True)
         log_std = torch.tanh(self.fc_logstd(x))
         log_std = LOG_STD_MIN + 0.5 * (LOG_STD_MAX - LOG_STD_MIN) * (log_std + 1)  # DEVIATION(3)
         return self.fc_mean(x), log_std
@@ -305,6 +337,19 @@ class Actor(nn.Module):
         action = torch.addcmul(self.action_bias, torch.tanh(u), self.action_scale)
         log_prob = tanh_gaussian_log_prob(u, eps, log_std, self.action_scale)
         return action, log_prob, torch.addcmul(self.action_bias, torch.tanh(mean), self.action_scale)
+
+
+class DiscreteQ(Head):
+    """Q_d(s, .): the values of the gripper's K commands, 256-256-K with ReLU on the features of s; it reads no arm
+    action (HIL-SERL's discrete critic)."""
+
+    def __init__(self, envs, k: int, shared_encoder: Encoder | None = None):
+        super().__init__(envs, shared_encoder)
+        self.net = nn.Sequential(nn.Linear(self.features_dim, HIDDEN), nn.ReLU(), nn.Linear(HIDDEN, HIDDEN), nn.ReLU(),
+                                 nn.Linear(HIDDEN, k))
+
+    def forward(self, obs):
+        return self.net(self.features(obs))
 
 
 class ReplayBuffer:
@@ -406,7 +451,7 @@ def compute_loss_q(actor, qf, qf_target, batch, alpha, gamma, backup_entropy, nu
         idx = subsample_critics(qf.weights[0].shape[0], num_subsample, actions.device)
         next_q = qf_target(next_obs, next_actions, idx)
         y = soft_q_target(rewards, terminations, next_q, next_log_prob.squeeze(-1), alpha, gamma, backup_entropy)
-    q = qf(obs, actions)
+    q = qf(obs, actions[:, : next_actions.shape[-1]])  # the arm's dimensions: a gripper's value is Q_d's
     per_critic = (q - y).pow(2).mean(dim=1)
     q_means, losses = q.detach().mean(dim=1), per_critic.detach()  # detached: logging records no autograd graph
     metrics = {"qf1_values": q_means[0], "qf2_values": q_means[1], "qf1_loss": losses[0], "qf2_loss": losses[1],
@@ -428,17 +473,32 @@ def compute_loss_alpha(log_alpha, log_prob, target_entropy: float):
     return (-log_alpha.exp() * (log_prob + target_entropy)).mean()
 
 
+def compute_loss_discrete_q(dq, dq_target, batch, levels, gamma: float):
+    """J_d = E[(Q_d(s, g) - y)^2], g the gripper command the env received, y from `double_dqn_target` (HIL-SERL).
+    Returns (loss, metrics)."""
+    obs, actions, rewards, next_obs, terminations = batch
+    g = (actions[:, -1:] - levels).abs().argmin(dim=-1, keepdim=True)  # the stored value back to its command's index
+    with torch.no_grad():
+        y = double_dqn_target(rewards, terminations, dq(next_obs), dq_target(next_obs), gamma)
+    q = dq(obs).gather(-1, g).squeeze(-1)
+    loss = (q - y).pow(2).mean()
+    return loss, {"discrete_qf_loss": loss.detach(), "discrete_qf_values": q.detach().mean()}
+
+
+def optimizer_step(optimizer, loss, module, max_norm: float | None) -> None:
+    """One step of `optimizer` on `loss`, the gradient norm of `module` first clipped to max_norm (None: not)."""
+    optimizer.zero_grad()
+    loss.backward()
+    if max_norm is not None:
+        nn.utils.clip_grad_norm_(module.parameters(), max_norm)
+    optimizer.step()
+
+
 def sac_updates(actor, qf, qf_target, log_alpha, q_optimizer, actor_optimizer, args, target_entropy: float):
     """update_critic(batch, update_target) and update_actor(obs): one gradient step each on the losses above, returning
     detached metrics (no host sync). log alpha is a parameter group of the actor's optimizer, stepped with it."""
     num_subsample = args.num_subsample_critics or args.num_critics
-
-    def step(optimizer, loss, module):  # one Adam step, the gradient norm of `module` clipped to --grad-clip-norm
-        optimizer.zero_grad()
-        loss.backward()
-        if args.grad_clip_norm is not None:
-            nn.utils.clip_grad_norm_(module.parameters(), args.grad_clip_norm)
-        optimizer.step()
+    step = functools.partial(optimizer_step, max_norm=args.grad_clip_norm)
 
     def update_critic(batch, update_target: bool):
         alpha = log_alpha.exp().detach()
@@ -460,6 +520,20 @@ def sac_updates(actor, qf, qf_target, log_alpha, q_optimizer, actor_optimizer, a
         return metrics
 
     return update_critic, update_actor
+
+
+def discrete_updates(dq, dq_target, optimizer, levels, args):
+    """update_discrete(batch, update_target): one step on J_d, eager also under --compile; returns detached metrics."""
+
+    def update_discrete(batch, update_target: bool):
+        loss, metrics = compute_loss_discrete_q(dq, dq_target, batch, levels, args.gamma)
+        optimizer_step(optimizer, loss, dq, args.grad_clip_norm)
+        if update_target:  # theta_d' <- tau * theta_d + (1 - tau) * theta_d', as the critics' targets
+            with torch.no_grad():
+                torch._foreach_lerp_(list(dq_target.parameters()), list(dq.parameters()), args.tau)
+        return metrics
+
+    return update_discrete
 
 
 def check_args(args: Args) -> None:
@@ -486,6 +560,10 @@ def check_args(args: Args) -> None:
             f"{args.env_id} with shifted constructor arguments, and it renders no more; start a new run"),
            (not 0 <= (args.offline_ratio or 0) <= 1, "--offline-ratio must lie in [0, 1]"),
            (args.offline_steps < 0, "--offline-steps must be non-negative"),
+           (args.num_discrete_actions < 0 or args.num_discrete_actions == 1, "--num-discrete-actions must be 0 (off) or "
+            "at least 2: a gripper of one command has nothing to choose"),
+           (not 0 <= args.gripper_epsilon <= 1, "--gripper-epsilon must lie in [0, 1]"),
+           (args.discrete_q_lr is not None and not args.discrete_q_lr > 0, "--discrete-q-lr must be positive"),
            ((args.offline_ratio or args.offline_steps) and not args.offline_data,
             "--offline-ratio and --offline-steps need --offline-data PATH, an .npz written by --save-replay"),
            (args.save_replay and not os.path.isdir(os.path.dirname(os.path.abspath(args.save_replay or "."))),
@@ -508,18 +586,23 @@ def check_spaces(env_id: str, obs_space, action_space) -> None:
             action_space.low)), f"{env_id} has unbounded or empty action bounds; tanh needs finite low < high")])
 
 
-def load_offline(args, device) -> ReplayBuffer:
-    """--offline-data's transitions, checked against the env's spaces, in a buffer of their own."""
+def load_offline(args, device) -> ReplayBuffer | None:
+    """--num-discrete-actions checked against the env's actions; --offline-data's transitions, checked against the
+    env's spaces (and gripper commands), in a buffer of their own."""
+    env = make_env(args)()
+    obs_space, action_space, act_dim = env.observation_space, env.action_space, env.action_space.shape[0]
+    spaces = getattr(obs_space, "spaces", {})
+    env.close()
+    check([(args.num_discrete_actions and act_dim < 2, f"--num-discrete-actions: {args.env_id} has one action "
+            "dimension; the gripper is the last of at least two")])
+    if not args.offline_data:
+        return None
     try:
         with np.load(args.offline_data) as f:
             data = dict(f)
     except Exception as e:  # missing, truncated, or no .npz at all
         raise ConfigError(f"--offline-data {args.offline_data}: not a readable .npz ({type(e).__name__}: {e}); pass a "
                           "file written by --save-replay") from None
-    env = make_env(args)()
-    obs_space, act_dim = env.observation_space, env.action_space.shape[0]
-    spaces = getattr(obs_space, "spaces", {})
-    env.close()
     n, fields = len(data.get("actions", ())), {"actions": (act_dim,), "rewards": (), "terminations": ()}
     fields.update({f"{name}/{key}" if spaces else name: space.shape for name in ("obs", "next_obs")
                    for key, space in (spaces or {None: obs_space}).items()})
@@ -529,6 +612,10 @@ def load_offline(args, device) -> ReplayBuffer:
             if (data[key].dtype == np.uint8) != (len(fields[key]) == 3)]  # images, and only images, are uint8
     check([(bad or not n, f"--offline-data {args.offline_data} does not fit {args.env_id}: "
             f"{', '.join(bad) or 'no transitions'}; it needs these (N, ...) arrays: {fields}")])
+    levels = gripper_levels(action_space, args.num_discrete_actions)
+    off = np.unique(data["actions"][:, -1][~np.isin(data["actions"][:, -1], levels)]) if len(levels) else []
+    check([(len(off), f"--offline-data {args.offline_data}: gripper values {off[:3]} are none of the "
+            f"--num-discrete-actions {args.num_discrete_actions} commands {levels}; save it with the same K")])
     rb = ReplayBuffer(n + 1, obs_space, act_dim, 1, device)
     obs, next_obs = ({key: data[f"{name}/{key}"] for key in spaces} if spaces else data[name]
                      for name in ("obs", "next_obs"))
@@ -551,18 +638,26 @@ def sample(rb: ReplayBuffer, offline: ReplayBuffer | None, batch_size: int, rati
 def main(args: Args) -> dict:
     """Train; returns a summary. Raises ConfigError, before writing anything, on bad flags, envs or checkpoints."""
     args, checkpoint, device = setup(args)
-    offline = load_offline(args, device) if args.offline_data else None
+    offline = load_offline(args, device) if args.offline_data or args.num_discrete_actions else None
     run = Run(args, checkpoint, device)
     try:
-        obs_space, act_dim = run.envs.single_observation_space, run.envs.single_action_space.shape[0]
-        share = args.shared_encoder and isinstance(obs_space, gym.spaces.Dict)
-        actor = None if share else Actor(run.envs).to(device)  # first, as the seed's draws have always gone
-        qf, qf_target = (QEnsemble(run.envs, args.num_critics, args.critic_layer_norm).to(device) for _ in range(2))
-        actor = actor or Actor(run.envs, qf.encoder).to(device)
+        obs_space, action_space = run.envs.single_observation_space, run.envs.single_action_space
+        k, share = args.num_discrete_actions, args.shared_encoder and isinstance(obs_space, gym.spaces.Dict)
+        act_dim = action_space.shape[0] - (k > 0)  # |A|: the arm's dimensions, without a gripper's
+        actor = None if share else Actor(run.envs, gripper=k > 0).to(device)  # first, as the seed's draws have gone
+        qf, qf_target = (QEnsemble(run.envs, args.num_critics, args.critic_layer_norm, k > 0).to(device) for _ in range(2))
+        actor = actor or Actor(run.envs, qf.encoder, k > 0).to(device)
         qf_target.load_state_dict(qf.state_dict())  # the target critics' encoder: a Polyak-averaged copy, as theirs
         qf_target.requires_grad_(False)
         fused = {"fused": True} if device.type in ("cpu", "cuda") else {}  # one Adam kernel for all tensors
         q_optimizer = torch.optim.Adam(qf.parameters(), lr=args.q_lr, **fused)
+        if k:  # the gripper's discrete critic, on the critics' encoder when shared; its target on their target's
+            dq, dq_target = (DiscreteQ(run.envs, k, q.encoder if share else None).to(device) for q in (qf, qf_target))
+            dq_target.load_state_dict(dq.state_dict())
+            dq_target.requires_grad_(False)
+            dq_optimizer = torch.optim.Adam(dq.parameters(), lr=args.discrete_q_lr or args.q_lr, **fused)
+            levels = torch.as_tensor(gripper_levels(action_space, k), device=device)
+            update_discrete = discrete_updates(dq, dq_target, dq_optimizer, levels, args)
         actor_optimizer = torch.optim.Adam(actor.parameters(), lr=args.policy_lr, **fused)
         log_alpha = torch.zeros(1, device=device, requires_grad=True)
         if args.autotune:  # log alpha's Adam: a parameter group of the actor's optimizer, with its own learning rate
@@ -571,12 +666,13 @@ def main(args: Args) -> dict:
             log_alpha.data.fill_(math.log(args.alpha) if args.alpha > 0 else -math.inf)
         target_entropy = -float(act_dim) if args.target_entropy is None else args.target_entropy  # H-bar = -|A| (Sec. 5)
         try:  # images: torch.empty reserves the frames' address space, which the OS may refuse
-            rb = ReplayBuffer(args.buffer_size, obs_space, act_dim, args.num_envs, device)
+            rb = ReplayBuffer(args.buffer_size, obs_space, action_space.shape[0], args.num_envs, device)
         except RuntimeError as e:
             raise ConfigError(f"no memory for a replay buffer of {args.buffer_size:,} transitions ({e}): lower "
                               "--buffer-size or --image-size") from None
         stateful = dict(actor=actor, qf=qf, qf_target=qf_target, q_optimizer=q_optimizer,
                         actor_optimizer=actor_optimizer, rb=rb, log_alpha=log_alpha)
+        stateful.update(dict(dq=dq, dq_target=dq_target, dq_optimizer=dq_optimizer) if k else {})
         (global_step, critic_updates, actor_updates, update_steps), obs = run.resume(stateful, (0, 0, 0, 0))
         updates = compiled_updates if args.compile else sac_updates  # compiled: after a resume loaded the optimizers
         update_critic, update_actor = updates(actor, qf, qf_target, log_alpha, q_optimizer, actor_optimizer, args,
@@ -584,9 +680,17 @@ def main(args: Args) -> dict:
         counters = lambda: (global_step, critic_updates, actor_updates, update_steps)  # noqa: E731
         ratio = 0.5 if args.offline_ratio is None else args.offline_ratio
 
-        def policy(obs):  # the deterministic action tanh(mean) * scale + bias, for evaluation
+        def gripper(obs, epsilon: float):  # (B, 1) values: g = argmax_a Q_d(s, a), with probability epsilon uniform
+            with torch.no_grad():
+                g = dq(to_tensors(obs, device)).argmax(dim=-1)
+            if epsilon > 0:  # no draw when greedy: evaluations leave the torch RNG as it was
+                g = torch.where(torch.rand(len(g), device=device) < epsilon, torch.randint_like(g, k), g)
+            return levels[g, None]
+
+        def policy(obs):  # the deterministic action tanh(mean) * scale + bias (and the greedy gripper), for evaluation
             mean = actor(to_tensors(obs, device))[0]
-            return torch.addcmul(actor.action_bias, torch.tanh(mean), actor.action_scale).cpu().numpy()
+            arm = torch.addcmul(actor.action_bias, torch.tanh(mean), actor.action_scale)
+            return (torch.cat([arm, gripper(obs, 0.0)], dim=-1) if k else arm).cpu().numpy()
 
         def update(ratio: float):  # utd_ratio critic updates; every policy_frequency-th call, policy_frequency actor
             nonlocal critic_updates, actor_updates, update_steps  # updates (DEVIATION(4))
@@ -594,6 +698,7 @@ def main(args: Args) -> dict:
                 batch = sample(rb, offline, args.batch_size, ratio, args.augment)
                 critic_updates += 1
                 metrics.update(update_critic(batch, critic_updates % args.target_network_frequency == 0))
+                metrics.update(update_discrete(batch, critic_updates % args.target_network_frequency == 0) if k else {})
             update_steps += 1
             if update_steps % args.policy_frequency == 0:
                 for _ in range(args.policy_frequency):
@@ -609,10 +714,14 @@ def main(args: Args) -> dict:
             # COLLECT: random actions for the first learning_starts steps (DEVIATION(6)), then a ~ pi(.|s)
             if global_step < args.learning_starts:
                 u = torch.rand((args.num_envs, act_dim), device=device) * 2.0 - 1.0
-                actions = (u * actor.action_scale + actor.action_bias).cpu().numpy()
+                actions = u * actor.action_scale + actor.action_bias
             else:
                 with torch.no_grad():
-                    actions = actor.get_action(to_tensors(obs, device))[0].cpu().numpy()
+                    actions = actor.get_action(to_tensors(obs, device))[0]
+            if k:  # the gripper: epsilon-greedy on Q_d, uniformly random for the first learning_starts steps
+                epsilon = 1.0 if global_step < args.learning_starts else args.gripper_epsilon
+                actions = torch.cat([actions, gripper(obs, epsilon)], dim=-1)
+            actions = actions.cpu().numpy()
             next_obs, rewards, terminations, truncations, infos = run.envs.step(actions)
             previous_step, global_step = global_step, global_step + args.num_envs
 
@@ -629,7 +738,8 @@ def main(args: Args) -> dict:
             # LOG, EVALUATE, CHECKPOINT
             run.log(infos, metrics, previous_step, global_step)
             run.after_step(previous_step, counters(), obs, policy)
-        model = {"actor": actor.state_dict(), "qf": qf.state_dict(), "log_alpha": log_alpha.detach().cpu()}
+        model = {"actor": actor.state_dict(), "qf": qf.state_dict(), "log_alpha": log_alpha.detach().cpu(),
+                 **({"discrete_qf": dq.state_dict()} if k else {})}
         summary = run.finish(counters(), obs, policy, model)
         if args.save_replay:  # ReplayBuffer.arrays as an .npz, written whole or not at all
             path = os.path.abspath(args.save_replay)

@@ -10,6 +10,8 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+# tests/ on the scripts' subprocesses' path too: `--env-id grasp_env:PointGrasp-v0` imports the test env from there
+os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "tests"), os.environ.get("PYTHONPATH")]))
 # Headless MuJoCo rendering; must be set before mujoco is first imported.
 os.environ.setdefault("MUJOCO_GL", "egl")
 # One thread per process, in-process and in the scripts' subprocesses: pytest-xdist runs a worker per core, and the

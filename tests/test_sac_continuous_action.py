@@ -575,6 +575,11 @@ BAD_INPUT = {  # this script's flags; the common ones are in test_common_block.p
     "offline steps without data": (["--offline-steps", "10"], "need --offline-data"),
     "save replay into a missing directory": (["--save-replay", "nowhere/replay.npz"], "--save-replay"),
     "frame stack without pixels": (["--frame-stack", "2"], "--frame-stack"),
+    "a gripper of one command": (["--env-id", "grasp_env:PointGrasp-v0", "--num-discrete-actions", "1"],
+                                 "--num-discrete-actions"),
+    "a gripper on a one-dimensional action space": (["--num-discrete-actions", "3"], "one action dimension"),
+    "offline gripper values off the grid": (["--env-id", "grasp_env:PointGrasp-v0", "--offline-data", "grasp.npz",
+                                             "--num-discrete-actions", "3"], "gripper values [0.5]"),
     "tiny images": (["--env-id", "InvertedPendulum-v5", "--from-pixels", "--image-size", "8"], "--image-size"),
     "learning never starts": (["--learning-starts", "1000", "--total-timesteps", "1000"], "--learning-starts"),
     "too few critics": (["--num-critics", "1"], "--num-critics"),
@@ -588,6 +593,9 @@ def test_bad_input_one_line_exit_2_nothing_written(in_tmp, capsys, case):
             "next_obs": np.zeros((3, 3), np.float32), "terminations": np.zeros(3)}
     np.savez(in_tmp / "pendulum.npz", **data)
     np.savez(in_tmp / "wide.npz", **{**data, "actions": np.zeros((3, 2), np.float32)})
+    grasp = {**data, "obs": np.zeros((3, 6), np.float32), "next_obs": np.zeros((3, 6), np.float32),
+             "actions": np.array([[0, 0, -1], [0, 0, 0.5], [0, 0, 1]], np.float32)}  # 0.5: no command of K = 3
+    np.savez(in_tmp / "grasp.npz", **grasp)
     before = sorted(os.listdir(in_tmp))
     argv, needle = BAD_INPUT[case]
     with pytest.raises(SystemExit) as exit_info:
@@ -633,6 +641,87 @@ def test_a_pixel_run_resumes_exactly(tmp_path, frame_stack):
              "--save-model", "--log-freq", "50", "--no-cuda"]
     check_sigterm_resume_is_exact(tmp_path, sac, flags, 300, 600, ("actor", "qf", "log_alpha"),
                                   ("losses/qf_loss", "losses/actor_loss", "eval/episodic_return"))
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# A DISCRETE GRIPPER (--num-discrete-actions)
+# ---------------------------------------------------------------------------------------------------------------------
+GRASP = dict(env_id="grasp_env:PointGrasp-v0", num_discrete_actions=3)
+
+
+def test_double_dqn_target_matches_a_loop():
+    torch.manual_seed(0)
+    rewards, terminations = torch.randn(6), torch.tensor([0.0, 1.0, 0.0, 0.0, 1.0, 0.0])
+    next_q, next_q_target = torch.randn(6, 4), torch.randn(6, 4)
+    expected = []
+    for i in range(6):  # brute force: the online network's best command, valued by the target network
+        best = max(range(4), key=lambda a: float(next_q[i, a]))
+        expected.append(float(rewards[i]) + 0.9 * (1 - float(terminations[i])) * float(next_q_target[i, best]))
+    torch.testing.assert_close(sac.double_dqn_target(rewards, terminations, next_q, next_q_target, 0.9),
+                               torch.tensor(expected))
+
+
+def test_gripper_levels_are_k_evenly_spaced_values_of_the_last_dimension():
+    space = gym.spaces.Box(np.array([-1, -1, 0], np.float32), np.array([1, 1, 2], np.float32))
+    assert sac.gripper_levels(space, 3).tolist() == [0.0, 1.0, 2.0] and sac.gripper_levels(space, 2).tolist() == [0, 2]
+
+
+def test_with_a_gripper_the_actor_and_critics_cover_only_the_arm_and_the_log_prob_is_the_arm_s():
+    torch.manual_seed(0)
+    envs = fake_envs([-1.0, 0.0, -1.0], [1.0, 4.0, 1.0])  # the arm: dimensions 0 and 1; the gripper: 2
+    actor, qf = sac.Actor(envs, gripper=True), sac.QEnsemble(envs, gripper=True)
+    obs = torch.randn(5, 3)
+    action, log_prob, _ = actor.get_action(obs)
+    assert action.shape == (5, 2) and qf(obs, action).shape == (2, 5) and qf.weights[0].shape[1] == 3 + 2
+    mean, log_std = actor(obs)  # torch.distributions' density of the action over the arm's two dimensions alone
+    dist = TransformedDistribution(Normal(mean, log_std.exp()), [TanhTransform(), AffineTransform(
+        torch.tensor([0.0, 2.0]), torch.tensor([1.0, 2.0]))])
+    torch.testing.assert_close(log_prob.squeeze(-1), dist.log_prob(action).sum(-1), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("shared", [True, False])
+def test_the_discrete_critic_gets_no_gradient_from_the_actor_and_gives_none_to_the_critics(shared):
+    torch.manual_seed(0)
+    envs = SimpleNamespace(single_observation_space=DICT_SPACE, single_action_space=gym.spaces.Box(-1, 1, (3,)))
+    qf = sac.QEnsemble(envs, gripper=True)
+    actor = sac.Actor(envs, qf.encoder if shared else None, gripper=True)
+    dq, dq_target = (sac.DiscreteQ(envs, 3, q.encoder if shared else None) for q in (qf, sac.QEnsemble(envs)))
+    obs, actions, rewards, next_obs, terminations = dict_batch()
+    actions = torch.cat([actions, torch.tensor([-1.0, 0.0, 1.0, 0.0, -1.0, 1.0, 1.0, 0.0])[:, None]], -1)
+    sac.compute_loss_pi(actor, qf, obs, torch.tensor(0.2))[0].backward()
+    assert all(p.grad is None for p in dq.parameters()) and grad_norm(actor) > 0
+    actor.zero_grad()
+    loss, metrics = sac.compute_loss_discrete_q(dq, dq_target, (obs, actions, rewards, next_obs, terminations),
+                                                torch.tensor([-1.0, 0.0, 1.0]), 0.99)
+    loss.backward()
+    assert grad_norm(qf) == 0 and grad_norm(actor) == 0 and all(p.grad is None for p in dq_target.parameters())
+    assert grad_norm(dq.net) > 0 and (grad_norm(dq.encoder) > 0 if not shared else dq.encoder is None)
+    assert set(metrics) == {"discrete_qf_loss", "discrete_qf_values"}
+
+
+def test_smoke_a_gripper_run_logs_its_metrics_and_stores_commands_the_env_received(in_tmp):
+    path = str(in_tmp / "replay.npz")
+    summary = sac.main(tiny(**GRASP, save_replay=path, save_model=True))
+    assert summary["critic_updates"] == 201 and summary["actor_updates"] == 200
+    logged = scalars(summary["run_dir"])
+    for tag in ["losses/discrete_qf_loss", "losses/discrete_qf_values", "losses/qf_loss", "losses/actor_loss"]:
+        assert tag in logged, tag
+    with np.load(path) as f:
+        assert set(np.unique(f["actions"][:, -1])) == {-1.0, 0.0, 1.0}
+    model = torch.load(f"{summary['run_dir']}/model.pt", weights_only=False)
+    assert model["discrete_qf"]["net.4.weight"].shape == (3, 256) and model["actor"]["fc_mean.weight"].shape == (2, 256)
+    offline = sac.load_offline(tiny(**GRASP, offline_data=path), "cpu")  # loads back under the same K
+    assert offline.size == 300
+
+
+def test_a_gripper_run_resumes_exactly(tmp_path):
+    from test_common_block import check_sigterm_resume_is_exact
+
+    flags = ["--env-id", GRASP["env_id"], "--num-discrete-actions", "3", "--total-timesteps", "1500",
+             "--learning-starts", "300", "--batch-size", "64", "--eval-freq", "500", "--eval-episodes", "1",
+             "--save-model", "--log-freq", "50", "--no-cuda"]
+    check_sigterm_resume_is_exact(tmp_path, sac, flags, 400, 1500, ("actor", "qf", "log_alpha", "discrete_qf"),
+                                  ("losses/qf_loss", "losses/discrete_qf_loss", "eval/episodic_return"))
 
 
 # ---------------------------------------------------------------------------------------------------------------------
