@@ -13,11 +13,14 @@ class PointGrasp(gym.Env):
     holds the target. Action (3,) in [-1, 1]: a velocity (x SPEED), then the gripper: below -1/3 opens it, above 1/3
     closes it, between leaves it. Closing an open gripper within RADIUS of the target grasps it; a held target moves
     with the point until the gripper opens; a closed gripper must open before it can grasp. Reward: +1 for each step
-    that ends holding the target, else -0.1 x the distance to it. Episodes are cut at 50 steps."""
+    that ends holding the target, else -0.1 x the distance to it. Episodes are cut at 50 steps. PointGraspFragile-v0:
+    a close command while holding crushes the target, which ends the episode with a reward of -10, so holding takes the
+    middle command."""
 
     SPEED, RADIUS = 0.2, 0.15
 
-    def __init__(self):
+    def __init__(self, fragile: bool = False):
+        self.fragile = fragile
         self.observation_space = gym.spaces.Box(-np.inf, np.inf, (6,), np.float32)
         self.action_space = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
 
@@ -35,6 +38,8 @@ class PointGrasp(gym.Env):
         self.pos = np.clip(self.pos + self.SPEED * action[:2], -1.0, 1.0)
         if self.holding:
             self.target = self.pos.copy()
+        if action[2] > 1 / 3 and self.holding and self.fragile:
+            return self._obs(), -10.0, True, False, {}
         if action[2] > 1 / 3 and not self.closed:
             self.closed, self.holding = True, bool(np.linalg.norm(self.target - self.pos) < self.RADIUS)
         elif action[2] < -1 / 3:
@@ -44,3 +49,4 @@ class PointGrasp(gym.Env):
 
 
 gym.register("PointGrasp-v0", entry_point=PointGrasp, max_episode_steps=50)
+gym.register("PointGraspFragile-v0", entry_point=PointGrasp, max_episode_steps=50, kwargs={"fragile": True})

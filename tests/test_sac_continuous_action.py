@@ -649,6 +649,25 @@ def test_a_pixel_run_resumes_exactly(tmp_path, frame_stack):
 GRASP = dict(env_id="grasp_env:PointGrasp-v0", num_discrete_actions=3)
 
 
+def test_the_grasp_task_grasps_only_on_target_with_an_open_gripper_and_a_fragile_target_breaks_when_squeezed():
+    import grasp_env
+
+    for fragile in (False, True):
+        env = grasp_env.PointGrasp(fragile)
+        env.reset(seed=0)
+        env.pos, env.target = np.zeros(2), np.array([0.5, 0.0])
+        assert env.step(np.array([0, 0, 1.0]))[0][4:].tolist() == [1, 0]  # closed on nothing, away from the target
+        env.pos = np.array([0.45, 0.0])
+        assert env.step(np.array([0, 0, 1.0]))[0][4:].tolist() == [1, 0]  # closed: no grasp before it opens
+        env.step(np.array([0, 0, -1.0]))
+        obs, reward, *_ = env.step(np.array([0, 0, 1.0]))
+        assert obs[4:].tolist() == [1, 1] and reward == 1.0  # grasped within RADIUS
+        obs, reward, *_ = env.step(np.array([1.0, 0, 0.0]))  # the middle command keeps it; the target moves along
+        assert obs[2:4].tolist() == [0, 0] and reward == 1.0
+        _, reward, terminated, *_ = env.step(np.array([0, 0, 1.0]))
+        assert (reward, terminated) == ((-10.0, True) if fragile else (1.0, False))
+
+
 def test_double_dqn_target_matches_a_loop():
     torch.manual_seed(0)
     rewards, terminations = torch.randn(6), torch.tensor([0.0, 1.0, 0.0, 0.0, 1.0, 0.0])
