@@ -141,8 +141,7 @@ class Args:
     offline_steps: int = 0
     """update steps on --offline-data alone before the first env step (HIL-SERL's offline learner)"""
     num_discrete_actions: int = 0
-    """K: the last action dimension is a gripper of K commands, evenly spaced in its bounds, that a discrete critic picks
-    (HIL-SERL); 0: off"""
+    """K: the last action dimension is a gripper of K evenly spaced commands, picked by a discrete critic (HIL-SERL); 0: off"""
     gripper_epsilon: float = 0.1
     """probability of a uniformly random gripper command in training (epsilon-greedy; DQN's final epsilon, Nature 2015)"""
     discrete_q_lr: float | None = None
