@@ -679,17 +679,17 @@ def main(args: Args) -> dict:
         counters = lambda: (global_step, critic_updates, actor_updates, update_steps)  # noqa: E731
         ratio = 0.5 if args.offline_ratio is None else args.offline_ratio
 
-        def gripper(obs, epsilon: float):  # (B, 1) values: g = argmax_a Q_d(s, a), with probability epsilon uniform
+        def gripper(x, epsilon: float):  # (B, 1) values: g = argmax_a Q_d(s, a), with probability epsilon uniform
             with torch.no_grad():
-                g = dq(to_tensors(obs, device)).argmax(dim=-1)
+                g = dq(x).argmax(dim=-1)
             if epsilon > 0:  # no draw when greedy: evaluations leave the torch RNG as it was
                 g = torch.where(torch.rand(len(g), device=device) < epsilon, torch.randint_like(g, k), g)
             return levels[g, None]
 
         def policy(obs):  # the deterministic action tanh(mean) * scale + bias (and the greedy gripper), for evaluation
-            mean = actor(to_tensors(obs, device))[0]
-            arm = torch.addcmul(actor.action_bias, torch.tanh(mean), actor.action_scale)
-            return (torch.cat([arm, gripper(obs, 0.0)], dim=-1) if k else arm).cpu().numpy()
+            x = to_tensors(obs, device)
+            arm = torch.addcmul(actor.action_bias, torch.tanh(actor(x)[0]), actor.action_scale)
+            return (torch.cat([arm, gripper(x, 0.0)], dim=-1) if k else arm).cpu().numpy()
 
         def update(ratio: float):  # utd_ratio critic updates; every policy_frequency-th call, policy_frequency actor
             nonlocal critic_updates, actor_updates, update_steps  # updates (DEVIATION(4))
@@ -711,15 +711,16 @@ def main(args: Args) -> dict:
             run.log({}, metrics, update_steps - 1 - args.offline_steps, update_steps - args.offline_steps)
         while global_step + args.num_envs <= args.total_timesteps and not run.stop_signal:
             # COLLECT: random actions for the first learning_starts steps (DEVIATION(6)), then a ~ pi(.|s)
+            x = to_tensors(obs, device)
             if global_step < args.learning_starts:
                 u = torch.rand((args.num_envs, act_dim), device=device) * 2.0 - 1.0
                 actions = u * actor.action_scale + actor.action_bias
             else:
                 with torch.no_grad():
-                    actions = actor.get_action(to_tensors(obs, device))[0]
+                    actions = actor.get_action(x)[0]
             if k:  # the gripper: epsilon-greedy on Q_d, uniformly random for the first learning_starts steps
                 epsilon = 1.0 if global_step < args.learning_starts else args.gripper_epsilon
-                actions = torch.cat([actions, gripper(obs, epsilon)], dim=-1)
+                actions = torch.cat([actions, gripper(x, epsilon)], dim=-1)
             actions = actions.cpu().numpy()
             next_obs, rewards, terminations, truncations, infos = run.envs.step(actions)
             previous_step, global_step = global_step, global_step + args.num_envs
