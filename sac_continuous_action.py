@@ -650,7 +650,7 @@ def main(args: Args) -> dict:
         qf_target.requires_grad_(False)
         fused = {"fused": True} if device.type in ("cpu", "cuda") else {}  # one Adam kernel for all tensors
         q_optimizer = torch.optim.Adam(qf.parameters(), lr=args.q_lr, **fused)
-        if k:  # the gripper's discrete critic, on the critics' encoder when shared; its target on their target's
+        if k:  # the gripper's critic, reading the critics' encoder detached when shared, its target theirs: DEVIATION(7)
             dq, dq_target = (DiscreteQ(run.envs, k, q.encoder if share else None).to(device) for q in (qf, qf_target))
             dq_target.load_state_dict(dq.state_dict())
             dq_target.requires_grad_(False)
