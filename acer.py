@@ -208,7 +208,7 @@ class SegmentBuffer:
         return {name: getattr(self, name)[slot] for name in self.FIELDS} | {"final_obs": final_obs}
 
     def state_dict(self) -> dict:
-        stored = {name: getattr(self, name)[: self.size] for name in self.FIELDS}
+        stored = {name: getattr(self, name)[: self.size].clone() for name in self.FIELDS}  # a view saves all slots
         return stored | {"final_obs": self.final_obs, "pos": self.pos, "size": self.size}
 
     def load_state_dict(self, state: dict) -> None:

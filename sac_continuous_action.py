@@ -427,15 +427,16 @@ class ReplayBuffer:
                         if self.spaces else {name: parts})
         return {key: value.numpy() for key, value in data.items()}
 
-    def state_dict(self):
+    def state_dict(self):  # copies of the rows written: torch.save writes a view's whole storage, the whole buffer
         written = min(self.size + self.num_envs, self.capacity)  # the rows' s and the newest rows' s'
-        return {"pos": self.pos, "size": self.size, "storage": self.storage[: self.size].cpu(), "ended": self.ended,
-                **{f"frames/{key}": self.frames[key][:written] for key in self.images},
+        return {"pos": self.pos, "size": self.size, "storage": self.storage[: self.size].to("cpu", copy=True),
+                "ended": self.ended[: self.size].clone(),
+                **{f"frames/{key}": self.frames[key][:written].clone() for key in self.images},
                 **{f"last/{key}": self.last[key][self.ended] for key in self.images}}
 
     def load_state_dict(self, state):
-        self.pos, self.size, self.ended = state["pos"], state["size"], state["ended"]
-        self.storage[: self.size] = state["storage"].to(self.device)
+        self.pos, self.size = state["pos"], state["size"]
+        self.storage[: self.size], self.ended[: self.size] = state["storage"].to(self.device), state["ended"]
         for key in self.images:
             self.frames[key][: len(state[f"frames/{key}"])] = state[f"frames/{key}"]
             self.last[key][self.ended] = state[f"last/{key}"]

@@ -185,8 +185,8 @@ class ReplayBuffer:
         obs, actions, rewards, next_obs, terminations = rows.split(self.widths, dim=-1)
         return obs, actions, rewards.squeeze(-1), next_obs, terminations.squeeze(-1)
 
-    def state_dict(self):
-        return {"pos": self.pos, "size": self.size, "storage": self.storage[: self.size].cpu()}
+    def state_dict(self):  # copies: torch.save writes a view's whole storage, the preallocated buffer
+        return {"pos": self.pos, "size": self.size, "storage": self.storage[: self.size].to("cpu", copy=True)}
 
     def load_state_dict(self, state):
         self.pos, self.size = state["pos"], state["size"]

@@ -4,6 +4,7 @@ against each script that it serves."""
 
 import glob
 import importlib
+import io
 import os
 import re
 import signal
@@ -209,6 +210,55 @@ def test_a_compiled_run_stopped_by_sigterm_resumes_exactly(tmp_path, name):
     flags = [*flags, "--eval-episodes", "1", "--save-model", "--log-freq", "50", "--no-cuda", "--compile"]
     check_sigterm_resume_is_exact(tmp_path, importlib.import_module(name), flags, checkpoint_freq, total, model_keys,
                                   tags)
+
+
+def stored_replay_bytes(name: str, args, state: dict) -> int:
+    """The bytes of the transitions a checkpoint's replay `state` holds, from each script's layout: stored transitions
+    times bytes per transition (and SAC's frames: one per row, one per episode end and the newest rows' s')."""
+    env = importlib.import_module(name).make_env(args)()
+    obs, act = env.observation_space, env.action_space
+    env.close()
+    if name == "a2c":  # no replay
+        return 0
+    if name == "acer":  # segments of T steps x N envs: s_0..s_T, then a, r, done and mu per step
+        T, N, n = args.num_steps, args.num_envs, state["size"]
+        return n * ((T + 1) * N * obs.shape[0] * 4 + T * N * (8 + 4 + 4 + act.n * 4))
+    if name == "sac_atari":  # a slot per frame: obs, action (int64), reward, termination, age (int64), valid
+        return int(state["size"].max()) * args.num_envs * (obs.shape[0] * 4 + 8 + 4 + 4 + 8 + 1)
+    pixels = getattr(args, "from_pixels", False)
+    vectors = int(np.prod(obs["state"].shape)) if pixels else obs.shape[0]
+    row = (2 * vectors + act.shape[0] + 2) * 4 + (name == "sac_continuous_action")  # SAC: one byte, `ended`
+    frame = int(np.prod(obs["pixels"].shape)) if pixels else 0
+    ends = int(state["ended"].sum()) if pixels else 0
+    return state["size"] * row + frame * (state["size"] + args.num_envs + ends)
+
+
+CHECKPOINT_SIZE = {  # a replay 100 times the transitions stored
+    "sac_continuous_action": {}, "td3_continuous_action": {}, "sac_atari": {}, "a2c": {},
+    "acer": dict(total_timesteps=640),
+    "sac_continuous_action-pixels": dict(env_id="InvertedPendulum-v5", from_pixels=True, image_size=32),
+    "sac_continuous_action-frame-stack": dict(env_id="InvertedPendulum-v5", from_pixels=True, image_size=32,
+                                              frame_stack=2),
+}
+
+
+@pytest.mark.parametrize("case", list(CHECKPOINT_SIZE))
+def test_a_checkpoint_holds_the_transitions_stored_not_the_whole_buffer(in_tmp, case):
+    """checkpoint.pt's bytes stay within 1.2 x (stored transitions x bytes per transition) + the rest of the checkpoint
+    (networks, optimizers, envs), whatever --buffer-size is: torch.save writes a view's whole underlying storage."""
+    name = case.split("-")[0]
+    module = importlib.import_module(name)
+    args = tiny(module, checkpoint_freq=200, **({} if name == "a2c" else {"buffer_size": 30_000}), **CHECKPOINT_SIZE[case])
+    summary = module.main(args)
+    path = f"{summary['run_dir']}/checkpoint.pt"
+    checkpoint = torch.load(path, weights_only=False)
+    replay = {"acer": "buffer", "a2c": None}.get(name, "rb")
+    rest = io.BytesIO()
+    torch.save({key: value for key, value in checkpoint.items() if key != replay}, rest)
+    stored = stored_replay_bytes(name, args, checkpoint[replay]) if replay else 0
+    assert stored or name == "a2c"
+    zip_records = 4096  # torch.save's zip: a header and 64-byte alignment per tensor
+    assert os.path.getsize(path) <= 1.2 * stored + len(rest.getvalue()) + zip_records, (os.path.getsize(path), stored)
 
 
 def test_a_different_seed_gives_different_losses(in_tmp):
