@@ -18,6 +18,9 @@ runs by script and env across seeds, and writes:
                 rounded down, as scipy.stats.trim_mean(x, 0.25)); the training return, the mean of each seed's last K
                 charts/episodic_return (--last-episodes K), as mean ± std over seeds; and the published numbers of
                 --reference beside them.
+<env> is the env id with ':' and '/' replaced by '_'. A curve of one point is drawn as a marker. It warns, one line
+each, about two or more runs of one script, env and seed, and keeps the newest by the unix time that ends the run name
+(of equal times, the last path); and about a run without evaluations, which it leaves out.
 With --speed it reads instead the Markdown tables that benchmark/speed.py --out wrote into ROOT and draws speed.png: a
 bar per row with a peer, the median ratio of our env steps/s to the peer's over the rounds or measurements, a whisker
 from the least to the greatest, labelled with the script and the flags of our runs.
@@ -50,14 +53,22 @@ def read_scalars(run_dir: str, tag: str) -> list:
 
 def find_runs(root: str, scripts=None) -> dict:
     """{(script, env): {seed: run_dir}} for every run directory below root that holds event files (of `scripts` only,
-    when given)."""
-    runs = defaultdict(dict)
-    for events in sorted(glob.glob(os.path.join(root, "**", "events.out.tfevents.*"), recursive=True)):
-        run_dir = os.path.dirname(events)
+    when given); of runs sharing a script, env and seed, the newest by the unix time that ends the name, with a
+    warning."""
+    found = defaultdict(list)
+    for run_dir in sorted({os.path.dirname(events) for events in
+                           glob.glob(os.path.join(root, "**", "events.out.tfevents.*"), recursive=True)}):
         parts = os.path.basename(run_dir).split("__")
         if len(parts) == 4 and (not scripts or parts[1] in scripts):
-            env_id, script, seed, _ = parts
-            runs[(script, env_id)][int(seed)] = run_dir
+            env_id, script, seed, started = parts
+            found[(script, env_id, int(seed))].append((int(started), run_dir))
+    runs = defaultdict(dict)
+    for (script, env_id, seed), candidates in sorted(found.items()):
+        runs[(script, env_id)][seed] = kept = max(candidates)[1]
+        if len(candidates) > 1:
+            print(f"warning: {len(candidates)} runs of {script} {env_id} seed {seed} "
+                  f"({', '.join(run_dir for _, run_dir in candidates)}): the report keeps the newest by the unix time "
+                  f"ending its name: {kept}", file=sys.stderr)
     return runs
 
 
@@ -180,7 +191,10 @@ def main(argv=None) -> int:
     by_env = defaultdict(list)
     for (script, env_id), seeds in sorted(runs.items()):
         curves = {seed: read_scalars(run_dir, EVAL_TAG) for seed, run_dir in sorted(seeds.items())}
-        curves = {seed: curve for seed, curve in curves.items() if curve}
+        for seed in [seed for seed, curve in curves.items() if not curve]:
+            has = f"no {EVAL_TAG}" if read_scalars(seeds[seed], TRAIN_TAG) else f"neither {EVAL_TAG} nor {TRAIN_TAG}"
+            print(f"warning: {seeds.pop(seed)} has {has}: left out", file=sys.stderr)
+            del curves[seed]
         if not curves:
             continue
         finals = [curve[-1][1] for curve in curves.values()]
@@ -206,7 +220,8 @@ def main(argv=None) -> int:
             # the steps every seed reached; each seed evaluates at the same steps (every --eval-freq)
             common = sorted(set.intersection(*(set(s for s, _ in curve) for curve in curves.values())))
             mean, low, high = band(np.array([[dict(curve)[s] for s in common] for curve in curves.values()]), env_id)
-            color = ax.plot(common, mean, label=f"{label} ({len(curves)} seeds)")[0].get_color()
+            color = ax.plot(common, mean, marker="o" if len(common) == 1 else None,  # a point: no line to see
+                            label=f"{label} ({len(curves)} seeds)")[0].get_color()
             ax.fill_between(common, low, high, alpha=0.25, color=color)
             for row in reference.get((label.split(",")[0], env_id), []):  # dotted, in the script's colour
                 ax.axhline(published_value(row), color=color, linestyle=":", linewidth=1.2,
@@ -214,7 +229,7 @@ def main(argv=None) -> int:
         ax.set(title=env_id, xlabel="env steps", ylabel="episodic return (mean ± std over seeds)")
         ax.legend(fontsize=7)
         fig.tight_layout()
-        fig.savefig(os.path.join(out, f"{env_id.replace('/', '-')}.png"), dpi=100)
+        fig.savefig(os.path.join(out, re.sub(r"[:/]", "_", env_id) + ".png"), dpi=100)
         plt.close(fig)
 
     table = "\n".join(rows) + ("\n\nFinal return: the last `eval/episodic_return` of each seed (greedy policy). IQM: "

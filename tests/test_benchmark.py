@@ -147,6 +147,82 @@ def test_report_writes_a_png_and_a_table_of_the_event_files_numbers(tmp_path):
     assert only.returncode == 2 and "no TensorBoard runs" in only.stderr and not (tmp_path / "acer").exists()
 
 
+def fake_run(root, name, evals=(), episodes=()):
+    """A run directory root/name whose event file holds `evals` as eval/episodic_return and `episodes` as
+    charts/episodic_return, [(step, value)] each, beside a loss."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    writer = SummaryWriter(str(root / name))
+    writer.add_scalar("losses/value_loss", 1.0, 0)
+    for tag, points in (("eval/episodic_return", evals), ("charts/episodic_return", episodes)):
+        for step, value in points:
+            writer.add_scalar(tag, value, step)
+    writer.close()
+    return str(root / name)
+
+
+def report_main(*argv):
+    sys.path.insert(0, str(ROOT / "benchmark"))
+    import report
+
+    return report.main([str(arg) for arg in argv] + ["--reference", ""])
+
+
+def results_row(out, script):
+    return next(line for line in (out / "results.md").read_text().splitlines() if line.startswith(f"| `{script}` |"))
+
+
+EVALS = [(100, 10.0), (200, 20.0), (300, 30.0)]
+
+
+def test_report_keeps_the_newest_of_runs_sharing_script_env_and_seed_and_warns(tmp_path, capsys):
+    """Of two runs of a2c on CartPole-v1 seed 1, the one whose name ends in the greater unix time is kept (1000 over
+    999, though '999' sorts after '1000' as text), and one warning line names both and the one kept."""
+    older = fake_run(tmp_path / "runs", "CartPole-v1__a2c__1__999", evals=[*EVALS[:2], (300, 99.0)])
+    newer = fake_run(tmp_path / "runs", "CartPole-v1__a2c__1__1000", evals=EVALS)
+    assert report_main(tmp_path / "runs", "--out", tmp_path / "out") == 0
+    warnings = [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning:")]
+    assert len(warnings) == 1 and "a2c CartPole-v1 seed 1" in warnings[0], warnings
+    assert older in warnings[0] and warnings[0].endswith(f"keeps the newest by the unix time ending its name: {newer}")
+    assert "| 1 | 300 | 30.0 ± 0.0 | 30.0 |" in results_row(tmp_path / "out", "a2c")
+
+
+def test_report_warns_about_each_run_it_leaves_out_for_want_of_evaluations(tmp_path, capsys):
+    """Seed 2 logged a loss only, seed 3 training episodes but no evaluation (a run stopped before its first): a
+    warning names each one's run directory, and the row counts seed 1 alone."""
+    fake_run(tmp_path / "runs", "CartPole-v1__a2c__1__1000", evals=EVALS, episodes=[(50, 5.0)])
+    empty = fake_run(tmp_path / "runs", "CartPole-v1__a2c__2__1000")
+    unevaluated = fake_run(tmp_path / "runs", "CartPole-v1__a2c__3__1000", episodes=[(50, 5.0)])
+    assert report_main(tmp_path / "runs", "--out", tmp_path / "out") == 0
+    assert capsys.readouterr().err.splitlines() == [
+        f"warning: {empty} has neither eval/episodic_return nor charts/episodic_return: left out",
+        f"warning: {unevaluated} has no eval/episodic_return: left out"]
+    assert "| `a2c` | CartPole-v1 | 1 | 300 |" in results_row(tmp_path / "out", "a2c")
+
+
+def test_report_draws_a_one_point_curve_with_a_marker(tmp_path, monkeypatch):
+    """One evaluation and one training episode: the curve (of training returns) is a single point, and the PNG's pixel
+    at that point is not the background's white."""
+    import matplotlib.image
+    import matplotlib.pyplot as plt
+
+    fake_run(tmp_path / "runs", "CartPole-v1__a2c__1__1000", evals=[(500, 20.0)], episodes=[(500, 100.0)])
+    figures = []
+    monkeypatch.setattr(plt, "close", figures.append)  # keep the figure, to find the point's pixel
+    assert report_main(tmp_path / "runs", "--out", tmp_path / "out") == 0
+    image = matplotlib.image.imread(tmp_path / "out" / "CartPole-v1.png")
+    (fig,) = figures
+    x, y = fig.axes[0].transData.transform((500, 100.0)) * image.shape[0] / fig.bbox.height
+    assert image[int(image.shape[0] - y), int(x), :3].sum() < 2.5
+
+
+def test_report_file_names_replace_colons_and_slashes_in_env_ids(tmp_path):
+    fake_run(tmp_path / "runs", "grasp_env:PointGrasp-v0__sac__1__1000", evals=EVALS)
+    assert report_main(tmp_path / "runs", "--out", tmp_path / "out") == 0
+    assert sorted(os.listdir(tmp_path / "out")) == ["grasp_env_PointGrasp-v0.png", "results.md"]
+    assert "| `sac` | grasp_env:PointGrasp-v0 | 1 |" in results_row(tmp_path / "out", "sac")
+
+
 def test_report_speed_draws_a_bar_per_row_with_a_peer(tmp_path):
     """report.py --speed reads speed.py's tables: rows with a peer become bars, a row without one is left out."""
     import matplotlib.image
