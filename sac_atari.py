@@ -18,7 +18,6 @@ Deviations from the papers (each marked `# DEVIATION(n)` in the code):
 """
 
 import contextlib
-import functools
 import importlib.util
 import io
 import math
@@ -386,6 +385,21 @@ def main(args: Args) -> dict:
     return {**summary, "critic_updates": updates, "actor_updates": updates}
 
 
+def observation_wrappers(args, make):
+    """The env `make` returns or, for Atari, SB3's AtariWrapper (no-op starts, 4 frames skipped and max-pooled, episodic
+    life, fire on reset, 84 x 84 grey frames, clipped rewards), its (84, 84, 1) frames made (84, 84) (itemgetter pickles)
+    and stacked by 4. Atari needs ale_py's envs registered; ALE/* ids keep their sticky actions."""
+    if not (args.env_id.startswith("ALE/") or "NoFrameskip" in args.env_id):
+        return make()
+    from stable_baselines3.common.atari_wrappers import AtariWrapper
+
+    gym.register_envs(__import__("ale_py"))
+    env = make(**({"frameskip": 1} if args.env_id.startswith("ALE/") else {}))  # AtariWrapper's MaxAndSkip skips
+    frames = gym.spaces.Box(0, 255, (84, 84), np.uint8)
+    env = gym.wrappers.TransformObservation(AtariWrapper(env), operator.itemgetter((..., 0)), frames)
+    return gym.wrappers.FrameStackObservation(env, 4)  # pads a new episode with its first frame
+
+
 # COMMON BLOCK: the same text in all five scripts (tests/test_common_block.py compares them) ===========================
 EVAL_SEED_OFFSET = 1_000_000  # evaluation episode k is reset with seed + EVAL_SEED_OFFSET + k
 
@@ -406,49 +420,37 @@ def crossed(before: int, now: int, every: int) -> bool:
 
 
 def make_env(args, video_dir: str | None = None):
-    """A thunk making one env of args.env_id with episode statistics (and with a video_dir, its first episode's video).
-    Above the statistics, which see whole games: Atari's SB3 AtariWrapper and FrameStack(4), or --from-pixels' frame."""
+    """A thunk making one env of args.env_id with episode statistics (and with a video_dir, its first episode's video),
+    then the script's `observation_wrappers` above the statistics, which see whole games (TD3 has none)."""
 
     def thunk():
-        atari, pixels = args.env_id.startswith("ALE/") or "NoFrameskip" in args.env_id, getattr(args, "from_pixels", 0)
-        if atari:
-            gym.register_envs(__import__("ale_py"))
-        kwargs = {"frameskip": 1} if args.env_id.startswith("ALE/") else {}  # MaxAndSkip skips; ALE/* keeps sticky actions
-        kwargs.update({"render_mode": "rgb_array"} if video_dir is not None or pixels else {})
-        env = gym.make(args.env_id, **kwargs, **({"width": args.image_size, "height": args.image_size} if pixels else {}))
-        if video_dir:
-            env = gym.wrappers.RecordVideo(env, video_dir, episode_trigger=lambda k: k == 0, disable_logger=True)
-        env = gym.wrappers.RecordEpisodeStatistics(env)
-        if pixels:  # AddRenderObservation's observations, by a function that pickles, as checkpoints need
-            env.unwrapped.render()  # MuJoCo aims the camera at its first frame's geoms: those of gym.make's state
-            space = gym.spaces.Box(0, 255, (args.image_size, args.image_size, 3), np.uint8)
-            env = gym.wrappers.TransformObservation(env, functools.partial(pixels_and_state, env),
-                                                    gym.spaces.Dict(pixels=space, state=env.observation_space))
-            if (k := getattr(args, "frame_stack", 1)) > 1:  # the last k frames, oldest first, on the channel axis
-                space, state = gym.spaces.Box(0, 255, (*space.shape[:2], 3 * k), np.uint8), env.observation_space["state"]
-                env = gym.wrappers.TransformObservation(gym.wrappers.FrameStackObservation(env, k), stacked_channels,
-                                                        gym.spaces.Dict(pixels=space, state=state))
-        if atari:  # (84, 84, 1) frames become (84, 84) (itemgetter pickles), then stacks of 4
-            from stable_baselines3.common.atari_wrappers import AtariWrapper
-            frames = gym.spaces.Box(0, 255, (84, 84), np.uint8)
-            env = gym.wrappers.TransformObservation(AtariWrapper(env), operator.itemgetter((..., 0)), frames)
-            env = gym.wrappers.FrameStackObservation(env, 4)  # pads a new episode with its first frame
-        return env
+        def make(**kwargs):  # gym.make(env_id, **kwargs), its first episode's video, its statistics
+            kwargs.update({"render_mode": "rgb_array"} if video_dir is not None else {})
+            env = gym.make(args.env_id, **kwargs)
+            if video_dir:
+                env = gym.wrappers.RecordVideo(env, video_dir, episode_trigger=lambda k: k == 0, disable_logger=True)
+            return gym.wrappers.RecordEpisodeStatistics(env)
+
+        return observation_wrappers(args, make) if "observation_wrappers" in globals() else make()
 
     return thunk
 
 
-def pixels_and_state(env, obs) -> dict:
-    """--from-pixels' observation: the frame `env` renders beside its own. Its GL context is made current first: gymnasium
-    switches only between one env's viewers, and another env's closed renderer would leave none current."""
-    if viewer := getattr(getattr(env.unwrapped, "mujoco_renderer", None), "viewer", None):
-        viewer.make_context_current()
-    return {"pixels": env.render(), "state": obs}
+def pickle_envs(envs: list, states: list) -> bytes:
+    """The sub-envs (wrappers, RNG) beside their simulator states. An EzPickle env (MuJoCo's, Atari's) is left out, as
+    pickle would rebuild it from its constructor's arguments, which some of gymnasium's envs record shifted: on loading,
+    `unpickle_envs` makes it anew with make_env, and Run.__init__ copies its state in."""
+    out = io.BytesIO()
+    (pickler := pickle.Pickler(out)).persistent_id = lambda obj: next(
+        (i for i, env in enumerate(envs) if obj is env.unwrapped and isinstance(obj, gym.utils.EzPickle)), None)
+    pickler.dump((envs, states))
+    return out.getvalue()
 
 
-def stacked_channels(obs: dict) -> dict:
-    """--frame-stack's observation: FrameStackObservation's k frames (k, H, W, 3) as one (H, W, 3 k), the newest state."""
-    return {"pixels": np.concatenate(obs["pixels"], axis=-1), "state": obs["state"][-1]}
+def unpickle_envs(data: bytes, args, make: bool = True) -> tuple:
+    """pickle_envs' (envs, states), each EzPickle env made by make_env(args) (make=False: not made, to check the rest)."""
+    (unpickler := pickle.Unpickler(io.BytesIO(data))).persistent_load = lambda i: make and make_env(args)().unwrapped
+    return unpickler.load()
 
 
 def final_observations(next_obs: np.ndarray, infos: dict) -> np.ndarray:
@@ -471,7 +473,8 @@ def setup(args):
                               "what it logged since: add --resume-anyway to do so")
         try:  # weights_only=False: the checkpoint holds pickled environments; resume only from checkpoints you wrote
             checkpoint = torch.load(args.resume, map_location="cpu", weights_only=False)
-            args, _ = Args(**{**checkpoint["args"], "resume": args.resume}), pickle.loads(checkpoint["envs"])
+            args = Args(**{**checkpoint["args"], "resume": args.resume})
+            unpickle_envs(checkpoint["envs"], args, make=False)
         except Exception as e:  # a truncated zip, a foreign pickle or missing keys all mean the same to the user
             raise ConfigError(f"--resume {args.resume}: not a readable checkpoint of this script ({type(e).__name__}); "
                               "pass a checkpoint.pt written by --checkpoint-freq or on SIGINT/SIGTERM") from None
@@ -479,8 +482,7 @@ def setup(args):
            for key, value in asdict(args).items() if isinstance(value, float)])
     check([(min(args.num_envs, args.eval_episodes, args.log_freq) < 1,
             "--num-envs, --eval-episodes and --log-freq must be at least 1"),
-           (args.total_timesteps < args.num_envs and not getattr(args, "offline_steps", 0),
-            "--total-timesteps must be at least --num-envs (or 0, in sac_continuous_action.py, with --offline-steps)"),
+           (0 < args.total_timesteps < args.num_envs, "--total-timesteps must be 0 or at least --num-envs"),
            (min(args.eval_freq, args.checkpoint_freq) < 0, "--eval-freq and --checkpoint-freq must be non-negative"),
            (args.capture_video and not importlib.util.find_spec("moviepy"), "--capture-video needs `pip install moviepy`")])
     check_args(args)
@@ -529,20 +531,18 @@ class Run:
         except OSError as e:
             raise ConfigError(f"cannot make the run directory {self.dir} ({e.strerror}): is runs/ a file, or read-only? "
                               "nothing is written") from None
-        saved = checkpoint and pickle.loads(checkpoint["envs"])  # the sub-envs, with their RNG and simulator state
+        saved = checkpoint and unpickle_envs(checkpoint["envs"], args)  # the sub-envs, their RNG and simulator state
         for env, (np_random, state) in zip(*saved) if saved else []:
             env.unwrapped.np_random = np_random
             if hasattr(env.unwrapped, "ale"):
                 env.unwrapped.ale.restoreState(state)
-            elif state is not None:
-                if env.render_mode:  # a first frame before the state, as make_env takes it, for the same camera
-                    env.unwrapped.render()
+            elif state is not None:  # after make_env's first frame, which aims the camera, as in the saved run
                 __import__("mujoco").mj_copyData(env.unwrapped.data, env.unwrapped.model, state)
         thunks = [lambda env=env: env for env in saved[0]] if saved else [make_env(args)] * args.num_envs
         # SAME_STEP autoreset: a step that ends an episode returns the reset observation, the final one in infos
         self.envs = gym.vector.SyncVectorEnv(thunks, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
         self.exact = saved and all(state is not None or not isinstance(env.unwrapped, gym.utils.EzPickle)
-                                   for env, (_, state) in zip(*saved))  # else EzPickle rebuilt a new env
+                                   for env, (_, state) in zip(*saved))  # else make_env made a new env
         # purge_step drops what a killed run logged after its last checkpoint
         self.writer = SummaryWriter(self.dir, purge_step=checkpoint["counters"][0] + 1 if checkpoint else None)
         self.writer.add_text("hyperparameters", "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items()))
@@ -574,7 +574,7 @@ class Run:
         rng = torch.get_rng_state(), np.random.get_state(), random.getstate()
         state.update(args=asdict(self.args), run_name=self.name, counters=counters, obs=obs, last_return=self.last_return,
                      rng=(*rng, torch.cuda.get_rng_state_all() if self.device.type == "cuda" else None),
-                     envs=pickle.dumps((self.envs.envs, states)))
+                     envs=pickle_envs(self.envs.envs, states))
         return self.save(state, "checkpoint.pt", counters[0], "the previous checkpoint, if any, is kept")
 
     def save(self, obj, name: str, global_step: int, kept: str) -> str:
