@@ -42,65 +42,65 @@ from torch.utils.tensorboard import SummaryWriter
 class Args:
     # --- COMMON ARGS: the same text in all five scripts ---
     exp_name: str = os.path.basename(__file__)[: -len(".py")]
-    """name of this experiment; part of the run name runs/<env_id>__<exp_name>__<seed>__<unix time> ('/' becomes '-')"""
+    """experiment name, part of the run folder runs/<env_id>__<exp_name>__<seed>__<unix time> ('/' becomes '-')"""
     seed: int = 1
-    """seed of torch, numpy, random, the environments and the evaluation episodes"""
+    """random seed of torch, numpy, Python's random, the environments and the evaluation episodes"""
     cuda: bool = True
-    """use a CUDA GPU when one is present (falls back to the CPU otherwise)"""
+    """train on a CUDA GPU when one is present, else on the CPU (--no-cuda: always on the CPU)"""
     compile: Annotated[bool | None, tyro.conf.DisallowNone] = None
-    """torch.compile the updates; unset: eager, except CPU runs of COMPILE_MIN_STEPS+ training steps (SAC, TD3: 100k)"""
+    """compile the updates with torch.compile for speed; unset: only SAC's and TD3's CPU runs of 100k+ training steps"""
     capture_video: bool = False
-    """record the first episode of each evaluation to runs/<run_name>/videos/step_<env step> (needs moviepy)"""
+    """save a video of the first episode of each evaluation to runs/<run_name>/videos/step_<env step> (needs moviepy)"""
     save_model: bool = False
-    """write the trained networks to runs/<run_name>/model.pt at the end"""
+    """save the trained networks to runs/<run_name>/model.pt when the run ends"""
     eval_episodes: int = 10
-    """episodes per evaluation"""
+    """number of episodes each evaluation plays; the mean of their returns is logged"""
     checkpoint_freq: int = 0
-    """write runs/<run_name>/checkpoint.pt every this many env steps (0: only on SIGINT/SIGTERM)"""
+    """save runs/<run_name>/checkpoint.pt, to resume from, every this many env steps (0: only on Ctrl-C or SIGTERM)"""
     resume: str | None = None
-    """continue the run saved in this checkpoint.pt; the run's saved configuration is used and other flags ignored"""
+    """continue the run saved in this checkpoint.pt, with that run's flags; others but --resume-anyway are ignored"""
     resume_anyway: bool = False
-    """let --resume continue a run that has finished (the TensorBoard data it logged after the checkpoint is dropped)"""
+    """let --resume continue a run that has finished; what it logged to TensorBoard after that checkpoint is dropped"""
     # --- END OF COMMON ARGS ---
 
     env_id: str = "CartPole-v1"
-    """any gymnasium env with a Discrete or Box action space and 1-D observations, or an Atari id"""
+    """environment to train on: any with Discrete or Box actions and 1-D observations, or an Atari id"""
     total_timesteps: int = 500_000
-    """environment steps in total, summed over all `num_envs` environments"""
+    """environment steps to train for, counted over all --num-envs environments together"""
     num_envs: int = 8
-    """number of environments stepped in parallel (SyncVectorEnv; SB3 zoo; 16 for Atari, as OpenAI baselines)"""
+    """number of environments stepped in lockstep in one process (SB3 zoo; OpenAI baselines uses 16 for Atari)"""
     eval_freq: int = 50_000
-    """evaluate the policy without exploration noise every this many env steps, and at the end; 0: only at the end"""
+    """evaluate the policy without exploration noise every this many env steps, and at the end (0: only at the end)"""
     log_freq: int = 4_000
     """write the losses, averaged over the updates since the last write, every this many env steps (SB3: 100 updates)"""
     num_steps: int = 5
-    """t_max: env steps per env in each rollout (A3C paper, Sec. 8; baselines)"""
+    """env steps per environment in each rollout, which makes one update (t_max; A3C paper, Sec. 8; baselines)"""
     advantage: Literal["nstep", "gae"] = "nstep"
-    """n-step returns (A3C paper, Algorithm S3) or generalized advantage estimation (arXiv:1506.02438)"""
+    """how advantages are estimated: nstep returns (A3C paper, Algorithm S3) or gae (GAE paper, arXiv:1506.02438)"""
     gamma: float = 0.99
-    """gamma: discount factor (A3C paper)"""
+    """discount factor of future rewards (gamma; A3C paper)"""
     gae_lambda: float = 0.95
-    """lambda of GAE (--advantage gae; SB3 zoo)"""
+    """GAE's trade-off of bias (0) against variance (1), with --advantage gae (lambda; SB3 zoo)"""
     norm_adv: bool = True
     """standardize the advantages of --advantage gae over each rollout (SB3); n-step advantages are left as they are"""
     vf_coef: float = 0.5
-    """coefficient of the value loss (baselines)"""
+    """weight of the value loss in the total loss (baselines)"""
     ent_coef: float = 0.01
-    """beta: coefficient of the entropy bonus (A3C paper, Sec. 8)"""
+    """weight of the entropy bonus, which keeps the policy exploring (beta; A3C paper, Sec. 8)"""
     max_grad_norm: float = 0.5
-    """clip the global gradient norm to this value (baselines)"""
+    """scale the gradient down when its global norm exceeds this value (baselines)"""
     optimizer: Literal["rmsprop", "adam"] = "rmsprop"
-    """RMSprop (A3C paper, baselines) or Adam"""
+    """which optimizer: rmsprop (A3C paper, baselines) or adam"""
     learning_rate: float = 7e-4
-    """learning rate (baselines)"""
+    """learning rate of the optimizer (baselines)"""
     rms_alpha: float = 0.99
-    """RMSprop's smoothing constant (baselines)"""
+    """RMSprop's decay of its running mean of squared gradients (baselines)"""
     rms_eps: float = 1e-5
-    """epsilon of RMSprop and of Adam (baselines)"""
+    """epsilon of RMSprop or Adam, the constant added to the step's denominator (baselines)"""
     anneal_lr: bool = False
     """decay the learning rate linearly to 0 over the run (A3C paper)"""
     shared_network: bool = False
-    """one trunk with a policy head and a value head (baselines' Atari model); otherwise separate networks"""
+    """one network body with a policy head and a value head (baselines' Atari model); if not, two networks"""
 
 
 HIDDEN = 64  # units per hidden layer of the MLPs (SB3's A2C)
@@ -222,27 +222,6 @@ def compute_loss(agent, obs, actions, advantages, value_targets, vf_coef: float,
     return loss, {"policy_loss": policy_loss.detach(), "value_loss": value_loss.detach(), "entropy": entropy.detach()}
 
 
-def check_args(args: Args) -> None:
-    """Raise ConfigError for this script's out-of-range or contradictory flags."""
-    check([(args.num_steps < 1, "--num-steps must be at least 1"),
-           (args.total_timesteps < args.num_envs * args.num_steps, f"--total-timesteps {args.total_timesteps} is less "
-            f"than one rollout (--num-envs x --num-steps = {args.num_envs * args.num_steps}): raise it or shorten it"),
-           *((not getattr(args, name) > 0, f"--{name.replace('_', '-')} must be positive")
-             for name in ("learning_rate", "max_grad_norm", "rms_eps")),
-           (not (args.vf_coef >= 0 and args.ent_coef >= 0), "--vf-coef and --ent-coef must be non-negative"),
-           (not (0 < args.gamma <= 1 and 0 <= args.gae_lambda <= 1), "--gamma must be in (0, 1], --gae-lambda in [0, 1]"),
-           (not 0 <= args.rms_alpha < 1, "--rms-alpha must lie in [0, 1)")])
-
-
-def check_spaces(env_id: str, obs_space, action_space) -> None:
-    """Raise ConfigError unless the actions are Discrete or a bounded 1-D Box, the observations 1-D or Atari frames."""
-    bounded = isinstance(action_space, gym.spaces.Box) and np.isfinite([action_space.low, action_space.high]).all()
-    check([(not (isinstance(action_space, gym.spaces.Discrete) or bounded and len(action_space.shape) == 1),
-            f"{env_id} has a {action_space} action space; this script needs Discrete or a 1-D Box with finite bounds"),
-           (not (isinstance(obs_space, gym.spaces.Box) and (len(obs_space.shape) == 1 or obs_space.shape[1:] == (84, 84))),
-            f"{env_id} has {obs_space} observations; this script needs Atari frames or a 1-D Box (FlattenObservation)")])
-
-
 # MAIN -----------------------------------------------------------------------------------------------------------------
 def main(args: Args) -> dict:
     """Train; returns a summary. Raises ConfigError, before writing anything, on bad flags, envs or checkpoints."""
@@ -327,6 +306,29 @@ def main(args: Args) -> dict:
     return {**summary, "updates": updates}
 
 
+# VALIDATION -----------------------------------------------------------------------------------------------------------
+def check_args(args: Args) -> None:
+    """Raise ConfigError for this script's out-of-range or contradictory flags."""
+    check([(args.num_steps < 1, "--num-steps must be at least 1"),
+           (args.total_timesteps < args.num_envs * args.num_steps, f"--total-timesteps {args.total_timesteps} is less "
+            f"than one rollout (--num-envs x --num-steps = {args.num_envs * args.num_steps}): raise it or shorten it"),
+           *((not getattr(args, name) > 0, f"--{name.replace('_', '-')} must be positive")
+             for name in ("learning_rate", "max_grad_norm", "rms_eps")),
+           (not (args.vf_coef >= 0 and args.ent_coef >= 0), "--vf-coef and --ent-coef must be non-negative"),
+           (not (0 < args.gamma <= 1 and 0 <= args.gae_lambda <= 1), "--gamma must be in (0, 1], --gae-lambda in [0, 1]"),
+           (not 0 <= args.rms_alpha < 1, "--rms-alpha must lie in [0, 1)")])
+
+
+def check_spaces(env_id: str, obs_space, action_space) -> None:
+    """Raise ConfigError unless the actions are Discrete or a bounded 1-D Box, the observations 1-D or Atari frames."""
+    bounded = isinstance(action_space, gym.spaces.Box) and np.isfinite([action_space.low, action_space.high]).all()
+    check([(not (isinstance(action_space, gym.spaces.Discrete) or bounded and len(action_space.shape) == 1),
+            f"{env_id} has a {action_space} action space; this script needs Discrete or a 1-D Box with finite bounds"),
+           (not (isinstance(obs_space, gym.spaces.Box) and (len(obs_space.shape) == 1 or obs_space.shape[1:] == (84, 84))),
+            f"{env_id} has {obs_space} observations; this script needs Atari frames or a 1-D Box (FlattenObservation)")])
+
+
+# ATARI OBSERVATIONS: the wrappers the common block's make_env applies -------------------------------------------------
 def observation_wrappers(args, make):
     """The env `make` returns or, for Atari, SB3's AtariWrapper (no-op starts, 4 frames skipped and max-pooled, episodic
     life, fire on reset, 84 x 84 grey frames, clipped rewards), its (84, 84, 1) frames made (84, 84) (itemgetter pickles)

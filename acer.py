@@ -43,71 +43,71 @@ from torch.utils.tensorboard import SummaryWriter
 class Args:
     # --- COMMON ARGS: the same text in all five scripts ---
     exp_name: str = os.path.basename(__file__)[: -len(".py")]
-    """name of this experiment; part of the run name runs/<env_id>__<exp_name>__<seed>__<unix time> ('/' becomes '-')"""
+    """experiment name, part of the run folder runs/<env_id>__<exp_name>__<seed>__<unix time> ('/' becomes '-')"""
     seed: int = 1
-    """seed of torch, numpy, random, the environments and the evaluation episodes"""
+    """random seed of torch, numpy, Python's random, the environments and the evaluation episodes"""
     cuda: bool = True
-    """use a CUDA GPU when one is present (falls back to the CPU otherwise)"""
+    """train on a CUDA GPU when one is present, else on the CPU (--no-cuda: always on the CPU)"""
     compile: Annotated[bool | None, tyro.conf.DisallowNone] = None
-    """torch.compile the updates; unset: eager, except CPU runs of COMPILE_MIN_STEPS+ training steps (SAC, TD3: 100k)"""
+    """compile the updates with torch.compile for speed; unset: only SAC's and TD3's CPU runs of 100k+ training steps"""
     capture_video: bool = False
-    """record the first episode of each evaluation to runs/<run_name>/videos/step_<env step> (needs moviepy)"""
+    """save a video of the first episode of each evaluation to runs/<run_name>/videos/step_<env step> (needs moviepy)"""
     save_model: bool = False
-    """write the trained networks to runs/<run_name>/model.pt at the end"""
+    """save the trained networks to runs/<run_name>/model.pt when the run ends"""
     eval_episodes: int = 10
-    """episodes per evaluation"""
+    """number of episodes each evaluation plays; the mean of their returns is logged"""
     checkpoint_freq: int = 0
-    """write runs/<run_name>/checkpoint.pt every this many env steps (0: only on SIGINT/SIGTERM)"""
+    """save runs/<run_name>/checkpoint.pt, to resume from, every this many env steps (0: only on Ctrl-C or SIGTERM)"""
     resume: str | None = None
-    """continue the run saved in this checkpoint.pt; the run's saved configuration is used and other flags ignored"""
+    """continue the run saved in this checkpoint.pt, with that run's flags; others but --resume-anyway are ignored"""
     resume_anyway: bool = False
-    """let --resume continue a run that has finished (the TensorBoard data it logged after the checkpoint is dropped)"""
+    """let --resume continue a run that has finished; what it logged to TensorBoard after that checkpoint is dropped"""
     # --- END OF COMMON ARGS ---
 
     env_id: str = "CartPole-v1"
-    """any gymnasium env with a Discrete action space and 1-D observations, or an Atari id"""
+    """environment to train on: any with Discrete actions and 1-D observations, or an Atari id"""
     total_timesteps: int = 500_000
-    """environment steps in total, summed over all `num_envs` environments; rounded down to whole segments"""
+    """environment steps to train for, counted over all --num-envs environments; rounded down to whole segments"""
     num_envs: int = 8
-    """number of environments stepped in parallel (SB2 zoo's CartPole; baselines uses 16 for Atari)"""
+    """number of environments stepped in lockstep in one process (SB2 zoo's CartPole; baselines uses 16 for Atari)"""
     eval_freq: int = 50_000
-    """evaluate the policy without exploration noise every this many env steps, and at the end; 0: only at the end"""
+    """evaluate the policy without exploration noise every this many env steps, and at the end (0: only at the end)"""
     log_freq: int = 1_600
     """write the losses, averaged over every update since the last write, every this many env steps"""
     num_steps: int = 20
-    """T_max: env steps per env in each on-policy segment, and the length of a replayed segment (paper, baselines)"""
+    """env steps per environment in a segment, the unit that is learned from and replayed (T_max; paper, baselines)"""
     replay_ratio: int = 4
-    """off-policy updates on replayed segments after each on-policy update (paper, baselines)"""
+    """updates on segments replayed from the buffer after each update on the newest segment (paper, baselines)"""
     replay_start: int = 10_000
-    """transitions stored before replay starts (baselines)"""
+    """transitions to store before the replayed updates begin (baselines)"""
     buffer_size: int = 50_000
-    """replay buffer capacity in transitions, kept as whole segments of num_envs x num_steps (baselines)"""
+    """number of transitions the replay buffer holds, as whole segments of --num-envs x --num-steps (baselines)"""
     replay_ratio_poisson: bool = False
-    """draw the number of replay updates from Poisson(replay_ratio) instead (baselines)"""
+    """draw the number of replayed updates from a Poisson of mean --replay-ratio instead (baselines)"""
     gamma: float = 0.99
-    """gamma: discount factor (paper)"""
+    """discount factor of future rewards (gamma; paper)"""
     truncation_c: float = 10.0
-    """c: importance weights in the policy gradient are truncated at c, the rest goes to the bias correction (paper)"""
+    """cap on the importance weights in the policy gradient; the excess goes to a bias correction (c; paper)"""
     q_coef: float = 0.5
-    """coefficient of the Q-head loss (baselines)"""
+    """weight of the Q-head loss in the total loss (baselines)"""
     ent_coef: float = 0.01
-    """beta: coefficient of the entropy bonus (baselines)"""
+    """weight of the entropy bonus, which keeps the policy exploring (beta; baselines)"""
     trust_region: bool = True
-    """project the policy gradient onto the trust region around the average policy (paper, Sec. 3.3)"""
+    """keep each policy update within a trust region around the average policy (paper, Sec. 3.3)"""
     avg_decay: float = 0.99
-    """alpha: decay of the exponential moving average of the parameters, the average policy (paper)"""
+    """decay of the moving average of the network's parameters that is the average policy (alpha; paper)"""
     max_kl: float = 1.0
-    """delta: the trust region's bound on the linearised KL(pi_avg || pi) (paper, baselines)"""
+    """size of the trust region, a bound on the linearised KL(pi_avg || pi) (delta; paper, baselines)"""
     max_grad_norm: float = 10.0
-    """clip the global gradient norm to this value (baselines)"""
+    """scale the gradient down when its global norm exceeds this value (baselines)"""
     optimizer: Literal["rmsprop", "adam"] = "rmsprop"
-    """RMSprop, as the paper's Atari runs and baselines (their hyperparameters were tuned with it), or Adam"""
+    """which optimizer: rmsprop, as the paper's Atari runs and baselines (their settings tuned with it), or adam"""
     learning_rate: float = 7e-4
-    """learning rate (baselines)"""
+    """learning rate of the optimizer (baselines)"""
     rms_alpha: float = 0.99
-    """RMSprop's smoothing constant (baselines)"""
+    """RMSprop's decay of its running mean of squared gradients (baselines)"""
     rms_eps: float = 1e-5
-    """epsilon of RMSprop and of Adam (baselines)"""
+    """epsilon of RMSprop or Adam, the constant added to the step's denominator (baselines)"""
     anneal_lr: bool = False
     """decay the learning rate linearly to 0 over the run (baselines' default schedule)"""
 
@@ -277,31 +277,6 @@ def acer_update(agent: Agent, avg_agent: Agent, optimizer, args: Args):
     return torch.compile(update) if args.compile else update
 
 
-def check_args(args: Args) -> None:
-    """Raise ConfigError for this script's out-of-range or contradictory flags."""
-    segment = args.num_envs * args.num_steps
-    check([(args.total_timesteps < segment, f"--total-timesteps must be at least --num-envs x --num-steps = {segment}"),
-           (args.buffer_size < segment, f"--buffer-size must be at least --num-envs x --num-steps = {segment}"),
-           *((not getattr(args, name) >= 0, f"--{name.replace('_', '-')} must be non-negative")
-             for name in ("replay_ratio", "replay_start", "q_coef", "ent_coef")),
-           (args.replay_ratio > 0 and args.replay_start > args.buffer_size, f"--replay-start {args.replay_start} "
-            f"exceeds --buffer-size {args.buffer_size}, so replay would never start: lower one or raise the other"),
-           *((not getattr(args, name) > 0, f"--{name.replace('_', '-')} must be positive")
-             for name in ("num_steps", "learning_rate", "truncation_c", "max_kl", "max_grad_norm", "rms_eps")),
-           (not 0 < args.gamma <= 1, "--gamma must lie in (0, 1]"),
-           (not 0 <= args.avg_decay < 1, "--avg-decay must lie in [0, 1)"),
-           (not 0 <= args.rms_alpha < 1, "--rms-alpha must lie in [0, 1)")])
-
-
-def check_spaces(env_id: str, obs_space, action_space) -> None:
-    """Raise ConfigError unless the env has Discrete actions and 1-D Box observations or (stack, 84, 84) frames."""
-    frames_or_flat = len(obs_space.shape) == 1 or obs_space.shape[1:] == (84, 84)
-    check([(not isinstance(action_space, gym.spaces.Discrete), f"{env_id} has a {type(action_space).__name__} action "
-            "space; ACER needs Discrete actions: use sac_continuous_action.py or a2c.py for Box actions"),
-           (not (isinstance(obs_space, gym.spaces.Box) and frames_or_flat), f"{env_id} has {obs_space} observations; "
-            "this script needs Atari frames or a 1-D Box: wrap the env in gymnasium.wrappers.FlattenObservation")])
-
-
 # MAIN -----------------------------------------------------------------------------------------------------------------
 def main(args: Args) -> dict:
     """Train; returns a summary. Raises ConfigError, before writing anything, on bad flags, envs or checkpoints."""
@@ -368,6 +343,33 @@ def main(args: Args) -> dict:
     return {**summary, "iterations": global_step // (T * N), "replay_updates": replay_updates}
 
 
+# VALIDATION -----------------------------------------------------------------------------------------------------------
+def check_args(args: Args) -> None:
+    """Raise ConfigError for this script's out-of-range or contradictory flags."""
+    segment = args.num_envs * args.num_steps
+    check([(args.total_timesteps < segment, f"--total-timesteps must be at least --num-envs x --num-steps = {segment}"),
+           (args.buffer_size < segment, f"--buffer-size must be at least --num-envs x --num-steps = {segment}"),
+           *((not getattr(args, name) >= 0, f"--{name.replace('_', '-')} must be non-negative")
+             for name in ("replay_ratio", "replay_start", "q_coef", "ent_coef")),
+           (args.replay_ratio > 0 and args.replay_start > args.buffer_size, f"--replay-start {args.replay_start} "
+            f"exceeds --buffer-size {args.buffer_size}, so replay would never start: lower one or raise the other"),
+           *((not getattr(args, name) > 0, f"--{name.replace('_', '-')} must be positive")
+             for name in ("num_steps", "learning_rate", "truncation_c", "max_kl", "max_grad_norm", "rms_eps")),
+           (not 0 < args.gamma <= 1, "--gamma must lie in (0, 1]"),
+           (not 0 <= args.avg_decay < 1, "--avg-decay must lie in [0, 1)"),
+           (not 0 <= args.rms_alpha < 1, "--rms-alpha must lie in [0, 1)")])
+
+
+def check_spaces(env_id: str, obs_space, action_space) -> None:
+    """Raise ConfigError unless the env has Discrete actions and 1-D Box observations or (stack, 84, 84) frames."""
+    frames_or_flat = len(obs_space.shape) == 1 or obs_space.shape[1:] == (84, 84)
+    check([(not isinstance(action_space, gym.spaces.Discrete), f"{env_id} has a {type(action_space).__name__} action "
+            "space; ACER needs Discrete actions: use sac_continuous_action.py or a2c.py for Box actions"),
+           (not (isinstance(obs_space, gym.spaces.Box) and frames_or_flat), f"{env_id} has {obs_space} observations; "
+            "this script needs Atari frames or a 1-D Box: wrap the env in gymnasium.wrappers.FlattenObservation")])
+
+
+# ATARI OBSERVATIONS: the wrappers the common block's make_env applies -------------------------------------------------
 def observation_wrappers(args, make):
     """The env `make` returns or, for Atari, SB3's AtariWrapper (no-op starts, 4 frames skipped and max-pooled, episodic
     life, fire on reset, 84 x 84 grey frames, clipped rewards), its (84, 84, 1) frames made (84, 84) (itemgetter pickles)

@@ -46,65 +46,65 @@ from torch.utils.tensorboard import SummaryWriter
 class Args:
     # --- COMMON ARGS: the same text in all five scripts ---
     exp_name: str = os.path.basename(__file__)[: -len(".py")]
-    """name of this experiment; part of the run name runs/<env_id>__<exp_name>__<seed>__<unix time> ('/' becomes '-')"""
+    """experiment name, part of the run folder runs/<env_id>__<exp_name>__<seed>__<unix time> ('/' becomes '-')"""
     seed: int = 1
-    """seed of torch, numpy, random, the environments and the evaluation episodes"""
+    """random seed of torch, numpy, Python's random, the environments and the evaluation episodes"""
     cuda: bool = True
-    """use a CUDA GPU when one is present (falls back to the CPU otherwise)"""
+    """train on a CUDA GPU when one is present, else on the CPU (--no-cuda: always on the CPU)"""
     compile: Annotated[bool | None, tyro.conf.DisallowNone] = None
-    """torch.compile the updates; unset: eager, except CPU runs of COMPILE_MIN_STEPS+ training steps (SAC, TD3: 100k)"""
+    """compile the updates with torch.compile for speed; unset: only SAC's and TD3's CPU runs of 100k+ training steps"""
     capture_video: bool = False
-    """record the first episode of each evaluation to runs/<run_name>/videos/step_<env step> (needs moviepy)"""
+    """save a video of the first episode of each evaluation to runs/<run_name>/videos/step_<env step> (needs moviepy)"""
     save_model: bool = False
-    """write the trained networks to runs/<run_name>/model.pt at the end"""
+    """save the trained networks to runs/<run_name>/model.pt when the run ends"""
     eval_episodes: int = 10
-    """episodes per evaluation"""
+    """number of episodes each evaluation plays; the mean of their returns is logged"""
     checkpoint_freq: int = 0
-    """write runs/<run_name>/checkpoint.pt every this many env steps (0: only on SIGINT/SIGTERM)"""
+    """save runs/<run_name>/checkpoint.pt, to resume from, every this many env steps (0: only on Ctrl-C or SIGTERM)"""
     resume: str | None = None
-    """continue the run saved in this checkpoint.pt; the run's saved configuration is used and other flags ignored"""
+    """continue the run saved in this checkpoint.pt, with that run's flags; others but --resume-anyway are ignored"""
     resume_anyway: bool = False
-    """let --resume continue a run that has finished (the TensorBoard data it logged after the checkpoint is dropped)"""
+    """let --resume continue a run that has finished; what it logged to TensorBoard after that checkpoint is dropped"""
     # --- END OF COMMON ARGS ---
 
     env_id: str = "BreakoutNoFrameskip-v4"
-    """an Atari id (`*NoFrameskip-v4` or `ALE/*-v5`), or any env with a Discrete action space and 1-D observations"""
+    """env to train on: an Atari id (*NoFrameskip-v4, ALE/*-v5) or any with Discrete actions and 1-D observations"""
     total_timesteps: int = 5_000_000
-    """environment steps in total, summed over all `num_envs` environments (CleanRL)"""
+    """environment steps to train for, counted over all --num-envs environments together (CleanRL)"""
     num_envs: int = 1
-    """number of environments stepped in parallel (SyncVectorEnv)"""
+    """number of environments stepped in lockstep in one process (gymnasium's SyncVectorEnv)"""
     eval_freq: int = 100_000
-    """evaluate the policy without exploration noise every this many env steps, and at the end; 0: only at the end"""
+    """evaluate the policy without exploration noise every this many env steps, and at the end (0: only at the end)"""
     log_freq: int = 100
-    """write the loss metrics to TensorBoard every this many env steps"""
+    """write the losses to TensorBoard every this many env steps"""
     buffer_size: int = 1_000_000
-    """replay buffer capacity in transitions (CleanRL)"""
+    """number of transitions the replay buffer holds, the oldest overwritten first (CleanRL)"""
     checkpoint_buffer: bool = True
-    """store the replay buffer in checkpoints (7 GB at 1M Atari frames); without, a resumed run refills it first"""
+    """save the replay buffer in checkpoints (7 GB at 1M Atari frames); if not, a resumed run refills it first"""
     gamma: float = 0.99
-    """gamma: discount factor (arXiv:1910.07207, Table 1)"""
+    """discount factor of future rewards (gamma; arXiv:1910.07207, Table 1)"""
     tau: float = 1.0
-    """tau: target network update coefficient; 1.0 copies the critics (CleanRL)"""
+    """how far the target critics move toward the trained ones at each target update; 1.0 copies them (tau; CleanRL)"""
     batch_size: int = 64
-    """minibatch size (arXiv:1910.07207, Table 1)"""
+    """transitions sampled from the replay buffer for each update (arXiv:1910.07207, Table 1)"""
     learning_starts: int = 20_000
-    """env steps of uniformly random actions before updates start (arXiv:1910.07207, Table 1; CleanRL)"""
+    """env steps of uniformly random actions before the first update (arXiv:1910.07207, Table 1; CleanRL)"""
     policy_lr: float = 3e-4
     """learning rate of the actor's Adam (arXiv:1910.07207, Table 1)"""
     q_lr: float = 3e-4
-    """learning rate of the critics' and of log alpha's Adam (arXiv:1910.07207, Table 1)"""
+    """learning rate of the critics' Adam and of the entropy temperature alpha's (arXiv:1910.07207, Table 1)"""
     adam_eps: float = 1e-4
-    """epsilon of all three Adam optimizers (CleanRL: more stable than 1e-8 on Atari)"""
+    """Adam's epsilon, the constant added to its step's denominator (CleanRL: steadier than 1e-8 on Atari)"""
     update_frequency: int = 4
-    """one critic, actor and alpha update every this many env steps (arXiv:1910.07207, Table 1; CleanRL)"""
+    """update the critics, the actor and alpha once every this many env steps (arXiv:1910.07207, Table 1; CleanRL)"""
     target_network_frequency: int = 8_000
     """update the target critics every this many env steps (arXiv:1910.07207, Table 1; CleanRL)"""
     alpha: float = 0.2
-    """alpha: entropy temperature when it is fixed (--no-autotune)"""
+    """entropy temperature, the weight of the policy's entropy in the objective, when --no-autotune fixes it (alpha)"""
     autotune: bool = True
-    """tune alpha automatically to reach the target entropy (arXiv:1910.07207, eq. 11)"""
+    """adjust alpha during training to hold the policy's entropy at a target (arXiv:1910.07207, eq. 11)"""
     target_entropy_scale: float = 0.89
-    """the target entropy is this times log|A|, the uniform policy's entropy (CleanRL; the paper: 0.98)"""
+    """the entropy target is this fraction of log(number of actions), a uniform policy's (CleanRL; paper: 0.98)"""
 
 
 HIDDEN, CNN_FEATURES = 256, 512  # hidden units of the MLP for flat observations, and of NatureCNN's last layer
@@ -296,29 +296,6 @@ def sac_update(actor, qf1, qf2, qf1_target, qf2_target, log_alpha, q_optimizer, 
     return torch.compile(update) if args.compile else update
 
 
-def check_args(args: Args) -> None:
-    """Raise ConfigError for this script's out-of-range or contradictory flags."""
-    check([(args.buffer_size < max(args.batch_size, args.num_envs),
-            f"--buffer-size must be at least --batch-size ({args.batch_size}) and --num-envs ({args.num_envs})"),
-           (args.learning_starts >= args.total_timesteps, f"--learning-starts {args.learning_starts} >= "
-            f"--total-timesteps {args.total_timesteps}: no update would run; lower one or raise the other"),
-           (args.learning_starts < args.batch_size, "--learning-starts must be at least --batch-size"),
-           *((not getattr(args, name) > 0, f"--{name.replace('_', '-')} must be positive") for name in
-             ("policy_lr", "q_lr", "adam_eps", "batch_size", "update_frequency", "target_network_frequency")),
-           (not (0 < args.tau <= 1 and 0 < args.gamma <= 1), "--tau and --gamma must lie in (0, 1]"),
-           (not args.alpha >= 0, "--alpha must be non-negative"),
-           (not 0 <= args.target_entropy_scale <= 1, "--target-entropy-scale must lie in [0, 1]")])
-
-
-def check_spaces(env_id: str, obs_space, action_space) -> None:
-    """Raise ConfigError unless the env has a Discrete action space and Atari frame stacks or 1-D Box observations."""
-    box = isinstance(obs_space, gym.spaces.Box)
-    check([(not isinstance(action_space, gym.spaces.Discrete), f"{env_id} has a {type(action_space).__name__} action "
-            "space; this script needs a Discrete one (for a Box one: sac_continuous_action.py)"),
-           (not (box and (len(obs_space.shape) == 1 or obs_space.shape == (4, 84, 84) and obs_space.dtype == np.uint8)),
-            f"{env_id} has {obs_space} observations, not Atari frames or a 1-D Box (use FlattenObservation)")])
-
-
 # MAIN -----------------------------------------------------------------------------------------------------------------
 def main(args: Args) -> dict:
     """Train; returns a summary. Raises ConfigError, before writing anything, on bad flags, envs or checkpoints."""
@@ -385,6 +362,31 @@ def main(args: Args) -> dict:
     return {**summary, "critic_updates": updates, "actor_updates": updates}
 
 
+# VALIDATION -----------------------------------------------------------------------------------------------------------
+def check_args(args: Args) -> None:
+    """Raise ConfigError for this script's out-of-range or contradictory flags."""
+    check([(args.buffer_size < max(args.batch_size, args.num_envs),
+            f"--buffer-size must be at least --batch-size ({args.batch_size}) and --num-envs ({args.num_envs})"),
+           (args.learning_starts >= args.total_timesteps, f"--learning-starts {args.learning_starts} >= "
+            f"--total-timesteps {args.total_timesteps}: no update would run; lower one or raise the other"),
+           (args.learning_starts < args.batch_size, "--learning-starts must be at least --batch-size"),
+           *((not getattr(args, name) > 0, f"--{name.replace('_', '-')} must be positive") for name in
+             ("policy_lr", "q_lr", "adam_eps", "batch_size", "update_frequency", "target_network_frequency")),
+           (not (0 < args.tau <= 1 and 0 < args.gamma <= 1), "--tau and --gamma must lie in (0, 1]"),
+           (not args.alpha >= 0, "--alpha must be non-negative"),
+           (not 0 <= args.target_entropy_scale <= 1, "--target-entropy-scale must lie in [0, 1]")])
+
+
+def check_spaces(env_id: str, obs_space, action_space) -> None:
+    """Raise ConfigError unless the env has a Discrete action space and Atari frame stacks or 1-D Box observations."""
+    box = isinstance(obs_space, gym.spaces.Box)
+    check([(not isinstance(action_space, gym.spaces.Discrete), f"{env_id} has a {type(action_space).__name__} action "
+            "space; this script needs a Discrete one (for a Box one: sac_continuous_action.py)"),
+           (not (box and (len(obs_space.shape) == 1 or obs_space.shape == (4, 84, 84) and obs_space.dtype == np.uint8)),
+            f"{env_id} has {obs_space} observations, not Atari frames or a 1-D Box (use FlattenObservation)")])
+
+
+# ATARI OBSERVATIONS: the wrappers the common block's make_env applies -------------------------------------------------
 def observation_wrappers(args, make):
     """The env `make` returns or, for Atari, SB3's AtariWrapper (no-op starts, 4 frames skipped and max-pooled, episodic
     life, fire on reset, 84 x 84 grey frames, clipped rewards), its (84, 84, 1) frames made (84, 84) (itemgetter pickles)

@@ -43,57 +43,57 @@ from torch.utils.tensorboard import SummaryWriter
 class Args:
     # --- COMMON ARGS: the same text in all five scripts ---
     exp_name: str = os.path.basename(__file__)[: -len(".py")]
-    """name of this experiment; part of the run name runs/<env_id>__<exp_name>__<seed>__<unix time> ('/' becomes '-')"""
+    """experiment name, part of the run folder runs/<env_id>__<exp_name>__<seed>__<unix time> ('/' becomes '-')"""
     seed: int = 1
-    """seed of torch, numpy, random, the environments and the evaluation episodes"""
+    """random seed of torch, numpy, Python's random, the environments and the evaluation episodes"""
     cuda: bool = True
-    """use a CUDA GPU when one is present (falls back to the CPU otherwise)"""
+    """train on a CUDA GPU when one is present, else on the CPU (--no-cuda: always on the CPU)"""
     compile: Annotated[bool | None, tyro.conf.DisallowNone] = None
-    """torch.compile the updates; unset: eager, except CPU runs of COMPILE_MIN_STEPS+ training steps (SAC, TD3: 100k)"""
+    """compile the updates with torch.compile for speed; unset: only SAC's and TD3's CPU runs of 100k+ training steps"""
     capture_video: bool = False
-    """record the first episode of each evaluation to runs/<run_name>/videos/step_<env step> (needs moviepy)"""
+    """save a video of the first episode of each evaluation to runs/<run_name>/videos/step_<env step> (needs moviepy)"""
     save_model: bool = False
-    """write the trained networks to runs/<run_name>/model.pt at the end"""
+    """save the trained networks to runs/<run_name>/model.pt when the run ends"""
     eval_episodes: int = 10
-    """episodes per evaluation"""
+    """number of episodes each evaluation plays; the mean of their returns is logged"""
     checkpoint_freq: int = 0
-    """write runs/<run_name>/checkpoint.pt every this many env steps (0: only on SIGINT/SIGTERM)"""
+    """save runs/<run_name>/checkpoint.pt, to resume from, every this many env steps (0: only on Ctrl-C or SIGTERM)"""
     resume: str | None = None
-    """continue the run saved in this checkpoint.pt; the run's saved configuration is used and other flags ignored"""
+    """continue the run saved in this checkpoint.pt, with that run's flags; others but --resume-anyway are ignored"""
     resume_anyway: bool = False
-    """let --resume continue a run that has finished (the TensorBoard data it logged after the checkpoint is dropped)"""
+    """let --resume continue a run that has finished; what it logged to TensorBoard after that checkpoint is dropped"""
     # --- END OF COMMON ARGS ---
 
     env_id: str = "Hopper-v5"
-    """the id of a gymnasium environment with a Box action space"""
+    """gymnasium environment to train on; it needs a Box (continuous) action space"""
     total_timesteps: int = 1_000_000
-    """environment steps in total, summed over all `num_envs` environments"""
+    """environment steps to train for, counted over all --num-envs environments together"""
     num_envs: int = 1
-    """number of environments stepped in parallel (SyncVectorEnv)"""
+    """number of environments stepped in lockstep in one process (gymnasium's SyncVectorEnv)"""
     eval_freq: int = 10_000
-    """evaluate the policy without exploration noise every this many env steps, and at the end; 0: only at the end"""
+    """evaluate the policy without exploration noise every this many env steps, and at the end (0: only at the end)"""
     log_freq: int = 100
-    """write the loss metrics to TensorBoard every this many env steps"""
+    """write the losses to TensorBoard every this many env steps"""
     buffer_size: int = 1_000_000
-    """replay buffer capacity in transitions (TD3 paper, Sec. 6.1)"""
+    """number of transitions the replay buffer holds, the oldest overwritten first (TD3 paper, Sec. 6.1)"""
     learning_rate: float = 3e-4  # DEVIATION(3)
     """learning rate of the actor's and the critics' Adam (authors' code and CleanRL; the paper: 1e-3)"""
     gamma: float = 0.99
-    """gamma: discount factor (TD3 paper, Sec. 6.1)"""
+    """discount factor of future rewards (gamma; TD3 paper, Sec. 6.1)"""
     tau: float = 0.005
-    """tau: Polyak coefficient for target networks (TD3 paper, Sec. 6.1)"""
+    """how far the target networks move toward the trained ones each time they update (tau; TD3 paper, Sec. 6.1)"""
     batch_size: int = 256  # DEVIATION(3)
-    """minibatch size (authors' code and CleanRL; the paper: 100)"""
+    """transitions sampled from the replay buffer for each update (authors' code and CleanRL; the paper: 100)"""
     policy_noise: float = 0.2
-    """sigma~: std of the target policy smoothing noise, in units of the action scale (TD3 paper, Sec. 6.1)"""
+    """std of the smoothing noise on target actions, relative to half the action range (sigma~; TD3 paper, Sec. 6.1)"""
     noise_clip: float = 0.5
-    """c: the smoothing noise is clipped to [-c, c], in units of the action scale (TD3 paper, Sec. 6.1)"""
+    """clip that smoothing noise to [-c, c], c this times half the action range (c; TD3 paper, Sec. 6.1)"""
     exploration_noise: float = 0.1
-    """std of the Gaussian exploration noise, in units of the action scale (TD3 paper, Sec. 6.1)"""
+    """std of the Gaussian noise added to the actions taken, relative to half the action range (TD3 paper, Sec. 6.1)"""
     learning_starts: int = 25_000
-    """env steps of uniformly random actions before updates start (authors' code and CleanRL)"""
+    """env steps of uniformly random actions before the first update (authors' code and CleanRL)"""
     policy_frequency: int = 2
-    """d: update the actor and the target networks every d critic updates (TD3 paper, Sec. 5.2)"""
+    """update the actor and the target networks once every this many critic updates (d; TD3 paper, Sec. 5.2)"""
 
 
 HIDDEN = 256  # units per hidden layer (DEVIATION(1))
@@ -236,31 +236,6 @@ def td3_update(actor, actor_target, qf, qf_target, q_optimizer, actor_optimizer,
     return update
 
 
-def check_args(args: Args) -> None:
-    """Raise ConfigError for this script's out-of-range or contradictory flags."""
-    check([(args.buffer_size < max(args.batch_size, args.num_envs),
-            f"--buffer-size must be at least --batch-size ({args.batch_size}) and --num-envs ({args.num_envs})"),
-           (args.learning_starts >= args.total_timesteps, f"--learning-starts {args.learning_starts} >= "
-            f"--total-timesteps {args.total_timesteps}: no update would run; lower one or raise the other"),
-           (not 1 <= args.batch_size <= args.learning_starts, "--batch-size must lie in [1, --learning-starts]"),
-           (not args.learning_rate > 0, "--learning-rate must be positive"),
-           (not (0 < args.tau <= 1 and 0 < args.gamma <= 1), "--tau and --gamma must lie in (0, 1]"),
-           (not min(args.policy_noise, args.noise_clip, args.exploration_noise) >= 0,
-            "--policy-noise, --noise-clip and --exploration-noise must be non-negative"),
-           (args.policy_frequency < 1, "--policy-frequency must be at least 1")])
-
-
-def check_spaces(env_id: str, obs_space, action_space) -> None:
-    """Raise ConfigError unless the env has 1-D Box observations and a bounded Box action space."""
-    box = isinstance(action_space, gym.spaces.Box)  # the bounds are read only from a Box
-    check([(isinstance(action_space, gym.spaces.Discrete), f"{env_id} has a Discrete action space: use sac_atari.py"),
-           (not box, f"{env_id}'s action space is no Box; this script needs one"),
-           (not (isinstance(obs_space, gym.spaces.Box) and len(obs_space.shape) == 1), f"{env_id} has {obs_space} "
-            "observations; this script needs a 1-D Box: wrap the env in gymnasium.wrappers.FlattenObservation"),
-           (box and not np.all(np.isfinite(action_space.low) & np.isfinite(action_space.high) & (action_space.high >
-            action_space.low)), f"{env_id} has unbounded or empty action bounds; tanh needs finite low < high")])
-
-
 # MAIN -----------------------------------------------------------------------------------------------------------------
 def main(args: Args) -> dict:
     """Train; returns a summary. Raises ConfigError, before writing anything, on bad flags, envs or checkpoints."""
@@ -323,6 +298,32 @@ def main(args: Args) -> dict:
     finally:
         run.close()
     return {**summary, "critic_updates": critic_updates, "actor_updates": actor_updates}
+
+
+# VALIDATION -----------------------------------------------------------------------------------------------------------
+def check_args(args: Args) -> None:
+    """Raise ConfigError for this script's out-of-range or contradictory flags."""
+    check([(args.buffer_size < max(args.batch_size, args.num_envs),
+            f"--buffer-size must be at least --batch-size ({args.batch_size}) and --num-envs ({args.num_envs})"),
+           (args.learning_starts >= args.total_timesteps, f"--learning-starts {args.learning_starts} >= "
+            f"--total-timesteps {args.total_timesteps}: no update would run; lower one or raise the other"),
+           (not 1 <= args.batch_size <= args.learning_starts, "--batch-size must lie in [1, --learning-starts]"),
+           (not args.learning_rate > 0, "--learning-rate must be positive"),
+           (not (0 < args.tau <= 1 and 0 < args.gamma <= 1), "--tau and --gamma must lie in (0, 1]"),
+           (not min(args.policy_noise, args.noise_clip, args.exploration_noise) >= 0,
+            "--policy-noise, --noise-clip and --exploration-noise must be non-negative"),
+           (args.policy_frequency < 1, "--policy-frequency must be at least 1")])
+
+
+def check_spaces(env_id: str, obs_space, action_space) -> None:
+    """Raise ConfigError unless the env has 1-D Box observations and a bounded Box action space."""
+    box = isinstance(action_space, gym.spaces.Box)  # the bounds are read only from a Box
+    check([(isinstance(action_space, gym.spaces.Discrete), f"{env_id} has a Discrete action space: use sac_atari.py"),
+           (not box, f"{env_id}'s action space is no Box; this script needs one"),
+           (not (isinstance(obs_space, gym.spaces.Box) and len(obs_space.shape) == 1), f"{env_id} has {obs_space} "
+            "observations; this script needs a 1-D Box: wrap the env in gymnasium.wrappers.FlattenObservation"),
+           (box and not np.all(np.isfinite(action_space.low) & np.isfinite(action_space.high) & (action_space.high >
+            action_space.low)), f"{env_id} has unbounded or empty action bounds; tanh needs finite low < high")])
 
 
 # COMMON BLOCK: the same text in all five scripts (tests/test_common_block.py compares them) ===========================
