@@ -244,9 +244,20 @@ def test_learns_cartpole(in_tmp, advantage):
     assert len(evaluations) == 2 and max(evaluations) > 100, evaluations
 
 
-# InvertedPendulum-v5 (Box actions), --advantage gae, defaults otherwise, one thread: the greedy evaluation (10 episodes)
-# scored 1000.0 at 50k and at 100k steps on seeds 1, 2 and 3; untrained greedy policies scored 24.1, 26.0 and 25.4.
+# InvertedPendulum-v5 (Box actions), --advantage gae, defaults otherwise, one thread, greedy evaluations (10 episodes)
+# every 10k steps, seeds 1-5 measured (10k, 20k, ..., 80k):
+#   seed 1: 130.4, 377.1, 163.6,  114.9, 1000.0,  409.7, 1000.0, 1000.0
+#   seed 2:  97.6, 214.2, 1000.0, 388.9, 1000.0, 1000.0, 1000.0, 1000.0
+#   seed 3: 234.9, 174.5, 247.0, 1000.0, 1000.0, 1000.0,  997.9, 1000.0
+#   seed 4:  61.0, 111.2, 266.0,  173.8, 1000.0, 1000.0, 1000.0, 1000.0
+#   seed 5:  93.0, 188.2, 419.8,  115.2,  124.1, 1000.0, 1000.0, 1000.0
+# The greedy policy swings between evaluations (seed 1: 1000.0 at 50k, 409.7 at 60k), so one evaluation at 50k, as this
+# test asserted before, fails seed 5 (124.1) and another machine's seed 1 (44.1). The test asserts the best of the
+# eight evaluations in 80k steps (the TD3 paper's maximum over training): every seed's best was 1000.0, first reached
+# at 30k to 60k; before that no evaluation passed 419.8, and untrained greedy policies score 24.1 to 26.0. Seeds 6-10
+# first reached 1000.0 at 50k, 30k, 30k, 50k and 70k (seed 10: 638.4 at 50k, 64.4 at 60k), best 1000.0 each.
 def test_learns_inverted_pendulum(in_tmp):
-    summary = a2c.main(a2c.Args(env_id="InvertedPendulum-v5", seed=1, total_timesteps=50_000, advantage="gae",
-                                eval_freq=0, cuda=False))
-    assert summary["eval_return"] > 500
+    summary = a2c.main(a2c.Args(env_id="InvertedPendulum-v5", seed=1, total_timesteps=80_000, advantage="gae",
+                                eval_freq=10_000, cuda=False))
+    evaluations = [v for _, v in scalars(summary["run_dir"])["eval/episodic_return"]]
+    assert len(evaluations) == 8 and max(evaluations) > 500, evaluations

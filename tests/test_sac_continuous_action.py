@@ -746,8 +746,11 @@ def test_learns_pendulum(in_tmp):
     """Pendulum-v1, 5,000 env steps (1,000 random), final deterministic evaluation over 10 episodes."""
     summary = sac.main(sac.Args(env_id="Pendulum-v1", total_timesteps=5_000, learning_starts=1_000, eval_freq=0,
                                 eval_episodes=10, cuda=False, seed=1))
-    # Final evaluation at 5,000 steps, one thread, seeds 1-3: -171.3, -186.8, -196.3 (a random policy scores about
-    # -1,200 to -1,700). Seed 1 is asserted, with room for seed noise (a seed of a nearby float order scored -461.8).
+    # Final evaluation at 5,000 steps, one thread, seeds 1-5: -171.3, -186.8, -196.3, -195.2, -170.4 (a random policy
+    # scores about -1,200 to -1,700). Evaluated every 500 steps, each seed scored -632.1 to -929.0 at 3,000 steps and
+    # -170.4 to -331.5 at every evaluation from 3,500 on (seed 2, the slowest: -291.5, -331.5, -316.0, -186.8), so
+    # 5,000 steps is past where the return settles. Seed 1 is asserted; the threshold sits below the worst of the five
+    # seeds with room for seed noise (seed 2 of a nearby float order scored -461.8).
     assert summary["eval_return"] > -500
 
 
