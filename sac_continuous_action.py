@@ -37,6 +37,7 @@ import shutil
 import signal
 import sys
 import time
+import warnings
 from dataclasses import asdict, dataclass, replace
 from typing import Annotated
 
@@ -54,103 +55,101 @@ from torch.utils.tensorboard import SummaryWriter
 class Args:
     # --- COMMON ARGS: the same text in all five scripts ---
     exp_name: str = os.path.basename(__file__)[: -len(".py")]
-    """name of this experiment; part of the run name runs/<env_id>__<exp_name>__<seed>__<unix time> ('/' becomes '-')"""
+    """experiment name, part of the run folder runs/<env_id>__<exp_name>__<seed>__<unix time> ('/' becomes '-')"""
     seed: int = 1
-    """seed of torch, numpy, random, the environments and the evaluation episodes"""
+    """random seed of torch, numpy, Python's random, the environments and the evaluation episodes"""
     cuda: bool = True
-    """use a CUDA GPU when one is present (falls back to the CPU otherwise)"""
+    """train on a CUDA GPU when one is present, else on the CPU (--no-cuda: always on the CPU)"""
     compile: Annotated[bool | None, tyro.conf.DisallowNone] = None
-    """torch.compile the updates; unset: eager, except CPU runs of COMPILE_MIN_STEPS+ training steps (SAC, TD3: 100k)"""
+    """compile the updates with torch.compile for speed; unset: only SAC's and TD3's CPU runs of 100k+ training steps"""
     capture_video: bool = False
-    """record the first episode of each evaluation to runs/<run_name>/videos/step_<env step> (needs moviepy)"""
+    """save a video of the first episode of each evaluation to runs/<run_name>/videos/step_<env step> (needs moviepy)"""
     save_model: bool = False
-    """write the trained networks to runs/<run_name>/model.pt at the end"""
+    """save the trained networks to runs/<run_name>/model.pt when the run ends"""
     eval_episodes: int = 10
-    """episodes per evaluation"""
+    """number of episodes each evaluation plays; the mean of their returns is logged"""
     checkpoint_freq: int = 0
-    """write runs/<run_name>/checkpoint.pt every this many env steps (0: only on SIGINT/SIGTERM)"""
+    """save runs/<run_name>/checkpoint.pt, to resume from, every this many env steps (0: only on Ctrl-C or SIGTERM)"""
     resume: str | None = None
-    """continue the run saved in this checkpoint.pt; the run's saved configuration is used and other flags ignored"""
+    """continue the run saved in this checkpoint.pt, with that run's flags; others but --resume-anyway are ignored"""
     resume_anyway: bool = False
-    """let --resume continue a run that has finished (the TensorBoard data it logged after the checkpoint is dropped)"""
+    """let --resume continue a run that has finished; what it logged to TensorBoard after that checkpoint is dropped"""
     # --- END OF COMMON ARGS ---
 
     env_id: str = "Hopper-v5"
-    """the id of a gymnasium environment with a Box action space"""
+    """gymnasium environment to train on; it needs a Box (continuous) action space"""
     total_timesteps: int = 1_000_000
-    """environment steps in total, summed over all `num_envs` environments"""
+    """environment steps to train for, counted over all --num-envs environments together"""
     num_envs: int = 1
-    """number of environments stepped in parallel (SyncVectorEnv)"""
+    """number of environments stepped in lockstep in one process (gymnasium's SyncVectorEnv)"""
     eval_freq: int = 10_000
-    """evaluate the policy without exploration noise every this many env steps, and at the end; 0: only at the end"""
+    """evaluate the policy without exploration noise every this many env steps, and at the end (0: only at the end)"""
     log_freq: int = 100
-    """write the loss metrics to TensorBoard every this many env steps"""
+    """write the losses to TensorBoard every this many env steps"""
     buffer_size: int = 1_000_000
-    """replay buffer capacity in transitions (SAC paper, Table 1)"""
+    """number of transitions the replay buffer holds, the oldest overwritten first (SAC paper, Table 1)"""
     gamma: float = 0.99
-    """gamma: discount factor (SAC paper, Table 1)"""
+    """discount factor of future rewards (gamma; SAC paper, Table 1)"""
     tau: float = 0.005
-    """tau: Polyak coefficient for target networks (SAC paper, Table 1)"""
+    """how far the target critics move toward the critics at each update (Polyak tau; SAC paper, Table 1)"""
     batch_size: int = 256
-    """minibatch size (SAC paper, Table 1)"""
+    """transitions per gradient step (SAC paper, Table 1)"""
     learning_starts: int = 5_000
-    """env steps of uniformly random actions before updates start (CleanRL)"""
+    """env steps of uniformly random actions before the first update (CleanRL)"""
     policy_lr: float = 3e-4
     """learning rate of the actor's Adam (SAC paper, Table 1)"""
     q_lr: float = 1e-3
-    """learning rate of the critics' and of log alpha's Adam (CleanRL; the paper uses 3e-4)"""
+    """learning rate of the critics' and of the temperature's Adam (CleanRL; the SAC paper uses 3e-4)"""
     policy_frequency: int = 2
-    """update the actor this many times every this many update steps (CleanRL; TD3's delayed updates)"""
+    """update the actor this many times every this many critic updates (CleanRL; TD3's delayed updates)"""
     target_network_frequency: int = 1
-    """soft-update the target critics every this many critic updates (SAC paper: 1)"""
+    """move the target critics every this many critic updates (SAC paper: 1)"""
     alpha: float = 0.2
-    """alpha: entropy temperature when it is fixed (--no-autotune)"""
+    """entropy temperature when it is fixed by --no-autotune (alpha; SAC paper)"""
     autotune: bool = True
-    """tune alpha automatically to reach the target entropy (arXiv:1812.05905, eq. 18)"""
+    """tune the temperature so that the policy's entropy tracks --target-entropy (arXiv:1812.05905, eq. 18)"""
     target_entropy: float | None = None
-    """H-bar: target entropy of the automatic tuning; None means -|A| (arXiv:1812.05905, Sec. 5)"""
+    """entropy the tuned temperature aims at; unset: minus the number of action dimensions (H-bar; arXiv:1812.05905)"""
     backup_entropy: bool = True
-    """include -alpha log pi(a'|s') in the Bellman target (arXiv:1812.05905 eq. 3; HIL-SERL `use_backup_entropy`)"""
+    """add the entropy bonus -alpha log pi(a'|s') to the critics' target (arXiv:1812.05905 eq. 3; HIL-SERL)"""
     num_critics: int = 2
-    """N: number of soft Q networks in the ensemble (SAC: 2; REDQ: 10)"""
+    """number of critics in the ensemble (N; SAC: 2, REDQ: 10)"""
     num_subsample_critics: int | None = None
-    """M: the target takes the min over M target critics drawn at random each update; None means all N (REDQ: 2)"""
+    """the target's minimum is over this many critics drawn at random each update; unset: all (M; REDQ: 2)"""
     utd_ratio: int = 1
-    """G: critic updates per environment step (update-to-data ratio; REDQ: 20)"""
+    """critic updates per environment step (update-to-data ratio G; REDQ: 20)"""
     grad_clip_norm: float | None = None
-    """clip the gradient norm of the actor and the critics to this value (off by default; HIL-SERL: 40)"""
+    """clip the gradient norm of the actor and the critics to this value; unset: no clipping (HIL-SERL: 40)"""
     critic_layer_norm: bool = False
-    """LayerNorm after each hidden layer of the critics, before the ReLU (RLPD, arXiv:2302.02948)"""
+    """normalise each hidden layer of the critics with LayerNorm, before its ReLU (RLPD, arXiv:2302.02948)"""
     from_pixels: bool = False
-    """observe {"pixels": the frame rendered at --image-size, "state": the env's observation} (AddRenderObservation)"""
+    """observe a rendered frame of --image-size pixels beside the env's own observation, as a Dict (pixels, state)"""
     image_size: int = 84
-    """height and width in pixels of --from-pixels frames (DrQ, arXiv:2004.13649: 84)"""
+    """height and width of --from-pixels frames, in pixels (DrQ, arXiv:2004.13649: 84)"""
     frame_stack: int = 1
-    """--from-pixels: observe the last k frames, stacked on the channel axis (DrQ, arXiv:2004.13649: 3)"""
+    """with --from-pixels, observe the last k frames, stacked on the channel axis (DrQ, arXiv:2004.13649: 3)"""
     augment: bool = True
-    """shift each image of an update's batch by up to 4 pixels (DrQ's random shift, arXiv:2004.13649)"""
+    """shift each image of a batch at random by up to 4 pixels (DrQ's random shift, arXiv:2004.13649)"""
     shared_encoder: bool = True
-    """Dict observations: one encoder, trained by the critics' loss and read detached by the actor (HIL-SERL)"""
+    """with Dict observations, one image encoder, trained by the critics and read detached by the actor (HIL-SERL)"""
     save_replay: str | None = None
-    """write the replay buffer to this .npz at the end and on SIGINT/SIGTERM, for --offline-data"""
+    """write the replay buffer to this .npz at the end and on Ctrl-C or SIGTERM, for a later --offline-data"""
     offline_data: str | None = None
-    """an .npz written by --save-replay: a second buffer that each batch draws from (RLPD, arXiv:2302.02948)"""
+    """train on this .npz of transitions (written by --save-replay) too: a share of each batch comes from it (RLPD)"""
     offline_ratio: float | None = None
-    """fraction of each batch drawn from --offline-data; None: 0.5, RLPD's symmetric sampling"""
+    """share of each batch drawn from --offline-data; unset: 0.5, RLPD's symmetric sampling"""
     offline_steps: int = 0
     """update steps on --offline-data alone before the first env step (HIL-SERL's offline learner)"""
     num_discrete_actions: int = 0
-    """K: the last action dimension is a gripper of K evenly spaced commands, picked by a discrete critic (HIL-SERL); 0: off"""
+    """make the last action dimension a gripper of K commands, chosen by a discrete critic; 0: off (HIL-SERL)"""
     gripper_epsilon: float = 0.1
-    """probability of a uniformly random gripper command in training (epsilon-greedy; DQN's final epsilon, Nature 2015)"""
+    """chance of a random gripper command in training (epsilon-greedy; DQN's final epsilon, Nature 2015)"""
     discrete_q_lr: float | None = None
-    """learning rate of the discrete critic's Adam; None: --q-lr"""
+    """learning rate of the gripper critic's Adam; unset: --q-lr"""
 
 
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0  # DEVIATION(3)
 HIDDEN = 256  # units per hidden layer (SAC paper, Table 1); also the state encoding's width (HIL-SERL latent_dim)
-IMAGE_FEATURES = 50  # an image's encoding width (DrQ, SAC-AE)
-SHIFT = 4  # DrQ's random shift: pad by 4 pixels (replicating the border), crop back at a random offset
 COMPILE_MIN_STEPS = 100_000  # unset --compile compiles CPU runs of this many env steps after learning starts
 LOG_2PI = math.log(2 * math.pi)
 
@@ -177,34 +176,367 @@ def soft_q_target(rewards, terminations, next_q, next_log_prob, alpha, gamma: fl
     return rewards + gamma * (1.0 - terminations) * next_v
 
 
-def double_dqn_target(rewards, terminations, next_q, next_q_target, gamma: float):
-    """Shapes: rewards, terminations (B,); next_q, next_q_target (B, K), Q_d(s', .) and the target network's Q_d'(s', .).
-    y = r + gamma * (1 - terminated) * Q_d'(s', argmax_a Q_d(s', a))   [arXiv:1509.06461 eq. 4; HIL-SERL]"""
-    best = next_q.argmax(dim=-1, keepdim=True)  # the online network picks the command, the target network values it
-    return rewards + gamma * (1.0 - terminations) * next_q_target.gather(-1, best).squeeze(-1)
-
-
-def gripper_levels(action_space, k: int) -> np.ndarray:
-    """The values of the gripper's k commands: k evenly spaced points of the last action dimension's [low, high]."""
-    return np.linspace(action_space.low[-1], action_space.high[-1], k, dtype=np.float32)
-
-
-def random_shift(images: torch.Tensor, pad: int = SHIFT) -> torch.Tensor:
-    """DrQ's image augmentation (arXiv:2004.13649, Sec. 3.1): each image (B, C, H, W) padded by `pad` pixels that repeat
-    its border, then cropped back to H x W at an offset drawn uniformly from {0, ..., 2 pad}^2."""
-    n, _, h, w = images.shape
-    padded = F.pad(images, (pad,) * 4, mode="replicate")
-    dy, dx = torch.randint(0, 2 * pad + 1, (2, n, 1, 1), device=images.device)
-    rows, cols = torch.arange(h, device=images.device)[:, None] + dy, torch.arange(w, device=images.device) + dx
-    return padded[torch.arange(n, device=images.device)[:, None, None], :, rows, cols].permute(0, 3, 1, 2)
-
-
 def subsample_critics(num_critics: int, num_subsample: int, device=None):
     """Indices of `num_subsample` distinct critics of `num_critics`, drawn uniformly (REDQ, Alg. 1 line 8); all: [:]."""
     return slice(None) if num_subsample == num_critics else torch.randperm(num_critics, device=device)[:num_subsample]
 
 
 # NETWORKS AND REPLAY BUFFER -------------------------------------------------------------------------------------------
+class QEnsemble(nn.Module):
+    """N soft Q networks Q_i(s, a), each 256-256-1 with ReLU on one shared `Encoder`'s features of s (a flat s passes
+    through it; images: the robot-learning section), in one batched pass: layer weights are stacked to (N, in, out) for
+    `torch.baddbmm`. Each member is initialised as `nn.Linear` is: U(+-1/sqrt(fan_in)). With layer_norm, each hidden
+    layer is Linear, LayerNorm (its own gain and bias per member, eps 1e-5), ReLU, as RLPD's."""
+
+    def __init__(self, envs, num_critics: int = 2, layer_norm: bool = False, gripper: bool = False):
+        super().__init__()
+        self.encoder = Encoder(envs.single_observation_space)
+        obs_dim = self.encoder.out_dim
+        act_dim = int(np.prod(envs.single_action_space.shape)) - gripper  # the arm's: a gripper's is DiscreteQ's
+        dims = [obs_dim + act_dim, HIDDEN, HIDDEN, 1]
+        self.weights, self.biases = nn.ParameterList(), nn.ParameterList()
+        for fan_in, fan_out in zip(dims[:-1], dims[1:]):
+            bound = 1.0 / math.sqrt(fan_in)
+            self.weights.append(nn.Parameter(torch.empty(num_critics, fan_in, fan_out).uniform_(-bound, bound)))
+            self.biases.append(nn.Parameter(torch.empty(num_critics, 1, fan_out).uniform_(-bound, bound)))
+        hidden = len(dims) - 2 if layer_norm else 0  # LayerNorm gains 1 and biases 0, as nn.LayerNorm's
+        self.norm_gains = nn.ParameterList(nn.Parameter(torch.ones(num_critics, 1, HIDDEN)) for _ in range(hidden))
+        self.norm_biases = nn.ParameterList(nn.Parameter(torch.zeros(num_critics, 1, HIDDEN)) for _ in range(hidden))
+
+    def forward(self, obs, actions, idx=slice(None), detach_params: bool = False):
+        """Q values (N, B), or (M, B) for the critics `idx` selects; detach_params=True lets no gradient into the critics
+        or their encoder."""
+        features = self.encoder(obs)
+        x = torch.cat([features.detach() if detach_params else features, actions], dim=-1)
+        ws, bs, gs, hs = ([p[idx].detach() if detach_params else p[idx] for p in ps]
+                          for ps in (self.weights, self.biases, self.norm_gains, self.norm_biases))
+        x = x.expand(ws[0].shape[0], *x.shape)
+        for k, (w, b) in enumerate(zip(ws[:-1], bs[:-1])):
+            x = torch.baddbmm(b, x, w)
+            if gs:  # --critic-layer-norm: g * (x - mean(x)) / sqrt(var(x) + eps) + h over the hidden units
+                x = torch.addcmul(hs[k], F.layer_norm(x, x.shape[-1:]), gs[k])
+            x = F.relu(x, inplace=True)
+        # the output layer as multiply-and-sum: a batched matmul with one output column takes a slow path on the CPU
+        return (x * ws[-1].transpose(1, 2)).sum(-1) + bs[-1].squeeze(-1)
+
+
+class Actor(nn.Module):
+    """Tanh-squashed Gaussian policy with CleanRL's interface: Actor(envs), forward, get_action; with a gripper, over
+    the other action dimensions. It reads s through its own `Encoder` or, given the critics' (--shared-encoder), through
+    theirs, detached: its loss trains no encoder (HIL-SERL's rule)."""
+
+    def __init__(self, envs, shared_encoder=None, gripper: bool = False):
+        super().__init__()
+        self.encoder = Encoder(envs.single_observation_space) if shared_encoder is None else None
+        self.shared = [shared_encoder] if shared_encoder else []  # in a list: not registered, not in .parameters()
+        act_dim = int(np.prod(envs.single_action_space.shape)) - gripper
+        self.fc1 = nn.Linear((shared_encoder or self.encoder).out_dim, HIDDEN)
+        self.fc2 = nn.Linear(HIDDEN, HIDDEN)
+        self.fc_mean = nn.Linear(HIDDEN, act_dim)
+        self.fc_logstd = nn.Linear(HIDDEN, act_dim)
+        high, low = envs.single_action_space.high[:act_dim], envs.single_action_space.low[:act_dim]
+        self.register_buffer("action_scale", torch.tensor((high - low) / 2.0, dtype=torch.float32))
+        self.register_buffer("action_bias", torch.tensor((high + low) / 2.0, dtype=torch.float32))
+
+    def features(self, obs):
+        return self.encoder(obs) if self.encoder is not None else self.shared[0](obs).detach()
+
+    def forward(self, obs):
+        """Returns (mean, log_std), each (B, |A|), log_std in [LOG_STD_MIN, LOG_STD_MAX]."""
+        x = F.relu(self.fc2(F.relu(self.fc1(self.features(obs)), inplace=True)), inplace=True)
+        log_std = torch.tanh(self.fc_logstd(x))
+        log_std = LOG_STD_MIN + 0.5 * (LOG_STD_MAX - LOG_STD_MIN) * (log_std + 1)  # DEVIATION(3)
+        return self.fc_mean(x), log_std
+
+    def get_action(self, obs):
+        """Returns (action, log_prob (B, 1), deterministic action tanh(mean)), actions rescaled to the Box bounds."""
+        mean, log_std = self(obs)
+        eps = torch.randn_like(mean)
+        # a = tanh(mean + std * eps) * scale + bias: the reparameterization trick   [arXiv:1801.01290 eq. 11]
+        u = torch.addcmul(mean, log_std.exp(), eps)
+        action = torch.addcmul(self.action_bias, torch.tanh(u), self.action_scale)
+        log_prob = tanh_gaussian_log_prob(u, eps, log_std, self.action_scale)
+        return action, log_prob, torch.addcmul(self.action_bias, torch.tanh(mean), self.action_scale)
+
+
+class ReplayBuffer:
+    """Preallocated circular storage of (s, a, r, s', terminated), sampled uniformly: column blocks of one float
+    tensor, so storing a step is one copy and drawing a minibatch one gather (Dict observations: ImageReplayBuffer)."""
+
+    def __init__(self, capacity: int, obs_dim: int, act_dim: int, device):
+        self.capacity, self.pos, self.size, self.device = capacity, 0, 0, device
+        self.widths = (obs_dim, act_dim, 1, obs_dim, 1)
+        self.storage = torch.empty((capacity, sum(self.widths)), device=device)  # rows >= size are never read
+
+    def add(self, obs, actions, rewards, next_obs, terminations, dones):
+        """Store one row per sub-env; arrays are (num_envs, ...), next_obs the true s', `dones` where episodes ended
+        (read by ImageReplayBuffer). Returns the rows' indices."""
+        rows = np.concatenate([obs, actions, rewards[:, None], next_obs, terminations[:, None]], 1, dtype=np.float32)
+        idx = torch.arange(self.pos, self.pos + len(rows)) % self.capacity
+        self.storage[idx.to(self.device)] = torch.from_numpy(rows).to(self.device)
+        self.pos, self.size = (self.pos + len(rows)) % self.capacity, min(self.size + len(rows), self.capacity)
+        return idx
+
+    def sample(self, batch_size: int):
+        """(obs, actions, rewards, next_obs, terminations) of `batch_size` transitions drawn uniformly."""
+        return self.rows(torch.randint(0, self.size, (batch_size,), device=self.device))
+
+    def rows(self, idx):
+        obs, actions, rewards, next_obs, terminations = self.storage.index_select(0, idx).split(self.widths, dim=-1)
+        return obs, actions, rewards.squeeze(-1), next_obs, terminations.squeeze(-1)
+
+    def state_dict(self):  # a copy of the rows written: torch.save writes a view's whole storage, the whole buffer
+        return {"pos": self.pos, "size": self.size, "storage": self.storage[: self.size].to("cpu", copy=True)}
+
+    def load_state_dict(self, state):
+        self.pos, self.size = state["pos"], state["size"]
+        self.storage[: self.size] = state["storage"].to(self.device)
+
+
+# LOSSES AND UPDATES ---------------------------------------------------------------------------------------------------
+def compute_loss_q(actor, qf, qf_target, batch, alpha, gamma, backup_entropy, num_subsample):
+    """J_Q = sum_i E[(Q_i(s, a) - y)^2], y from `soft_q_target`   [arXiv:1812.05905 eq. 5; DEVIATION(2)]. Returns (loss, metrics)."""
+    obs, actions, rewards, next_obs, terminations = batch
+    with torch.no_grad():
+        next_actions, next_log_prob, _ = actor.get_action(next_obs)
+        idx = subsample_critics(qf.weights[0].shape[0], num_subsample, actions.device)
+        next_q = qf_target(next_obs, next_actions, idx)
+        y = soft_q_target(rewards, terminations, next_q, next_log_prob.squeeze(-1), alpha, gamma, backup_entropy)
+    q = qf(obs, actions[:, : next_actions.shape[-1]])  # the arm's dimensions: a gripper's value is Q_d's
+    per_critic = (q - y).pow(2).mean(dim=1)
+    q_means, losses = q.detach().mean(dim=1), per_critic.detach()  # detached: logging records no autograd graph
+    metrics = {"qf1_values": q_means[0], "qf2_values": q_means[1], "qf1_loss": losses[0], "qf2_loss": losses[1],
+               "qf_loss": losses.mean()}
+    return per_critic.sum(), metrics
+
+
+def compute_loss_pi(actor, qf, obs, alpha):
+    """J_pi = E_s[alpha * log pi(a|s) - min_i Q_i(s, a)], a ~ pi(.|s) reparameterized   [arXiv:1801.01290 eq. 12]; the
+    critics' parameters enter detached, so gradients reach the actor only. Returns (loss, detached log_prob (B,))."""
+    actions, log_prob, _ = actor.get_action(obs)
+    q = qf(obs, actions, detach_params=True).min(dim=0).values
+    log_prob = log_prob.squeeze(-1)
+    return (alpha * log_prob - q).mean(), log_prob.detach()
+
+
+def compute_loss_alpha(log_alpha, log_prob, target_entropy: float):
+    """J(alpha) = E_a~pi[-alpha * log pi(a|s) - alpha * H-bar]   [arXiv:1812.05905 eq. 18]; log_prob is detached."""
+    return (-log_alpha.exp() * (log_prob + target_entropy)).mean()
+
+
+def compute_loss_actor_alpha(actor, qf, obs, log_alpha, target_entropy: float, autotune: bool):
+    """J_pi, plus J(alpha) when alpha is tuned, as one loss: they share no parameter (alpha and log pi enter each
+    other's detached), so one backward pass serves both. Returns (loss, detached metrics)."""
+    alpha = log_alpha.detach().exp()
+    loss, log_prob = compute_loss_pi(actor, qf, obs, alpha)
+    metrics = {"actor_loss": loss.detach(), "alpha": alpha[0], "entropy": -log_prob.mean()}
+    if autotune:
+        alpha_loss = compute_loss_alpha(log_alpha, log_prob, target_entropy)  # DEVIATION(5)
+        loss, metrics["alpha_loss"] = loss + alpha_loss, alpha_loss.detach()
+    return loss, metrics
+
+
+def polyak_update(targets: list, params: list, tau: float) -> None:
+    """theta' <- tau * theta + (1 - tau) * theta'   [arXiv:1801.01290 Algorithm 1]"""
+    with torch.no_grad():
+        torch._foreach_lerp_(targets, params, tau)
+
+
+def optimizer_step(optimizer, loss, module, max_norm: float | None) -> None:
+    """One step of `optimizer` on `loss`, the gradient norm of `module` first clipped to max_norm (None: not)."""
+    optimizer.zero_grad()
+    loss.backward()
+    if max_norm is not None:
+        nn.utils.clip_grad_norm_(module.parameters(), max_norm)
+    optimizer.step()
+
+
+def sac_updates(actor, qf, qf_target, log_alpha, q_optimizer, actor_optimizer, args, target_entropy: float):
+    """update_critic(batch, update_target) and update_actor(obs): one gradient step each on the losses above, returning
+    detached metrics (no host sync). log alpha is a parameter group of the actor's optimizer, stepped with it."""
+    num_subsample = args.num_subsample_critics or args.num_critics
+    step = functools.partial(optimizer_step, max_norm=args.grad_clip_norm)
+
+    def update_critic(batch, update_target: bool):
+        alpha = log_alpha.exp().detach()
+        loss, metrics = compute_loss_q(actor, qf, qf_target, batch, alpha, args.gamma, args.backup_entropy, num_subsample)
+        step(q_optimizer, loss, qf)
+        if update_target:
+            polyak_update(list(qf_target.parameters()), list(qf.parameters()), args.tau)
+        return metrics
+
+    def update_actor(obs):
+        loss, metrics = compute_loss_actor_alpha(actor, qf, obs, log_alpha, target_entropy, args.autotune)
+        step(actor_optimizer, loss, actor)
+        return metrics
+
+    return update_critic, update_actor
+
+
+def target_of(source: nn.Module, target: nn.Module) -> nn.Module:
+    """`target` made a copy of `source` that takes no gradient: the target network, moved by `polyak_update`."""
+    target.load_state_dict(source.state_dict())
+    return target.requires_grad_(False)
+
+
+# MAIN -----------------------------------------------------------------------------------------------------------------
+def main(args: Args) -> dict:
+    """Train; returns a summary. Raises ConfigError, before writing anything, on bad flags, envs or checkpoints."""
+    args, checkpoint, device = setup(args)
+    args, offline = robot_learning_setup(args, device)  # file flags made absolute; --offline-data loaded and checked
+    run = Run(args, checkpoint, device)
+    try:
+        obs_space, action_space = run.envs.single_observation_space, run.envs.single_action_space
+        gripper, share = args.num_discrete_actions > 0, args.shared_encoder and isinstance(obs_space, gym.spaces.Dict)
+        act_dim = action_space.shape[0] - gripper  # |A|: the arm's dimensions, without a gripper's
+        actor = None if share else Actor(run.envs, gripper=gripper).to(device)  # first, as the seed's draws have gone
+        qf, qf_target = (QEnsemble(run.envs, args.num_critics, args.critic_layer_norm, gripper).to(device)
+                         for _ in range(2))
+        actor = actor or Actor(run.envs, qf.encoder, gripper).to(device)
+        qf_target = target_of(qf, qf_target)  # with the critics' encoder: a Polyak-averaged copy, as theirs
+        grip = Gripper(args, run.envs, qf, qf_target, share, device) if gripper else None  # its own critic and Adam
+        fused = {"fused": True} if device.type in ("cpu", "cuda") else {}  # one Adam kernel for all tensors
+        q_optimizer = torch.optim.Adam(qf.parameters(), lr=args.q_lr, **fused)
+        actor_optimizer = torch.optim.Adam(actor.parameters(), lr=args.policy_lr, **fused)
+        log_alpha = torch.zeros(1, device=device, requires_grad=True)
+        if args.autotune:  # log alpha's Adam: a parameter group of the actor's optimizer, with its own learning rate
+            actor_optimizer.add_param_group({"params": [log_alpha], "lr": args.q_lr})
+        else:
+            log_alpha.data.fill_(math.log(args.alpha) if args.alpha > 0 else -math.inf)
+        target_entropy = -float(act_dim) if args.target_entropy is None else args.target_entropy  # H-bar = -|A| (Sec. 5)
+        rb = replay_buffer(args, args.buffer_size, obs_space, action_space.shape[0], device)
+        stateful = dict(actor=actor, qf=qf, qf_target=qf_target, q_optimizer=q_optimizer,
+                        actor_optimizer=actor_optimizer, rb=rb, log_alpha=log_alpha, **(grip.stateful if grip else {}))
+        (global_step, critic_updates, actor_updates, update_steps), obs = run.resume(stateful, (0, 0, 0, 0))
+        updates = compiled_updates if args.compile else sac_updates  # compiled: after a resume loaded the optimizers
+        update_critic, update_actor = updates(actor, qf, qf_target, log_alpha, q_optimizer, actor_optimizer, args,
+                                              target_entropy)
+        counters = lambda: (global_step, critic_updates, actor_updates, update_steps)  # noqa: E731
+        replay = rb if offline is None else MixedReplay(rb, offline, args.offline_ratio)  # RLPD's batches
+
+        def policy(obs):  # the deterministic action tanh(mean) * scale + bias (and the greedy gripper), for evaluation
+            x = to_tensors(obs, device)
+            arm = torch.addcmul(actor.action_bias, torch.tanh(actor(x)[0]), actor.action_scale)
+            return (torch.cat([arm, grip.act(x)], dim=-1) if grip else arm).cpu().numpy()
+
+        def update(replay):  # utd_ratio critic updates; every policy_frequency-th call, policy_frequency actor
+            nonlocal critic_updates, actor_updates, update_steps  # updates (DEVIATION(4))
+            for _ in range(args.utd_ratio):
+                batch = replay.sample(args.batch_size)
+                critic_updates += 1
+                update_target = critic_updates % args.target_network_frequency == 0
+                metrics.update(update_critic(batch, update_target), **(grip.update(batch, update_target) if grip else {}))
+            update_steps += 1
+            if update_steps % args.policy_frequency == 0:
+                for _ in range(args.policy_frequency):
+                    metrics.update(update_actor(batch[0]))
+                    actor_updates += 1
+
+        metrics = {}
+        offline_phase(run, update, offline, metrics, counters, args)  # --offline-steps on the offline data alone
+        while global_step + args.num_envs <= args.total_timesteps and not run.stop_signal:
+            # COLLECT: random actions for the first learning_starts steps (DEVIATION(6)), then a ~ pi(.|s)
+            x = to_tensors(obs, device)
+            if global_step < args.learning_starts:
+                u = torch.rand((args.num_envs, act_dim), device=device) * 2.0 - 1.0
+                actions = u * actor.action_scale + actor.action_bias
+            else:
+                with torch.no_grad():
+                    actions = actor.get_action(x)[0]
+            actions = (torch.cat([actions, grip.act(x, global_step)], dim=-1) if grip else actions).cpu().numpy()
+            next_obs, rewards, terminations, truncations, infos = run.envs.step(actions)
+            previous_step, global_step = global_step, global_step + args.num_envs
+
+            # STORE: bootstrap through truncations, never through terminations: s' is the true final observation and
+            # `terminations` alone masks the target. SAME_STEP autoreset means no stored transition spans a reset.
+            rb.add(obs, actions, rewards, final_observations(next_obs, infos), terminations, terminations | truncations)
+            obs = next_obs
+
+            # UPDATE: every env step brings one update step
+            if global_step >= args.learning_starts:
+                for _ in range(args.num_envs):
+                    update(replay)
+
+            # LOG, EVALUATE, CHECKPOINT
+            run.log(infos, metrics, previous_step, global_step)
+            run.after_step(previous_step, counters(), obs, policy)
+        model = {"actor": actor.state_dict(), "qf": qf.state_dict(), "log_alpha": log_alpha.detach().cpu(),
+                 **({"discrete_qf": grip.dq.state_dict()} if grip else {})}
+        summary = run.finish(counters(), obs, policy, model)
+        if args.save_replay:
+            save_replay(run, rb, global_step)
+    finally:
+        run.close()
+    return {**summary, "critic_updates": critic_updates, "actor_updates": actor_updates}
+
+
+# VALIDATION -----------------------------------------------------------------------------------------------------------
+def check_args(args: Args) -> None:
+    """Raise ConfigError for this script's out-of-range or contradictory flags."""
+    replay_dir = os.path.dirname(os.path.abspath(args.save_replay or "."))
+    check([(args.buffer_size < args.batch_size, f"--buffer-size must be at least --batch-size ({args.batch_size})"),
+           (args.learning_starts >= args.total_timesteps and not args.offline_steps,
+            f"--learning-starts {args.learning_starts} >= "
+            f"--total-timesteps {args.total_timesteps}: no update would run; lower one or raise the other"),
+           (not 1 <= args.batch_size <= (args.buffer_size if args.offline_data else args.learning_starts),
+            "--batch-size must lie in [1, --learning-starts] ([1, --buffer-size] with --offline-data)"),
+           (not min(args.policy_lr, args.q_lr) > 0, "--policy-lr and --q-lr must be positive"),
+           (not (0 < args.tau <= 1 and 0 < args.gamma <= 1), "--tau and --gamma must lie in (0, 1]"),
+           (not args.alpha >= 0, "--alpha must be non-negative"),
+           (args.num_critics < 2, "--num-critics must be at least 2"),
+           (not 1 <= (args.num_subsample_critics or 1) <= args.num_critics,
+            f"--num-subsample-critics must lie in [1, --num-critics={args.num_critics}]"),
+           (min(args.utd_ratio, args.policy_frequency, args.target_network_frequency) < 1,
+            "--utd-ratio, --policy-frequency and --target-network-frequency must be at least 1"),
+           (args.grad_clip_norm is not None and not args.grad_clip_norm > 0, "--grad-clip-norm must be positive"),
+           (not 16 <= args.image_size <= MAX_IMAGE_SIZE, f"--image-size must lie in [16, {MAX_IMAGE_SIZE}] pixels: the "
+            "encoder's four convolutions need 16, and its linear layer grows with the square of the size"),
+           (not 1 <= args.frame_stack < args.image_size / 3 or args.frame_stack > 1 and not args.from_pixels,
+            "--frame-stack must lie in [1, --image-size / 3) and above 1 needs --from-pixels"),
+           (not 0 <= (args.offline_ratio or 0) <= 1, "--offline-ratio must lie in [0, 1]"),
+           (args.offline_steps < 0, "--offline-steps must be non-negative"),
+           (args.num_discrete_actions < 0 or args.num_discrete_actions == 1, "--num-discrete-actions must be 0 (off) or "
+            "at least 2: a gripper of one command has nothing to choose"),
+           (not 0 <= args.gripper_epsilon <= 1, "--gripper-epsilon must lie in [0, 1]"),
+           (args.discrete_q_lr is not None and not args.discrete_q_lr > 0, "--discrete-q-lr must be positive"),
+           ((args.offline_ratio or args.offline_steps) and not args.offline_data,
+            "--offline-ratio and --offline-steps need --offline-data PATH, an .npz written by --save-replay"),
+           (args.save_replay and os.path.isdir(args.save_replay), f"--save-replay {args.save_replay} is a directory; "
+            "pass a file name, such as replay.npz"),
+           (args.save_replay and args.offline_data and os.path.abspath(args.save_replay) == os.path.abspath(
+               args.offline_data), "--save-replay would overwrite the --offline-data file; pass another file name"),
+           (args.save_replay and not os.path.isdir(replay_dir), f"--save-replay {args.save_replay}: its directory does "
+            "not exist; make it first"),
+           (args.save_replay and not os.access(replay_dir, os.W_OK | os.X_OK), f"--save-replay {args.save_replay}: its "
+            "directory is not writable; pass a path in a writable one")])
+
+
+def check_spaces(env_id: str, obs_space, action_space) -> None:
+    """Raise ConfigError unless the env has 1-D Box observations, or a Dict of Box vectors and 3-d uint8 images, and a
+    bounded Box action space."""
+    box = isinstance(action_space, gym.spaces.Box)  # the bounds are read only from a Box
+    spaces = obs_space.spaces if isinstance(obs_space, gym.spaces.Dict) else {}
+    bad = [key for key, space in spaces.items()
+           if not isinstance(space, gym.spaces.Box) or (space.dtype == np.uint8) != (len(space.shape) == 3)]
+    check([(isinstance(action_space, gym.spaces.Discrete), f"{env_id} has a Discrete action space: use sac_atari.py"),
+           (not box, f"{env_id}'s action space is no Box; this script needs one"),
+           (not (spaces or isinstance(obs_space, gym.spaces.Box) and len(obs_space.shape) == 1), f"{env_id} has "
+            f"{obs_space} observations; this script needs a 1-D Box (see gymnasium.wrappers.FlattenObservation) or a Dict"),
+           (bad, f"{env_id}'s observation keys {bad} are neither vector Boxes nor 3-d uint8 images (H, W, C) or (C, H, W)"),
+           (box and not np.all(np.isfinite(action_space.low) & np.isfinite(action_space.high) & (action_space.high >
+            action_space.low)), f"{env_id} has unbounded or empty action bounds; tanh needs finite low < high")])
+
+
+# ======================================================================================================================
+# ROBOT-LEARNING OPTIONS (HIL-SERL): image observations (--from-pixels, Dict envs) with their encoder, DrQ's shift and
+# replay; the discrete gripper (--num-discrete-actions); offline data (--offline-data, --save-replay). main() calls in
+# here only where one of them is on: a reader of plain, state-based SAC may stop above.
+# ======================================================================================================================
+IMAGE_FEATURES = 50  # an image's encoding width (DrQ, SAC-AE)
+SHIFT = 4  # DrQ's random shift: pad by 4 pixels (replicating the border), crop back at a random offset
+MAX_IMAGE_SIZE = 512  # --image-size's bound: at 512 px the encoder's linear layer holds 99M weights (84 px: 2M)
+
+
 def to_tensors(obs, device):
     """The networks' input from observations (B, ...): float32; a Dict's keys flattened, its uint8 images (B, H, W, C)
     or (B, C, H, W) made (B, C, H, W) floats in [0, 1]."""
@@ -252,224 +584,132 @@ class Encoder(nn.Module):
         return torch.cat(parts + vectors, dim=-1)
 
 
-class QEnsemble(nn.Module):
-    """N soft Q networks Q_i(s, a), each 256-256-1 with ReLU on one shared `Encoder`'s features of s, in one batched
-    pass: layer weights are stacked to (N, in, out) for `torch.baddbmm`. Each member is initialised as `nn.Linear` is:
-    U(+-1/sqrt(fan_in)). With layer_norm, each hidden layer is Linear, LayerNorm (its own gain and bias per member, eps
-    1e-5), ReLU, as RLPD's."""
-
-    def __init__(self, envs, num_critics: int = 2, layer_norm: bool = False, gripper: bool = False):
-        super().__init__()
-        self.encoder = Encoder(envs.single_observation_space)
-        obs_dim = self.encoder.out_dim
-        act_dim = int(np.prod(envs.single_action_space.shape)) - gripper  # the arm's: a gripper's is DiscreteQ's
-        dims = [obs_dim + act_dim, HIDDEN, HIDDEN, 1]
-        self.weights, self.biases = nn.ParameterList(), nn.ParameterList()
-        for fan_in, fan_out in zip(dims[:-1], dims[1:]):
-            bound = 1.0 / math.sqrt(fan_in)
-            self.weights.append(nn.Parameter(torch.empty(num_critics, fan_in, fan_out).uniform_(-bound, bound)))
-            self.biases.append(nn.Parameter(torch.empty(num_critics, 1, fan_out).uniform_(-bound, bound)))
-        hidden = len(dims) - 2 if layer_norm else 0  # LayerNorm gains 1 and biases 0, as nn.LayerNorm's
-        self.norm_gains = nn.ParameterList(nn.Parameter(torch.ones(num_critics, 1, HIDDEN)) for _ in range(hidden))
-        self.norm_biases = nn.ParameterList(nn.Parameter(torch.zeros(num_critics, 1, HIDDEN)) for _ in range(hidden))
-
-    def forward(self, obs, actions, idx=slice(None), detach_params: bool = False):
-        """Q values (N, B), or (M, B) for the critics `idx` selects; detach_params=True lets no gradient into the critics
-        or their encoder."""
-        features = self.encoder(obs)
-        x = torch.cat([features.detach() if detach_params else features, actions], dim=-1)
-        ws, bs, gs, hs = ([p[idx].detach() if detach_params else p[idx] for p in ps]
-                          for ps in (self.weights, self.biases, self.norm_gains, self.norm_biases))
-        x = x.expand(ws[0].shape[0], *x.shape)
-        for k, (w, b) in enumerate(zip(ws[:-1], bs[:-1])):
-            x = torch.baddbmm(b, x, w)
-            if gs:  # --critic-layer-norm: g * (x - mean(x)) / sqrt(var(x) + eps) + h over the hidden units
-                x = torch.addcmul(hs[k], F.layer_norm(x, x.shape[-1:]), gs[k])
-            x = F.relu(x, inplace=True)
-        # the output layer as multiply-and-sum: a batched matmul with one output column takes a slow path on the CPU
-        return (x * ws[-1].transpose(1, 2)).sum(-1) + bs[-1].squeeze(-1)
+def random_shift(images: torch.Tensor, pad: int = SHIFT) -> torch.Tensor:
+    """DrQ's image augmentation (arXiv:2004.13649, Sec. 3.1): each image (B, C, H, W) padded by `pad` pixels that repeat
+    its border, then cropped back to H x W at an offset drawn uniformly from {0, ..., 2 pad}^2."""
+    n, _, h, w = images.shape
+    padded = F.pad(images, (pad,) * 4, mode="replicate")
+    dy, dx = torch.randint(0, 2 * pad + 1, (2, n, 1, 1), device=images.device)
+    rows, cols = torch.arange(h, device=images.device)[:, None] + dy, torch.arange(w, device=images.device) + dx
+    return padded[torch.arange(n, device=images.device)[:, None, None], :, rows, cols].permute(0, 3, 1, 2)
 
 
-class Head(nn.Module):
-    """A network on an observation's `Encoder` features. Given the critics' encoder (--shared-encoder) it reads its
-    features detached, so its own loss trains no encoder (HIL-SERL's detach rule); else it has its own, which it trains."""
+class ImageReplayBuffer(ReplayBuffer):
+    """A ReplayBuffer of Dict observations: the vector keys, flattened, in the rows; the uint8 images stored once, on the
+    CPU: frames[i] is row i's s and frames[i + num_envs], its sub-env's next row, its s' (written with it), unless the
+    episode ended at row i: then last[i] is. torch.empty commits memory only where written, so `last` costs a frame per
+    episode. With `augment`, each sampled image is shifted at random (DrQ)."""
 
-    def __init__(self, envs, shared_encoder: Encoder | None = None):
-        super().__init__()
-        self.encoder = Encoder(envs.single_observation_space) if shared_encoder is None else None
-        self.shared = [shared_encoder] if shared_encoder else []  # in a list: not registered, not in .parameters()
-        self.features_dim = (shared_encoder or self.encoder).out_dim
-
-    def features(self, obs):
-        return self.encoder(obs) if self.encoder is not None else self.shared[0](obs).detach()
-
-
-class Actor(Head):
-    """Tanh-squashed Gaussian policy with CleanRL's interface: Actor(envs), forward, get_action; with a gripper, over
-    the other action dimensions."""
-
-    def __init__(self, envs, shared_encoder: Encoder | None = None, gripper: bool = False):
-        super().__init__(envs, shared_encoder)
-        act_dim = int(np.prod(envs.single_action_space.shape)) - gripper
-        self.fc1 = nn.Linear(self.features_dim, HIDDEN)
-        self.fc2 = nn.Linear(HIDDEN, HIDDEN)
-        self.fc_mean = nn.Linear(HIDDEN, act_dim)
-        self.fc_logstd = nn.Linear(HIDDEN, act_dim)
-        high, low = envs.single_action_space.high[:act_dim], envs.single_action_space.low[:act_dim]
-        self.register_buffer("action_scale", torch.tensor((high - low) / 2.0, dtype=torch.float32))
-        self.register_buffer("action_bias", torch.tensor((high + low) / 2.0, dtype=torch.float32))
-
-    def forward(self, obs):
-        """Returns (mean, log_std), each (B, |A|), log_std in [LOG_STD_MIN, LOG_STD_MAX]."""
-        x = F.relu(self.fc2(F.relu(self.fc1(self.features(obs)), inplace=True)), inplace=True)
-        log_std = torch.tanh(self.fc_logstd(x))
-        log_std = LOG_STD_MIN + 0.5 * (LOG_STD_MAX - LOG_STD_MIN) * (log_std + 1)  # DEVIATION(3)
-        return self.fc_mean(x), log_std
-
-    def get_action(self, obs):
-        """Returns (action, log_prob (B, 1), deterministic action tanh(mean)), actions rescaled to the Box bounds."""
-        mean, log_std = self(obs)
-        eps = torch.randn_like(mean)
-        # a = tanh(mean + std * eps) * scale + bias: the reparameterization trick   [arXiv:1801.01290 eq. 11]
-        u = torch.addcmul(mean, log_std.exp(), eps)
-        action = torch.addcmul(self.action_bias, torch.tanh(u), self.action_scale)
-        log_prob = tanh_gaussian_log_prob(u, eps, log_std, self.action_scale)
-        return action, log_prob, torch.addcmul(self.action_bias, torch.tanh(mean), self.action_scale)
-
-
-class DiscreteQ(Head):
-    """Q_d(s, .): the values of the gripper's K commands, 256-256-K with ReLU on the features of s; it reads no arm
-    action (HIL-SERL's discrete critic)."""
-
-    def __init__(self, envs, k: int, shared_encoder: Encoder | None = None):
-        super().__init__(envs, shared_encoder)
-        self.net = nn.Sequential(nn.Linear(self.features_dim, HIDDEN), nn.ReLU(), nn.Linear(HIDDEN, HIDDEN), nn.ReLU(),
-                                 nn.Linear(HIDDEN, k))
-
-    def forward(self, obs):
-        return self.net(self.features(obs))
-
-
-class ReplayBuffer:
-    """Preallocated circular storage of (s, a, r, s', terminated), sampled uniformly. The vector parts (a flat s, or a
-    Dict's vector keys, then a, r, s', terminated) are column blocks of one float tensor, so storing a step is one copy
-    and drawing a minibatch one gather. A Dict's uint8 images are stored once, on the CPU: frames[i] is row i's s and
-    frames[i + num_envs], its sub-env's next row, its s' (written with it), unless the episode ended at row i: then
-    last[i] is. torch.empty commits memory only where written, so `last` costs a frame per episode."""
-
-    def __init__(self, capacity: int, obs_space, act_dim: int, num_envs: int, device):
-        self.capacity, self.num_envs, self.pos, self.size, self.device = capacity, num_envs, 0, 0, device
-        self.spaces = obs_space.spaces if isinstance(obs_space, gym.spaces.Dict) else None
-        self.images = [key for key, space in (self.spaces or {}).items() if space.dtype == np.uint8]
-        self.vectors = {key: space.shape for key, space in (self.spaces or {}).items() if key not in self.images}
-        obs_dim = sum(int(np.prod(shape)) for shape in self.vectors.values()) if self.spaces else obs_space.shape[0]
-        self.widths = (obs_dim, act_dim, 1, obs_dim, 1)
-        self.storage = torch.empty((capacity, sum(self.widths)), device=device)  # rows >= size are never read
+    def __init__(self, capacity: int, obs_space, act_dim: int, num_envs: int, device, augment: bool):
+        self.spaces, self.num_envs, self.augment = obs_space.spaces, num_envs, augment
+        self.images = [key for key, space in self.spaces.items() if space.dtype == np.uint8]
+        self.vectors = {key: space.shape for key, space in self.spaces.items() if key not in self.images}
+        super().__init__(capacity, sum(int(np.prod(shape)) for shape in self.vectors.values()), act_dim, device)
         self.frames, self.last = ({key: torch.empty((capacity, *self.spaces[key].shape), dtype=torch.uint8)
                                    for key in self.images} for _ in range(2))
         self.ended = torch.zeros(capacity, dtype=torch.bool)
 
     def flat(self, obs):
-        """(B, obs_dim): a flat s, or a Dict's vector keys flattened and concatenated."""
-        n = len(next(iter(obs.values()))) if self.spaces else 0
-        return np.concatenate([np.zeros((n, 0))] + [obs[key].reshape(n, -1) for key in self.vectors], 1) \
-            if self.spaces else obs
+        """(B, obs_dim): a Dict's vector keys flattened and concatenated."""
+        n = len(next(iter(obs.values())))
+        return np.concatenate([np.zeros((n, 0))] + [obs[key].reshape(n, -1) for key in self.vectors], 1)
 
     def add(self, obs, actions, rewards, next_obs, terminations, dones):
-        """Store one row per sub-env; arrays are (num_envs, ...), next_obs the true s', `dones` where episodes ended."""
-        rows = [self.flat(obs), actions, rewards[:, None], self.flat(next_obs), terminations[:, None]]
-        idx = torch.arange(self.pos, self.pos + len(actions)) % self.capacity
-        self.storage[idx.to(self.device)] = torch.from_numpy(np.concatenate(rows, 1, dtype=np.float32)).to(self.device)
+        idx = super().add(self.flat(obs), actions, rewards, self.flat(next_obs), terminations, dones)
         self.ended[idx] = torch.as_tensor(dones, dtype=torch.bool)
         for key in self.images:  # s' first: a bulk load's next rows then get their own s
             self.frames[key][(idx + self.num_envs) % self.capacity] = torch.as_tensor(next_obs[key])
             self.frames[key][idx] = torch.as_tensor(obs[key])
             self.last[key][idx[self.ended[idx]]] = torch.as_tensor(next_obs[key][dones])
-        self.pos, self.size = (self.pos + len(actions)) % self.capacity, min(self.size + len(actions), self.capacity)
+        return idx
 
     def stale(self) -> int:
         """How many of the oldest rows have lost their s image to the newest rows' s' (a full buffer's)."""
         return self.num_envs if self.images and self.size == self.capacity else 0
 
     def observations(self, flat, idx, next_obs: bool):
-        """Rows idx's s (or s') as stored: a flat tensor, or a Dict of uint8 images and flattened vectors."""
-        if not self.spaces:
-            return flat
+        """Rows idx's s (or s') as stored: a Dict of uint8 images and flattened vectors."""
         obs = dict(zip(self.vectors, flat.split([int(np.prod(shape)) for shape in self.vectors.values()], dim=-1)))
         for key in self.images:
             frames = self.frames[key][(idx + self.num_envs) % self.capacity if next_obs else idx]
             obs[key] = torch.where(self.ended[idx, None, None, None], self.last[key][idx], frames) if next_obs else frames
         return obs
 
-    def sample(self, batch_size: int, augment: bool = False):
-        """(obs, actions, rewards, next_obs, terminations) of `batch_size` transitions drawn uniformly; with augment,
-        each image shifted at random (DrQ)."""
+    def sample(self, batch_size: int):
         idx = torch.randint(0, self.size - self.stale(), (batch_size,), device=self.device)
         idx = (idx + self.pos + self.stale()) % self.capacity if self.stale() else idx
-        obs, actions, rewards, next_obs, terminations = self.storage.index_select(0, idx).split(self.widths, dim=-1)
-        if self.spaces:
-            obs, next_obs = (to_tensors(self.observations(part, idx.cpu(), nxt), self.device) for part, nxt in
-                             ((obs, False), (next_obs, True)))
-            for o in (obs, next_obs) if augment else ():
-                o.update({key: random_shift(o[key]) for key in self.images})
-        return obs, actions, rewards.squeeze(-1), next_obs, terminations.squeeze(-1)
+        obs, actions, rewards, next_obs, terminations = self.rows(idx)
+        obs, next_obs = (to_tensors(self.observations(part, idx.cpu(), nxt), self.device) for part, nxt in
+                         ((obs, False), (next_obs, True)))
+        for o in (obs, next_obs) if self.augment else ():
+            o.update({key: random_shift(o[key]) for key in self.images})
+        return obs, actions, rewards, next_obs, terminations
 
-    def arrays(self) -> dict:
-        """The stored transitions, oldest first, as --save-replay writes them: obs, actions, rewards, next_obs and
-        terminations, a Dict's observations as obs/<key> and next_obs/<key> arrays shaped as the space's."""
-        idx = (torch.arange(self.stale(), self.size) + (self.pos if self.size == self.capacity else 0)) % self.capacity
-        obs, actions, rewards, next_obs, terminations = self.storage[idx.to(self.device)].cpu().split(self.widths, -1)
-        data = {"actions": actions, "rewards": rewards[:, 0], "terminations": terminations[:, 0]}
-        for name, flat, nxt in (("obs", obs, False), ("next_obs", next_obs, True)):
-            parts = self.observations(flat, idx, nxt)
-            data.update({f"{name}/{k}": v.reshape(len(idx), *self.spaces[k].shape) for k, v in parts.items()}
-                        if self.spaces else {name: parts})
-        return {key: value.numpy() for key, value in data.items()}
-
-    def state_dict(self):  # copies of the rows written: torch.save writes a view's whole storage, the whole buffer
+    def state_dict(self):  # copies of the rows written, as ReplayBuffer's
         written = min(self.size + self.num_envs, self.capacity)  # the rows' s and the newest rows' s'
-        return {"pos": self.pos, "size": self.size, "storage": self.storage[: self.size].to("cpu", copy=True),
-                "ended": self.ended[: self.size].clone(),
+        return {**super().state_dict(), "ended": self.ended[: self.size].clone(),
                 **{f"frames/{key}": self.frames[key][:written].clone() for key in self.images},
                 **{f"last/{key}": self.last[key][self.ended] for key in self.images}}
 
     def load_state_dict(self, state):
-        self.pos, self.size = state["pos"], state["size"]
-        self.storage[: self.size], self.ended[: self.size] = state["storage"].to(self.device), state["ended"]
+        super().load_state_dict(state)
+        self.ended[: self.size] = state["ended"]
         for key in self.images:
             self.frames[key][: len(state[f"frames/{key}"])] = state[f"frames/{key}"]
             self.last[key][self.ended] = state[f"last/{key}"]
 
 
-# LOSSES AND UPDATES ---------------------------------------------------------------------------------------------------
-def compute_loss_q(actor, qf, qf_target, batch, alpha, gamma, backup_entropy, num_subsample):
-    """J_Q = sum_i E[(Q_i(s, a) - y)^2], y from `soft_q_target`   [arXiv:1812.05905 eq. 5; DEVIATION(2)]. Returns (loss, metrics)."""
-    obs, actions, rewards, next_obs, terminations = batch
-    with torch.no_grad():
-        next_actions, next_log_prob, _ = actor.get_action(next_obs)
-        idx = subsample_critics(qf.weights[0].shape[0], num_subsample, actions.device)
-        next_q = qf_target(next_obs, next_actions, idx)
-        y = soft_q_target(rewards, terminations, next_q, next_log_prob.squeeze(-1), alpha, gamma, backup_entropy)
-    q = qf(obs, actions[:, : next_actions.shape[-1]])  # the arm's dimensions: a gripper's value is Q_d's
-    per_critic = (q - y).pow(2).mean(dim=1)
-    q_means, losses = q.detach().mean(dim=1), per_critic.detach()  # detached: logging records no autograd graph
-    metrics = {"qf1_values": q_means[0], "qf2_values": q_means[1], "qf1_loss": losses[0], "qf2_loss": losses[1],
-               "qf_loss": losses.mean()}
-    return per_critic.sum(), metrics
+def replay_buffer(args, capacity: int, obs_space, act_dim: int, device, num_envs: int | None = None) -> ReplayBuffer:
+    """A ReplayBuffer, or for Dict observations an ImageReplayBuffer, whose frames' address space the OS may refuse."""
+    if not isinstance(obs_space, gym.spaces.Dict):
+        return ReplayBuffer(capacity, obs_space.shape[0], act_dim, device)
+    try:
+        return ImageReplayBuffer(capacity, obs_space, act_dim, num_envs or args.num_envs, device, args.augment)
+    except RuntimeError as e:
+        raise ConfigError(f"no memory for a replay buffer of {capacity:,} transitions ({e}): lower --buffer-size or "
+                          "--image-size") from None
 
 
-def compute_loss_pi(actor, qf, obs, alpha):
-    """J_pi = E_s[alpha * log pi(a|s) - min_i Q_i(s, a)], a ~ pi(.|s) reparameterized   [arXiv:1801.01290 eq. 12]; the
-    critics' parameters enter detached, so gradients reach the actor only. Returns (loss, detached log_prob (B,))."""
-    actions, log_prob, _ = actor.get_action(obs)
-    q = qf(obs, actions, detach_params=True).min(dim=0).values
-    log_prob = log_prob.squeeze(-1)
-    return (alpha * log_prob - q).mean(), log_prob.detach()
+def replay_arrays(rb: ReplayBuffer) -> dict:
+    """The stored transitions, oldest first, as --save-replay writes them: obs, actions, rewards, next_obs and
+    terminations, a Dict's observations as obs/<key> and next_obs/<key> arrays shaped as the space's."""
+    images = isinstance(rb, ImageReplayBuffer)
+    idx = (torch.arange(rb.stale() if images else 0, rb.size) + (rb.pos if rb.size == rb.capacity else 0)) % rb.capacity
+    obs, actions, rewards, next_obs, terminations = rb.storage[idx.to(rb.device)].cpu().split(rb.widths, -1)
+    data = {"actions": actions, "rewards": rewards[:, 0], "terminations": terminations[:, 0]}
+    for name, flat, nxt in (("obs", obs, False), ("next_obs", next_obs, True)):
+        data.update({f"{name}/{k}": v.reshape(len(idx), *rb.spaces[k].shape)
+                     for k, v in rb.observations(flat, idx, nxt).items()} if images else {name: flat})
+    return {key: value.numpy() for key, value in data.items()}
 
 
-def compute_loss_alpha(log_alpha, log_prob, target_entropy: float):
-    """J(alpha) = E_a~pi[-alpha * log pi(a|s) - alpha * H-bar]   [arXiv:1812.05905 eq. 18]; log_prob is detached."""
-    return (-log_alpha.exp() * (log_prob + target_entropy)).mean()
+def double_dqn_target(rewards, terminations, next_q, next_q_target, gamma: float):
+    """Shapes: rewards, terminations (B,); next_q, next_q_target (B, K), Q_d(s', .) and the target network's Q_d'(s', .).
+    y = r + gamma * (1 - terminated) * Q_d'(s', argmax_a Q_d(s', a))   [arXiv:1509.06461 eq. 4; HIL-SERL]"""
+    best = next_q.argmax(dim=-1, keepdim=True)  # the online network picks the command, the target network values it
+    return rewards + gamma * (1.0 - terminations) * next_q_target.gather(-1, best).squeeze(-1)
+
+
+def gripper_levels(action_space, k: int) -> np.ndarray:
+    """The values of the gripper's k commands: k evenly spaced points of the last action dimension's [low, high]."""
+    return np.linspace(action_space.low[-1], action_space.high[-1], k, dtype=np.float32)
+
+
+class DiscreteQ(nn.Module):
+    """Q_d(s, .): the values of the gripper's K commands, 256-256-K with ReLU on the features of s; it reads no arm
+    action (HIL-SERL's discrete critic). Its encoder is its own, or the critics' read detached, as the Actor's."""
+
+    def __init__(self, envs, k: int, shared_encoder=None):
+        super().__init__()
+        self.encoder = Encoder(envs.single_observation_space) if shared_encoder is None else None
+        self.shared = [shared_encoder] if shared_encoder else []  # in a list: not registered, not in .parameters()
+        self.net = nn.Sequential(nn.Linear((shared_encoder or self.encoder).out_dim, HIDDEN), nn.ReLU(),
+                                 nn.Linear(HIDDEN, HIDDEN), nn.ReLU(), nn.Linear(HIDDEN, k))
+
+    features = Actor.features
+
+    def forward(self, obs):
+        return self.net(self.features(obs))
 
 
 def compute_loss_discrete_q(dq, dq_target, batch, levels, gamma: float):
@@ -484,108 +724,47 @@ def compute_loss_discrete_q(dq, dq_target, batch, levels, gamma: float):
     return loss, {"discrete_qf_loss": loss.detach(), "discrete_qf_values": q.detach().mean()}
 
 
-def optimizer_step(optimizer, loss, module, max_norm: float | None) -> None:
-    """One step of `optimizer` on `loss`, the gradient norm of `module` first clipped to max_norm (None: not)."""
-    optimizer.zero_grad()
-    loss.backward()
-    if max_norm is not None:
-        nn.utils.clip_grad_norm_(module.parameters(), max_norm)
-    optimizer.step()
+class Gripper:
+    """--num-discrete-actions K: the last action dimension takes one of K commands (`gripper_levels`), chosen by a
+    discrete critic Q_d (HIL-SERL's) with its own Adam and Polyak target; its update runs eagerly, also under --compile.
+    With a shared encoder it reads the critics' features detached, and its target the target critics': DEVIATION(7)."""
 
+    def __init__(self, args, envs, qf, qf_target, share: bool, device):
+        k, fused = args.num_discrete_actions, {"fused": True} if device.type in ("cpu", "cuda") else {}
+        self.dq, dq_target = (DiscreteQ(envs, k, q.encoder if share else None).to(device) for q in (qf, qf_target))
+        self.dq_target = target_of(self.dq, dq_target)
+        self.optimizer = torch.optim.Adam(self.dq.parameters(), lr=args.discrete_q_lr or args.q_lr, **fused)
+        self.levels = torch.as_tensor(gripper_levels(envs.single_action_space, k), device=device)
+        self.stateful, self.args = dict(dq=self.dq, dq_target=self.dq_target, dq_optimizer=self.optimizer), args
 
-def sac_updates(actor, qf, qf_target, log_alpha, q_optimizer, actor_optimizer, args, target_entropy: float):
-    """update_critic(batch, update_target) and update_actor(obs): one gradient step each on the losses above, returning
-    detached metrics (no host sync). log alpha is a parameter group of the actor's optimizer, stepped with it."""
-    num_subsample = args.num_subsample_critics or args.num_critics
-    step = functools.partial(optimizer_step, max_norm=args.grad_clip_norm)
+    def act(self, x, global_step: int | None = None):
+        """(B, 1) values: g = argmax_a Q_d(s, a); in training (a global_step given) with probability epsilon uniform:
+        epsilon 1 for the first learning_starts steps, then --gripper-epsilon. Greedy, it draws no random number."""
+        with torch.no_grad():
+            g = self.dq(x).argmax(dim=-1)
+        epsilon = 0.0 if global_step is None else 1.0 if global_step < self.args.learning_starts else \
+            self.args.gripper_epsilon
+        if epsilon > 0:
+            g = torch.where(torch.rand(len(g), device=g.device) < epsilon, torch.randint_like(g, len(self.levels)), g)
+        return self.levels[g, None]
 
-    def update_critic(batch, update_target: bool):
-        alpha = log_alpha.exp().detach()
-        loss, metrics = compute_loss_q(actor, qf, qf_target, batch, alpha, args.gamma, args.backup_entropy, num_subsample)
-        step(q_optimizer, loss, qf)
-        if update_target:  # theta' <- tau * theta + (1 - tau) * theta'   [arXiv:1801.01290 Algorithm 1]
-            with torch.no_grad():
-                torch._foreach_lerp_(list(qf_target.parameters()), list(qf.parameters()), args.tau)
+    def update(self, batch, update_target: bool) -> dict:
+        """One step on J_d and, where update_target, of the target; returns detached metrics."""
+        loss, metrics = compute_loss_discrete_q(self.dq, self.dq_target, batch, self.levels, self.args.gamma)
+        optimizer_step(self.optimizer, loss, self.dq, self.args.grad_clip_norm)
+        if update_target:
+            polyak_update(list(self.dq_target.parameters()), list(self.dq.parameters()), self.args.tau)
         return metrics
 
-    def update_actor(obs):
-        alpha = log_alpha.exp().detach()
-        loss, log_prob = compute_loss_pi(actor, qf, obs, alpha)
-        metrics = {"actor_loss": loss.detach(), "alpha": alpha[0], "entropy": -log_prob.mean()}
-        if args.autotune:  # one backward for both losses: they share no parameter (alpha and log pi enter detached)
-            alpha_loss = compute_loss_alpha(log_alpha, log_prob, target_entropy)  # DEVIATION(5)
-            loss, metrics["alpha_loss"] = loss + alpha_loss, alpha_loss.detach()
-        step(actor_optimizer, loss, actor)
-        return metrics
 
-    return update_critic, update_actor
-
-
-def discrete_updates(dq, dq_target, optimizer, levels, args):
-    """update_discrete(batch, update_target): one step on J_d, eager also under --compile; returns detached metrics."""
-
-    def update_discrete(batch, update_target: bool):
-        loss, metrics = compute_loss_discrete_q(dq, dq_target, batch, levels, args.gamma)
-        optimizer_step(optimizer, loss, dq, args.grad_clip_norm)
-        if update_target:  # theta_d' <- tau * theta_d + (1 - tau) * theta_d', as the critics' targets
-            with torch.no_grad():
-                torch._foreach_lerp_(list(dq_target.parameters()), list(dq.parameters()), args.tau)
-        return metrics
-
-    return update_discrete
-
-
-def check_args(args: Args) -> None:
-    """Raise ConfigError for this script's out-of-range or contradictory flags."""
-    check([(args.buffer_size < args.batch_size, f"--buffer-size must be at least --batch-size ({args.batch_size})"),
-           (args.learning_starts >= args.total_timesteps and not args.offline_steps,
-            f"--learning-starts {args.learning_starts} >= "
-            f"--total-timesteps {args.total_timesteps}: no update would run; lower one or raise the other"),
-           (not 1 <= args.batch_size <= (args.buffer_size if args.offline_data else args.learning_starts),
-            "--batch-size must lie in [1, --learning-starts] ([1, --buffer-size] with --offline-data)"),
-           (not min(args.policy_lr, args.q_lr) > 0, "--policy-lr and --q-lr must be positive"),
-           (not (0 < args.tau <= 1 and 0 < args.gamma <= 1), "--tau and --gamma must lie in (0, 1]"),
-           (not args.alpha >= 0, "--alpha must be non-negative"),
-           (args.num_critics < 2, "--num-critics must be at least 2"),
-           (not 1 <= (args.num_subsample_critics or 1) <= args.num_critics,
-            f"--num-subsample-critics must lie in [1, --num-critics={args.num_critics}]"),
-           (min(args.utd_ratio, args.policy_frequency, args.target_network_frequency) < 1,
-            "--utd-ratio, --policy-frequency and --target-network-frequency must be at least 1"),
-           (args.grad_clip_norm is not None and not args.grad_clip_norm > 0, "--grad-clip-norm must be positive"),
-           (args.image_size < 16, "--image-size must be at least 16 pixels, for the encoder's four convolutions"),
-           (not 1 <= args.frame_stack < args.image_size / 3 or args.frame_stack > 1 and not args.from_pixels,
-            "--frame-stack must lie in [1, --image-size / 3) and above 1 needs --from-pixels"),
-           (not 0 <= (args.offline_ratio or 0) <= 1, "--offline-ratio must lie in [0, 1]"),
-           (args.offline_steps < 0, "--offline-steps must be non-negative"),
-           (args.num_discrete_actions < 0 or args.num_discrete_actions == 1, "--num-discrete-actions must be 0 (off) or "
-            "at least 2: a gripper of one command has nothing to choose"),
-           (not 0 <= args.gripper_epsilon <= 1, "--gripper-epsilon must lie in [0, 1]"),
-           (args.discrete_q_lr is not None and not args.discrete_q_lr > 0, "--discrete-q-lr must be positive"),
-           ((args.offline_ratio or args.offline_steps) and not args.offline_data,
-            "--offline-ratio and --offline-steps need --offline-data PATH, an .npz written by --save-replay"),
-           (args.save_replay and not os.path.isdir(os.path.dirname(os.path.abspath(args.save_replay or "."))),
-            f"--save-replay {args.save_replay}: its directory does not exist; make it first")])
-
-
-def check_spaces(env_id: str, obs_space, action_space) -> None:
-    """Raise ConfigError unless the env has 1-D Box observations, or a Dict of Box vectors and 3-d uint8 images, and a
-    bounded Box action space."""
-    box = isinstance(action_space, gym.spaces.Box)  # the bounds are read only from a Box
-    spaces = obs_space.spaces if isinstance(obs_space, gym.spaces.Dict) else {}
-    bad = [key for key, space in spaces.items()
-           if not isinstance(space, gym.spaces.Box) or (space.dtype == np.uint8) != (len(space.shape) == 3)]
-    check([(isinstance(action_space, gym.spaces.Discrete), f"{env_id} has a Discrete action space: use sac_atari.py"),
-           (not box, f"{env_id}'s action space is no Box; this script needs one"),
-           (not (spaces or isinstance(obs_space, gym.spaces.Box) and len(obs_space.shape) == 1), f"{env_id} has "
-            f"{obs_space} observations; this script needs a 1-D Box (see gymnasium.wrappers.FlattenObservation) or a Dict"),
-           (bad, f"{env_id}'s observation keys {bad} are neither vector Boxes nor 3-d uint8 images (H, W, C) or (C, H, W)"),
-           (box and not np.all(np.isfinite(action_space.low) & np.isfinite(action_space.high) & (action_space.high >
-            action_space.low)), f"{env_id} has unbounded or empty action bounds; tanh needs finite low < high")])
-
-
-def load_offline(args, device) -> ReplayBuffer | None:
-    """--num-discrete-actions checked against the env's actions; --offline-data's transitions, checked against the
-    env's spaces (and gripper commands), in a buffer of their own."""
+def robot_learning_setup(args, device):
+    """(args, offline buffer or None): --offline-data and --save-replay made absolute paths, so that a resume command
+    works from anywhere; --num-discrete-actions checked against the env; --offline-data's transitions loaded and checked
+    against the env's spaces, bounds and gripper commands, in full, before anything is written (RLPD, HIL-SERL)."""
+    args = replace(args, **{key: os.path.abspath(path) for key in ("offline_data", "save_replay")
+                            if (path := getattr(args, key))})
+    if not (args.offline_data or args.num_discrete_actions):
+        return args, None
     env = make_env(args)()
     obs_space, action_space, act_dim = env.observation_space, env.action_space, env.action_space.shape[0]
     spaces = getattr(obs_space, "spaces", {})
@@ -593,7 +772,7 @@ def load_offline(args, device) -> ReplayBuffer | None:
     check([(args.num_discrete_actions and act_dim < 2, f"--num-discrete-actions: {args.env_id} has one action "
             "dimension; the gripper is the last of at least two")])
     if not args.offline_data:
-        return None
+        return args, None
     try:
         with np.load(args.offline_data) as f:
             data = dict(f)
@@ -609,143 +788,63 @@ def load_offline(args, device) -> ReplayBuffer | None:
             if (data[key].dtype == np.uint8) != (len(fields[key]) == 3)]  # images, and only images, are uint8
     check([(bad or not n, f"--offline-data {args.offline_data} does not fit {args.env_id}: "
             f"{', '.join(bad) or 'no transitions'}; it needs these (N, ...) arrays: {fields}")])
-    levels = gripper_levels(action_space, args.num_discrete_actions)
-    off = np.unique(data["actions"][:, -1][~np.isin(data["actions"][:, -1], levels)]) if len(levels) else []
+    levels, actions = gripper_levels(action_space, args.num_discrete_actions), data["actions"]
+    off = np.unique(actions[:, -1][~np.isin(actions[:, -1], levels)]) if len(levels) else []
     check([(len(off), f"--offline-data {args.offline_data}: gripper values {off[:3]} are none of the "
             f"--num-discrete-actions {args.num_discrete_actions} commands {levels}; save it with the same K")])
-    rb = ReplayBuffer(n + 1, obs_space, act_dim, 1, device)
+    slack = 1e-5 * (action_space.high - action_space.low)  # float rounding of tanh(u) * scale + bias
+    rows = {key: ~np.isfinite(x).reshape(n, -1).all(1) for key, x in data.items() if x.dtype != np.uint8}
+    rows["actions"] |= ((actions < action_space.low - slack) | (actions > action_space.high + slack)).any(1)
+    rows["terminations"] |= ~np.isin(data["terminations"], (0, 1))
+    check([(bad.any(), f"--offline-data {args.offline_data}: {key} row {bad.argmax():,} holds {data[key][bad.argmax()]}"
+            f"; values must be finite, actions within {args.env_id}'s bounds, terminations 0 or 1")
+           for key, bad in rows.items()])
+    rb = replay_buffer(args, n + 1, obs_space, act_dim, device, num_envs=1)
     obs, next_obs = ({key: data[f"{name}/{key}"] for key in spaces} if spaces else data[name]
                      for name in ("obs", "next_obs"))
     chained = np.ones(n - 1, dtype=bool)  # transition i + 1 starts at i's s': the frame is stored once
-    for key in rb.images:
+    for key in getattr(rb, "images", ()):
         chained &= (next_obs[key][:-1] == obs[key][1:]).reshape(n - 1, -1).all(1)
     rb.add(obs, data["actions"], data["rewards"], next_obs, data["terminations"], np.append(~chained, False))
-    return rb
+    return args, rb
 
 
-def sample(rb: ReplayBuffer, offline: ReplayBuffer | None, batch_size: int, ratio: float, augment: bool):
-    """A batch of which round(batch_size * ratio) transitions come from the offline buffer, the rest from rb (RLPD)."""
-    k = round(batch_size * ratio) if offline else 0
-    parts = [buffer.sample(n, augment) for buffer, n in ((rb, batch_size - k), (offline, k)) if n]
-    cat = lambda xs: {key: torch.cat([x[key] for x in xs]) for key in xs[0]} if isinstance(xs[0], dict) else torch.cat(xs)
-    return parts[0] if len(parts) == 1 else tuple(map(cat, zip(*parts)))
+class MixedReplay:
+    """RLPD's symmetric sampling (arXiv:2302.02948): of each batch, round(batch_size * ratio) transitions come from the
+    offline buffer, the rest from the online one."""
+
+    def __init__(self, rb: ReplayBuffer, offline: ReplayBuffer, ratio: float | None):
+        self.rb, self.offline, self.ratio = rb, offline, 0.5 if ratio is None else ratio
+
+    def sample(self, batch_size: int):
+        k = round(batch_size * self.ratio)
+        parts = [buffer.sample(n) for buffer, n in ((self.rb, batch_size - k), (self.offline, k)) if n]
+        cat = lambda xs: {key: torch.cat([x[key] for x in xs]) for key in xs[0]} if isinstance(xs[0], dict) \
+            else torch.cat(xs)  # noqa: E731
+        return parts[0] if len(parts) == 1 else tuple(map(cat, zip(*parts)))
 
 
-# MAIN -----------------------------------------------------------------------------------------------------------------
-def main(args: Args) -> dict:
-    """Train; returns a summary. Raises ConfigError, before writing anything, on bad flags, envs or checkpoints."""
-    args, checkpoint, device = setup(args)
-    offline = load_offline(args, device) if args.offline_data or args.num_discrete_actions else None
-    run = Run(args, checkpoint, device)
-    try:
-        obs_space, action_space = run.envs.single_observation_space, run.envs.single_action_space
-        k, share = args.num_discrete_actions, args.shared_encoder and isinstance(obs_space, gym.spaces.Dict)
-        act_dim = action_space.shape[0] - (k > 0)  # |A|: the arm's dimensions, without a gripper's
-        actor = None if share else Actor(run.envs, gripper=k > 0).to(device)  # first, as the seed's draws have gone
-        qf, qf_target = (QEnsemble(run.envs, args.num_critics, args.critic_layer_norm, k > 0).to(device) for _ in range(2))
-        actor = actor or Actor(run.envs, qf.encoder, k > 0).to(device)
-        qf_target.load_state_dict(qf.state_dict())  # the target critics' encoder: a Polyak-averaged copy, as theirs
-        qf_target.requires_grad_(False)
-        fused = {"fused": True} if device.type in ("cpu", "cuda") else {}  # one Adam kernel for all tensors
-        q_optimizer = torch.optim.Adam(qf.parameters(), lr=args.q_lr, **fused)
-        if k:  # the gripper's critic, reading the critics' encoder detached when shared, its target theirs: DEVIATION(7)
-            dq, dq_target = (DiscreteQ(run.envs, k, q.encoder if share else None).to(device) for q in (qf, qf_target))
-            dq_target.load_state_dict(dq.state_dict())
-            dq_target.requires_grad_(False)
-            dq_optimizer = torch.optim.Adam(dq.parameters(), lr=args.discrete_q_lr or args.q_lr, **fused)
-            levels = torch.as_tensor(gripper_levels(action_space, k), device=device)
-            update_discrete = discrete_updates(dq, dq_target, dq_optimizer, levels, args)
-        actor_optimizer = torch.optim.Adam(actor.parameters(), lr=args.policy_lr, **fused)
-        log_alpha = torch.zeros(1, device=device, requires_grad=True)
-        if args.autotune:  # log alpha's Adam: a parameter group of the actor's optimizer, with its own learning rate
-            actor_optimizer.add_param_group({"params": [log_alpha], "lr": args.q_lr})
-        else:
-            log_alpha.data.fill_(math.log(args.alpha) if args.alpha > 0 else -math.inf)
-        target_entropy = -float(act_dim) if args.target_entropy is None else args.target_entropy  # H-bar = -|A| (Sec. 5)
-        try:  # images: torch.empty reserves the frames' address space, which the OS may refuse
-            rb = ReplayBuffer(args.buffer_size, obs_space, action_space.shape[0], args.num_envs, device)
-        except RuntimeError as e:
-            raise ConfigError(f"no memory for a replay buffer of {args.buffer_size:,} transitions ({e}): lower "
-                              "--buffer-size or --image-size") from None
-        stateful = dict(actor=actor, qf=qf, qf_target=qf_target, q_optimizer=q_optimizer,
-                        actor_optimizer=actor_optimizer, rb=rb, log_alpha=log_alpha)
-        stateful.update(dict(dq=dq, dq_target=dq_target, dq_optimizer=dq_optimizer) if k else {})
-        (global_step, critic_updates, actor_updates, update_steps), obs = run.resume(stateful, (0, 0, 0, 0))
-        updates = compiled_updates if args.compile else sac_updates  # compiled: after a resume loaded the optimizers
-        update_critic, update_actor = updates(actor, qf, qf_target, log_alpha, q_optimizer, actor_optimizer, args,
-                                              target_entropy)
-        counters = lambda: (global_step, critic_updates, actor_updates, update_steps)  # noqa: E731
-        ratio = 0.5 if args.offline_ratio is None else args.offline_ratio
+def offline_phase(run, update, offline, metrics: dict, counters, args) -> None:
+    """--offline-steps: update steps on the offline data alone (HIL-SERL's offline learner), logged at steps
+    -offline_steps + 1, ..., 0, with SPS counting these update steps. A stop here says which offline update it reached;
+    the online phase then logs its own losses from its first update on."""
+    if counters()[3] >= args.offline_steps:
+        return
+    run.last_log = time.time(), counters()[3] - args.offline_steps  # the step of the first SPS count
+    while counters()[3] < args.offline_steps and not run.stop_signal:
+        update(offline)
+        run.log({}, metrics, counters()[3] - 1 - args.offline_steps, counters()[3] - args.offline_steps)
+    if run.stop_signal:
+        print(f"\nstopped in the offline phase after offline update {counters()[3]:,} of {args.offline_steps:,}")
+    metrics.clear()
+    run.last_log = time.time(), counters()[0]
 
-        def gripper(x, epsilon: float):  # (B, 1) values: g = argmax_a Q_d(s, a), with probability epsilon uniform
-            with torch.no_grad():
-                g = dq(x).argmax(dim=-1)
-            if epsilon > 0:  # no draw when greedy: evaluations leave the torch RNG as it was
-                g = torch.where(torch.rand(len(g), device=device) < epsilon, torch.randint_like(g, k), g)
-            return levels[g, None]
 
-        def policy(obs):  # the deterministic action tanh(mean) * scale + bias (and the greedy gripper), for evaluation
-            x = to_tensors(obs, device)
-            arm = torch.addcmul(actor.action_bias, torch.tanh(actor(x)[0]), actor.action_scale)
-            return (torch.cat([arm, gripper(x, 0.0)], dim=-1) if k else arm).cpu().numpy()
-
-        def update(ratio: float):  # utd_ratio critic updates; every policy_frequency-th call, policy_frequency actor
-            nonlocal critic_updates, actor_updates, update_steps  # updates (DEVIATION(4))
-            for _ in range(args.utd_ratio):
-                batch = sample(rb, offline, args.batch_size, ratio, args.augment)
-                critic_updates += 1
-                metrics.update(update_critic(batch, critic_updates % args.target_network_frequency == 0))
-                metrics.update(update_discrete(batch, critic_updates % args.target_network_frequency == 0) if k else {})
-            update_steps += 1
-            if update_steps % args.policy_frequency == 0:
-                for _ in range(args.policy_frequency):
-                    metrics.update(update_actor(batch[0]))
-                    actor_updates += 1
-
-        # OFFLINE: --offline-steps updates on the offline data alone, logged at steps -offline_steps + 1, ..., 0
-        metrics = {}
-        while update_steps < args.offline_steps and not run.stop_signal:
-            update(ratio=1.0)
-            run.log({}, metrics, update_steps - 1 - args.offline_steps, update_steps - args.offline_steps)
-        while global_step + args.num_envs <= args.total_timesteps and not run.stop_signal:
-            # COLLECT: random actions for the first learning_starts steps (DEVIATION(6)), then a ~ pi(.|s)
-            x = to_tensors(obs, device)
-            if global_step < args.learning_starts:
-                u = torch.rand((args.num_envs, act_dim), device=device) * 2.0 - 1.0
-                actions = u * actor.action_scale + actor.action_bias
-            else:
-                with torch.no_grad():
-                    actions = actor.get_action(x)[0]
-            if k:  # the gripper: epsilon-greedy on Q_d, uniformly random for the first learning_starts steps
-                epsilon = 1.0 if global_step < args.learning_starts else args.gripper_epsilon
-                actions = torch.cat([actions, gripper(x, epsilon)], dim=-1)
-            actions = actions.cpu().numpy()
-            next_obs, rewards, terminations, truncations, infos = run.envs.step(actions)
-            previous_step, global_step = global_step, global_step + args.num_envs
-
-            # STORE: bootstrap through truncations, never through terminations: s' is the true final observation and
-            # `terminations` alone masks the target. SAME_STEP autoreset means no stored transition spans a reset.
-            rb.add(obs, actions, rewards, final_observations(next_obs, infos), terminations, terminations | truncations)
-            obs = next_obs
-
-            # UPDATE: every env step brings one update step, each batch drawn as --offline-ratio says
-            if global_step >= args.learning_starts:
-                for _ in range(args.num_envs):
-                    update(ratio)
-
-            # LOG, EVALUATE, CHECKPOINT
-            run.log(infos, metrics, previous_step, global_step)
-            run.after_step(previous_step, counters(), obs, policy)
-        model = {"actor": actor.state_dict(), "qf": qf.state_dict(), "log_alpha": log_alpha.detach().cpu(),
-                 **({"discrete_qf": dq.state_dict()} if k else {})}
-        summary = run.finish(counters(), obs, policy, model)
-        if args.save_replay:  # ReplayBuffer.arrays as an .npz, written whole or not at all
-            path = os.path.abspath(args.save_replay)
-            run.save(lambda f: np.savez(f, **rb.arrays()), path, global_step, "the run's other files are kept")
-            print(f"replay buffer saved to {path}")
-    finally:
-        run.close()
-    return {**summary, "critic_updates": critic_updates, "actor_updates": actor_updates}
+def save_replay(run, rb: ReplayBuffer, global_step: int) -> None:
+    """--save-replay: `replay_arrays` as an .npz, written whole or not at all."""
+    run.save(lambda f: np.savez(f, **replay_arrays(rb)), run.args.save_replay, global_step, "the run's other files are "
+             "kept")
+    print(f"replay buffer saved to {run.args.save_replay}")
 
 
 def observation_wrappers(args, make):
@@ -754,8 +853,16 @@ def observation_wrappers(args, make):
     stacked on the channel axis, oldest first."""
     if not args.from_pixels:
         return make()
-    env = make(render_mode="rgb_array", width=args.image_size, height=args.image_size)
-    env.unwrapped.render()  # MuJoCo aims the camera at its first frame's geoms: those of gym.make's state
+    try:
+        env = make(render_mode="rgb_array", width=args.image_size, height=args.image_size)
+    except TypeError as e:  # gym.make's keywords go to the env's constructor
+        raise ConfigError(f"--from-pixels: {args.env_id} takes no frame size when made ({e}); use an env that does, "
+                          "such as MuJoCo's, or drop --from-pixels") from None
+    try:
+        env.unwrapped.render()  # MuJoCo aims the camera at its first frame's geoms: those of gym.make's state
+    except Exception as e:
+        raise ConfigError(f"--from-pixels: {args.env_id} cannot render {args.image_size} x {args.image_size} frames "
+                          f"({type(e).__name__}: {e}); lower --image-size, or set MUJOCO_GL=egl on a headless machine")
     space = gym.spaces.Box(0, 255, (args.image_size, args.image_size, 3), np.uint8)
     env = gym.wrappers.TransformObservation(env, functools.partial(pixels_and_state, env),
                                             gym.spaces.Dict(pixels=space, state=env.observation_space))
@@ -799,8 +906,7 @@ def crossed(before: int, now: int, every: int) -> bool:
 
 
 def make_env(args, video_dir: str | None = None):
-    """A thunk making one env of args.env_id with episode statistics (and with a video_dir, its first episode's video),
-    then the script's `observation_wrappers` above the statistics, which see whole games (TD3 has none)."""
+    """A thunk making args.env_id with episode statistics (and a video_dir's first episode), then observation_wrappers."""
 
     def thunk():
         def make(**kwargs):  # gym.make(env_id, **kwargs), its first episode's video, its statistics
@@ -810,18 +916,16 @@ def make_env(args, video_dir: str | None = None):
                 env = gym.wrappers.RecordVideo(env, video_dir, episode_trigger=lambda k: k == 0, disable_logger=True)
             return gym.wrappers.RecordEpisodeStatistics(env)
 
-        return observation_wrappers(args, make) if "observation_wrappers" in globals() else make()
+        return observation_wrappers(args, make) if "observation_wrappers" in globals() else make()  # TD3 has none
 
     return thunk
 
 
 def pickle_envs(envs: list, states: list) -> bytes:
-    """The sub-envs (wrappers, RNG) beside their simulator states. An EzPickle env (MuJoCo's, Atari's) is left out, as
-    pickle would rebuild it from its constructor's arguments, which some of gymnasium's envs record shifted: on loading,
-    `unpickle_envs` makes it anew with make_env, and Run.__init__ copies its state in."""
-    out = io.BytesIO()
-    (pickler := pickle.Pickler(out)).persistent_id = lambda obj: next(
-        (i for i, env in enumerate(envs) if obj is env.unwrapped and isinstance(obj, gym.utils.EzPickle)), None)
+    """The sub-envs beside their simulator states, but for EzPickle envs (MuJoCo's, Atari's), whose constructor arguments
+    gymnasium records shifted for some: `unpickle_envs` makes them anew, and Run.__init__ restores their state."""
+    (pickler := pickle.Pickler(out := io.BytesIO())).persistent_id = lambda obj: "env" if isinstance(obj, gym.Env) \
+        and isinstance(obj, gym.utils.EzPickle) else None
     pickler.dump((envs, states))
     return out.getvalue()
 
@@ -869,12 +973,15 @@ def setup(args):
         os.environ.setdefault("MUJOCO_GL", "egl")  # headless MuJoCo rendering; read when mujoco is first imported
         __import__("torch._dynamo")  # CUDA wheels' triton segfaults when first loaded after MuJoCo's EGL context
     try:  # the env, and for --capture-video a frame, which would otherwise fail at the first evaluation
-        env = make_env(args, "" if args.capture_video else None)()
-        env.reset(seed=0)
-        frame = env.render() if args.capture_video else None
+        with warnings.catch_warnings():  # a library's warnings would come before the one line of an error
+            warnings.simplefilter("ignore")
+            env = make_env(args, "" if args.capture_video else None)()
+            env.reset(seed=0)
+            frame = env.render() if args.capture_video else None
     except Exception as e:  # an unknown id, a missing package or renderer: one line, whatever the library raised
-        raise ConfigError(f"{args.env_id} cannot be made ({type(e).__name__}: {e}): an unknown env id (see gymnasium."
-                          "pprint_registry()), or a missing extra or (--capture-video, --from-pixels) MuJoCo renderer?")
+        raise e if isinstance(e, ConfigError) else ConfigError(  # a ConfigError names the flag to change
+            f"{args.env_id} cannot be made ({type(e).__name__}: {e}): an unknown env id (see gymnasium.pprint_registry())"
+            ", or a missing extra or (--capture-video, --from-pixels) MuJoCo renderer?") from None
     check([(args.capture_video and frame is None, f"--capture-video: {args.env_id} renders no frames")])
     check_spaces(args.env_id, env.observation_space, env.action_space)
     env.close()
@@ -884,8 +991,7 @@ def setup(args):
     device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
     compiler = device.type != "cpu" or shutil.which(os.environ.get("CXX", "g++"))  # torch.compile's on the CPU
     check([(args.compile and not compiler, "--compile needs a C++ compiler (g++, or $CXX): install one, or drop it")])
-    # unset --compile: compiled where the 20-70 s it takes pay back, CPU runs of COMPILE_MIN_STEPS+ training steps
-    train_steps = args.total_timesteps - getattr(args, "learning_starts", 0)  # the off-policy scripts start late
+    train_steps = args.total_timesteps - getattr(args, "learning_starts", 0)  # unset --compile: where 20-70 s pay back
     long_run = args.compile is None and device.type == "cpu" and train_steps >= (COMPILE_MIN_STEPS or math.inf)
     if long_run and not compiler:
         print("note: no C++ compiler (g++, or $CXX) found, so the updates run eagerly", file=sys.stderr)
@@ -1051,7 +1157,7 @@ def cli(argv=None) -> dict:
     argv = sys.argv[1:] if argv is None else list(argv)
     try:  # tyro's error box is silenced and replaced by one line; --help prints as usual
         with contextlib.redirect_stderr(sys.stderr if {"-h", "--help"} & set(argv) else io.StringIO()):
-            args, unknown = tyro.cli(Args, args=argv, return_unknown_args=True)
+            args, unknown = tyro.cli(Args, args=argv, return_unknown_args=True, description=__doc__.split("\n\n")[0])
         check([(unknown, f"unrecognized flag {' '.join(unknown)} in `{' '.join(argv)}`; see --help")])
         summary = main(args)
     except SystemExit as e:
@@ -1118,21 +1224,16 @@ def compiled_updates(actor, qf, qf_target, log_alpha, q_optimizer, actor_optimiz
                               batch, alpha, args.gamma, args.backup_entropy, num_subsample)
 
     def loss_pi(params, obs):
-        alpha = params.get("log_alpha", log_alpha).detach().exp()
         actor_params = {name: p for name, p in params.items() if name != "log_alpha"}
-        loss, log_prob = compute_loss_pi(WithParams(actor, actor_params), WithParams(qf, q_params), obs, alpha)
-        metrics = {"actor_loss": loss.detach(), "alpha": alpha[0], "entropy": -log_prob.mean()}
-        if args.autotune:  # one gradient for both losses: they share no parameter, as in `sac_updates`
-            alpha_loss = compute_loss_alpha(params["log_alpha"], log_prob, target_entropy)  # DEVIATION(5)
-            loss, metrics["alpha_loss"] = loss + alpha_loss, alpha_loss.detach()
-        return loss, metrics
+        return compute_loss_actor_alpha(WithParams(actor, actor_params), WithParams(qf, q_params), obs,
+                                        params.get("log_alpha", log_alpha), target_entropy, args.autotune)
 
     @torch.compile
     def update_critic(batch, update_target: bool):
         grads, (_, metrics) = torch.func.grad_and_value(loss_q, has_aux=True)(q_params, batch)
         adam_step(q_optimizer, q_params, grads, args.grad_clip_norm, list(q_params))
-        if update_target:  # theta' <- tau * theta + (1 - tau) * theta'   [arXiv:1801.01290 Algorithm 1]
-            torch._foreach_lerp_(list(targets.values()), list(q_params.values()), args.tau)
+        if update_target:
+            polyak_update(list(targets.values()), list(q_params.values()), args.tau)
         return metrics
 
     @torch.compile

@@ -27,6 +27,7 @@ import shutil
 import signal
 import sys
 import time
+import warnings
 from dataclasses import asdict, dataclass, replace
 from typing import Annotated
 
@@ -346,8 +347,7 @@ def crossed(before: int, now: int, every: int) -> bool:
 
 
 def make_env(args, video_dir: str | None = None):
-    """A thunk making one env of args.env_id with episode statistics (and with a video_dir, its first episode's video),
-    then the script's `observation_wrappers` above the statistics, which see whole games (TD3 has none)."""
+    """A thunk making args.env_id with episode statistics (and a video_dir's first episode), then observation_wrappers."""
 
     def thunk():
         def make(**kwargs):  # gym.make(env_id, **kwargs), its first episode's video, its statistics
@@ -357,18 +357,16 @@ def make_env(args, video_dir: str | None = None):
                 env = gym.wrappers.RecordVideo(env, video_dir, episode_trigger=lambda k: k == 0, disable_logger=True)
             return gym.wrappers.RecordEpisodeStatistics(env)
 
-        return observation_wrappers(args, make) if "observation_wrappers" in globals() else make()
+        return observation_wrappers(args, make) if "observation_wrappers" in globals() else make()  # TD3 has none
 
     return thunk
 
 
 def pickle_envs(envs: list, states: list) -> bytes:
-    """The sub-envs (wrappers, RNG) beside their simulator states. An EzPickle env (MuJoCo's, Atari's) is left out, as
-    pickle would rebuild it from its constructor's arguments, which some of gymnasium's envs record shifted: on loading,
-    `unpickle_envs` makes it anew with make_env, and Run.__init__ copies its state in."""
-    out = io.BytesIO()
-    (pickler := pickle.Pickler(out)).persistent_id = lambda obj: next(
-        (i for i, env in enumerate(envs) if obj is env.unwrapped and isinstance(obj, gym.utils.EzPickle)), None)
+    """The sub-envs beside their simulator states, but for EzPickle envs (MuJoCo's, Atari's), whose constructor arguments
+    gymnasium records shifted for some: `unpickle_envs` makes them anew, and Run.__init__ restores their state."""
+    (pickler := pickle.Pickler(out := io.BytesIO())).persistent_id = lambda obj: "env" if isinstance(obj, gym.Env) \
+        and isinstance(obj, gym.utils.EzPickle) else None
     pickler.dump((envs, states))
     return out.getvalue()
 
@@ -416,12 +414,15 @@ def setup(args):
         os.environ.setdefault("MUJOCO_GL", "egl")  # headless MuJoCo rendering; read when mujoco is first imported
         __import__("torch._dynamo")  # CUDA wheels' triton segfaults when first loaded after MuJoCo's EGL context
     try:  # the env, and for --capture-video a frame, which would otherwise fail at the first evaluation
-        env = make_env(args, "" if args.capture_video else None)()
-        env.reset(seed=0)
-        frame = env.render() if args.capture_video else None
+        with warnings.catch_warnings():  # a library's warnings would come before the one line of an error
+            warnings.simplefilter("ignore")
+            env = make_env(args, "" if args.capture_video else None)()
+            env.reset(seed=0)
+            frame = env.render() if args.capture_video else None
     except Exception as e:  # an unknown id, a missing package or renderer: one line, whatever the library raised
-        raise ConfigError(f"{args.env_id} cannot be made ({type(e).__name__}: {e}): an unknown env id (see gymnasium."
-                          "pprint_registry()), or a missing extra or (--capture-video, --from-pixels) MuJoCo renderer?")
+        raise e if isinstance(e, ConfigError) else ConfigError(  # a ConfigError names the flag to change
+            f"{args.env_id} cannot be made ({type(e).__name__}: {e}): an unknown env id (see gymnasium.pprint_registry())"
+            ", or a missing extra or (--capture-video, --from-pixels) MuJoCo renderer?") from None
     check([(args.capture_video and frame is None, f"--capture-video: {args.env_id} renders no frames")])
     check_spaces(args.env_id, env.observation_space, env.action_space)
     env.close()
@@ -431,8 +432,7 @@ def setup(args):
     device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
     compiler = device.type != "cpu" or shutil.which(os.environ.get("CXX", "g++"))  # torch.compile's on the CPU
     check([(args.compile and not compiler, "--compile needs a C++ compiler (g++, or $CXX): install one, or drop it")])
-    # unset --compile: compiled where the 20-70 s it takes pay back, CPU runs of COMPILE_MIN_STEPS+ training steps
-    train_steps = args.total_timesteps - getattr(args, "learning_starts", 0)  # the off-policy scripts start late
+    train_steps = args.total_timesteps - getattr(args, "learning_starts", 0)  # unset --compile: where 20-70 s pay back
     long_run = args.compile is None and device.type == "cpu" and train_steps >= (COMPILE_MIN_STEPS or math.inf)
     if long_run and not compiler:
         print("note: no C++ compiler (g++, or $CXX) found, so the updates run eagerly", file=sys.stderr)

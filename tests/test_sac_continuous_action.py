@@ -2,7 +2,6 @@
 reach updates, and a short learning run. The common block (episode ends, resume, bad input, ...) is specified in
 test_common_block.py."""
 
-import glob
 import math
 import os
 from types import SimpleNamespace
@@ -230,8 +229,7 @@ def test_smoke_compile(in_tmp):
 # REPLAY BUFFER AND STORED TRANSITIONS
 # ---------------------------------------------------------------------------------------------------------------------
 def test_replay_buffer_wraps_samples_only_stored_rows_and_round_trips():
-    box = gym.spaces.Box(-10, 10, (2,))
-    rb = sac.ReplayBuffer(capacity=5, obs_space=box, act_dim=1, num_envs=3, device="cpu")
+    rb = sac.ReplayBuffer(capacity=5, obs_dim=2, act_dim=1, device="cpu")
     for start in (0, 3, 6):  # three sub-envs per step: rows 0..8 land at (row mod 5)
         rows = np.arange(start, start + 3, dtype=np.float32)
         rb.add(np.stack([rows, rows], 1), rows[:, None], rows, np.stack([rows, rows], 1) + 0.5, rows % 2, rows % 2 > 0)
@@ -243,11 +241,11 @@ def test_replay_buffer_wraps_samples_only_stored_rows_and_round_trips():
     torch.testing.assert_close(obs[:, 0], rewards)  # fields of one transition stay together
     torch.testing.assert_close(next_obs[:, 1], rewards + 0.5)
     torch.testing.assert_close(terminations, rewards % 2)
-    copy = sac.ReplayBuffer(capacity=5, obs_space=box, act_dim=1, num_envs=3, device="cpu")
+    copy = sac.ReplayBuffer(capacity=5, obs_dim=2, act_dim=1, device="cpu")
     copy.load_state_dict(rb.state_dict())
     assert torch.equal(copy.storage, rb.storage) and (copy.pos, copy.size) == (rb.pos, rb.size)
     # a checkpoint holds the stored rows only, not the whole preallocated storage
-    big = sac.ReplayBuffer(capacity=10_000, obs_space=box, act_dim=1, num_envs=3, device="cpu")
+    big = sac.ReplayBuffer(capacity=10_000, obs_dim=2, act_dim=1, device="cpu")
     big.add(np.ones((3, 2)), np.ones((3, 1)), np.ones(3), np.ones((3, 2)), np.zeros(3), np.zeros(3, bool))
     assert big.state_dict()["storage"].shape == (3, 7)
 
@@ -451,7 +449,7 @@ def test_random_shift_moves_each_image_by_at_most_the_pad_and_repeats_the_border
 def test_image_replay_returns_what_the_env_gave_across_episode_ends_and_wrap_around():
     env_args = sac.Args(**PIXELS)
     envs = gym.vector.SyncVectorEnv([sac.make_env(env_args)] * 2, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
-    rb = sac.ReplayBuffer(50, envs.single_observation_space, 1, 2, "cpu")
+    rb = sac.ImageReplayBuffer(50, envs.single_observation_space, 1, 2, "cpu", augment=False)
     obs, _ = envs.reset(seed=0)
     seen, ends = set(), 0
     for _ in range(80):  # InvertedPendulum's random episodes end within a few dozen steps
@@ -466,7 +464,7 @@ def test_image_replay_returns_what_the_env_gave_across_episode_ends_and_wrap_aro
     to_bytes = lambda x: (x * 255).round().to(torch.uint8).permute(0, 2, 3, 1).numpy()  # noqa: E731
     pairs = {(p.tobytes(), q.tobytes(), float(v)) for p, q, v in zip(to_bytes(o["pixels"]), to_bytes(o2["pixels"]), a[:, 0])}
     assert pairs <= seen and len(pairs) > 30
-    data = rb.arrays()  # --save-replay's arrays hold the same transitions
+    data = sac.replay_arrays(rb)  # --save-replay's arrays hold the same transitions
     assert len(data["actions"]) == 48 and {(p.tobytes(), q.tobytes(), float(v)) for p, q, v in
                                            zip(data["obs/pixels"], data["next_obs/pixels"], data["actions"][:, 0])} <= seen
 
@@ -477,7 +475,7 @@ def test_image_replay_holds_about_one_frame_per_transition():
     rss = lambda: int(open("/proc/self/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE")  # noqa: E731
     frame, n = 84 * 84 * 3, 4_000
     before = rss()
-    rb = sac.ReplayBuffer(n, space, 1, 1, "cpu")
+    rb = sac.ImageReplayBuffer(n, space, 1, 1, "cpu", augment=False)
     frames = np.random.default_rng(0).integers(0, 256, (2, 1, 84, 84, 3), dtype=np.uint8)
     for t in range(n):
         rb.add({"pixels": frames[t % 2]}, np.zeros((1, 1)), np.zeros(1), {"pixels": frames[1 - t % 2]}, np.zeros(1),
@@ -529,18 +527,22 @@ def test_saved_replay_loads_back_exactly(in_tmp, pixels):
     with np.load(path) as f:
         saved = dict(f)
     assert len(saved["actions"]) == 300 and ("obs/pixels" in saved) == pixels
-    offline = sac.load_offline(tiny(**(PIXELS if pixels else {}), offline_data=path), "cpu")
-    again = offline.arrays()
+    offline = sac.robot_learning_setup(tiny(**(PIXELS if pixels else {}), offline_data=path), "cpu")[1]
+    again = sac.replay_arrays(offline)
     assert saved.keys() == again.keys() and all(np.array_equal(saved[k], again[k]) for k in saved)
     if pixels:  # consecutive transitions share their frame: about one stored frame per transition
         assert int(offline.ended.sum()) < 300 // 2
 
 
-def test_a_replay_that_cannot_be_written_leaves_no_partial_file(in_tmp):
-    (in_tmp / "taken").mkdir()  # a directory where the file should go: the final rename fails
-    with pytest.raises(sac.ConfigError, match="cannot write .*taken .*the run's other files are kept"):
-        sac.main(tiny(save_replay=str(in_tmp / "taken")))
-    assert not (in_tmp / "taken.tmp").exists() and not os.listdir(in_tmp / "taken")
+def test_a_replay_that_cannot_be_written_leaves_no_partial_file(in_tmp, monkeypatch):
+    def disk_full(file, **arrays):
+        file.write(b"part of a replay")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(sac.np, "savez", disk_full)
+    with pytest.raises(sac.ConfigError, match="cannot write .*replay.npz .*No space left.*the run's other files are kept"):
+        sac.main(tiny(save_replay=str(in_tmp / "replay.npz")))
+    assert not (in_tmp / "replay.npz").exists() and not (in_tmp / "replay.npz.tmp").exists()
 
 
 def test_pure_offline_training_evaluates_and_saves(in_tmp):
@@ -552,13 +554,68 @@ def test_pure_offline_training_evaluates_and_saves(in_tmp):
     assert [step for step, _ in scalars(summary["run_dir"])["losses/qf_loss"]] == [-50, 0]
 
 
+def test_the_offline_phase_logs_its_own_steps_and_a_stop_in_it_resumes_there(in_tmp, capsys, monkeypatch):
+    """Offline losses at steps -150 ... 0 and online ones from the first online update on (no offline value repeated
+    before it); SPS is positive throughout; a stop at offline update 100 of 200 says so, and its checkpoint resumes
+    there to the networks of a run never stopped."""
+    path = str(in_tmp / "replay.npz")
+    sac.main(tiny(save_replay=path))
+    flags = dict(offline_data=path, offline_steps=200, total_timesteps=400, learning_starts=200, save_model=True)
+    whole = sac.main(tiny(**flags, exp_name="whole"))
+    logged = scalars(whole["run_dir"])
+    assert [step for step, _ in logged["losses/qf_loss"]] == [-150, -100, -50, 0, 200, 250, 300, 350, 400]
+    assert min(value for _, value in logged["charts/SPS"]) > 0
+    log = sac.Run.log
+
+    def stop_at_offline_update_100(self, infos, metrics, previous_step, global_step):
+        log(self, infos, metrics, previous_step, global_step)
+        self.stop_signal += [15] if global_step == -100 else []
+
+    monkeypatch.setattr(sac.Run, "log", stop_at_offline_update_100)
+    stopped = sac.main(tiny(**flags, exp_name="stopped"))
+    assert "stopped in the offline phase after offline update 100 of 200" in capsys.readouterr().out
+    checkpoint = f"{stopped['run_dir']}/checkpoint.pt"
+    assert torch.load(checkpoint, weights_only=False)["counters"] == (0, 100, 100, 100)
+    monkeypatch.undo()
+    resumed = sac.main(sac.Args(resume=checkpoint))
+    assert resumed["critic_updates"] == whole["critic_updates"]
+    models = [torch.load(f"{run['run_dir']}/model.pt", weights_only=False) for run in (whole, resumed)]
+    assert all(torch.equal(p, q) for p, q in zip(models[0]["actor"].values(), models[1]["actor"].values()))
+
+
+def test_a_run_with_relative_file_flags_resumes_from_another_directory(tmp_path, monkeypatch):
+    """--offline-data and --save-replay are stored as absolute paths: the printed command continues the run from
+    anywhere, reading the same data and writing the replay where the run was started."""
+    from test_common_block import stop_with_sigterm_and_resume
+
+    (tmp_path / "data").mkdir()
+    monkeypatch.chdir(tmp_path / "data")
+    sac.main(tiny(save_replay=str(tmp_path / "data" / "pendulum.npz")))
+    flags = ["--env-id", "Pendulum-v1", "--offline-data", "../data/pendulum.npz", "--save-replay", "out.npz",
+             "--total-timesteps", "800", "--learning-starts", "200", "--batch-size", "32", "--eval-episodes", "1",
+             "--log-freq", "50", "--no-cuda"]
+    stop_with_sigterm_and_resume(tmp_path, sac, flags, 400, 800, "c")  # resumed from tmp_path, not from c
+    with np.load(tmp_path / "c" / "out.npz") as replay:
+        assert len(replay["actions"]) == 800
+    assert not (tmp_path / "out.npz").exists()
+
+
+def test_an_error_from_the_shell_is_one_line_where_a_library_warns_first(tmp_path):
+    """gymnasium warns that PointGrasp-v0 has no rgb_array render mode before it fails: the warning is not shown."""
+    from test_common_block import run_cli
+
+    result = run_cli(sac, ["--env-id", "grasp_env:PointGrasp-v0", "--from-pixels"], tmp_path)
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+    assert result.stderr.startswith("error: --from-pixels: grasp_env:PointGrasp-v0 takes no frame size")
+    assert os.listdir(tmp_path) == []
+
+
 def test_offline_ratio_splits_each_batch():
-    box = gym.spaces.Box(-10, 10, (1,))
-    online, offline = (sac.ReplayBuffer(10, box, 1, 1, "cpu") for _ in range(2))
+    online, offline = (sac.ReplayBuffer(10, 1, 1, "cpu") for _ in range(2))
     for rb, value in ((online, 1.0), (offline, -1.0)):
         rb.add(np.full((5, 1), value), np.zeros((5, 1)), np.zeros(5), np.zeros((5, 1)), np.zeros(5), np.zeros(5, bool))
     for ratio, expected in ((0.5, 32), (0.25, 16), (0.0, 0), (1.0, 64)):
-        obs = sac.sample(online, offline, 64, ratio, False)[0]
+        obs = sac.MixedReplay(online, offline, ratio).sample(64)[0]
         assert int((obs == -1).sum()) == expected
 
 
@@ -581,6 +638,16 @@ BAD_INPUT = {  # this script's flags; the common ones are in test_common_block.p
     "offline gripper values off the grid": (["--env-id", "grasp_env:PointGrasp-v0", "--offline-data", "grasp.npz",
                                              "--num-discrete-actions", "3"], "gripper values [0.5]"),
     "tiny images": (["--env-id", "InvertedPendulum-v5", "--from-pixels", "--image-size", "8"], "--image-size"),
+    "images beyond the renderer": (["--env-id", "InvertedPendulum-v5", "--from-pixels", "--image-size", "100000"],
+                                   "--image-size"),
+    "pixels from an env that takes no frame size": (["--env-id", "grasp_env:PointGrasp-v0", "--from-pixels"],
+                                                    "--from-pixels: grasp_env:PointGrasp-v0 takes no frame size"),
+    "offline data with a NaN reward": (["--offline-data", "nan.npz"], "rewards row 1 holds nan"),
+    "offline actions outside the bounds": (["--offline-data", "far.npz"], "actions row 2 holds [200.]"),
+    "offline terminations neither 0 nor 1": (["--offline-data", "half.npz"], "terminations row 0 holds 0.5"),
+    "save replay onto the offline data": (["--offline-data", "pendulum.npz", "--save-replay", "pendulum.npz"],
+                                          "would overwrite the --offline-data file"),
+    "save replay as a directory": (["--save-replay", "."], "is a directory"),
     "learning never starts": (["--learning-starts", "1000", "--total-timesteps", "1000"], "--learning-starts"),
     "too few critics": (["--num-critics", "1"], "--num-critics"),
 }
@@ -596,6 +663,9 @@ def test_bad_input_one_line_exit_2_nothing_written(in_tmp, capsys, case):
     grasp = {**data, "obs": np.zeros((3, 6), np.float32), "next_obs": np.zeros((3, 6), np.float32),
              "actions": np.array([[0, 0, -1], [0, 0, 0.5], [0, 0, 1]], np.float32)}  # 0.5: no command of K = 3
     np.savez(in_tmp / "grasp.npz", **grasp)
+    np.savez(in_tmp / "nan.npz", **{**data, "rewards": np.array([0, np.nan, 0])})
+    np.savez(in_tmp / "far.npz", **{**data, "actions": np.array([[0], [2], [200]], np.float32)})  # bounds [-2, 2]
+    np.savez(in_tmp / "half.npz", **{**data, "terminations": np.array([0.5, 0, 1])})
     before = sorted(os.listdir(in_tmp))
     argv, needle = BAD_INPUT[case]
     with pytest.raises(SystemExit) as exit_info:
@@ -725,7 +795,7 @@ def test_smoke_a_gripper_run_logs_its_metrics_and_stores_commands_the_env_receiv
         assert set(np.unique(f["actions"][:, -1])) == {-1.0, 0.0, 1.0}
     model = torch.load(f"{summary['run_dir']}/model.pt", weights_only=False)
     assert model["discrete_qf"]["net.4.weight"].shape == (3, 256) and model["actor"]["fc_mean.weight"].shape == (2, 256)
-    offline = sac.load_offline(tiny(**GRASP, offline_data=path), "cpu")  # loads back under the same K
+    offline = sac.robot_learning_setup(tiny(**GRASP, offline_data=path), "cpu")[1]  # loads back under the same K
     assert offline.size == 300
 
 
