@@ -886,7 +886,7 @@ def stacked_channels(obs: dict) -> dict:
     return {"pixels": np.concatenate(obs["pixels"], axis=-1), "state": obs["state"][-1]}
 
 
-# COMMON BLOCK: the same text in all five scripts (tests/test_common_block.py compares them) ===========================
+# COMMON BLOCK: the same text in all five scripts (tests/test_common_block.py compares it); a reader may stop here =====
 EVAL_SEED_OFFSET = 1_000_000  # evaluation episode k is reset with seed + EVAL_SEED_OFFSET + k
 
 
@@ -1177,6 +1177,7 @@ def cli(argv=None) -> dict:
 # COMPILED UPDATES (--compile): `sac_updates` as two compiled graphs, forward, backward and Adam step each, on the same
 # losses: gradients from torch.func.grad_and_value, the step by torch's functional Adam on the optimizers' own state (so
 # checkpoints are alike). `sac_updates` compiled as it is, with autograd and torch.optim.Adam, is slower on the CPU.
+# The same update as above, only faster: a reader of the algorithm may stop above this banner.
 # ======================================================================================================================
 class WithParams:
     """`module` with the tensors `params` ({name: tensor}) as its parameters, in its methods too."""

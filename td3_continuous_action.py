@@ -618,6 +618,7 @@ def cli(argv=None) -> dict:
 # COMPILED UPDATES (--compile): `td3_update` as one compiled graph per env step, from the same losses: gradients from
 # torch.func.grad_and_value, then torch's functional Adam on the optimizers' own state (so checkpoints are alike).
 # Compiled as it is, with autograd and torch.optim.Adam, `td3_update` runs slower than eager on the CPU.
+# The same update as above, only faster: a reader of the algorithm may stop above this banner.
 # ======================================================================================================================
 def compiled_update(actor, actor_target, qf, qf_target, q_optimizer, actor_optimizer, args):
     """`td3_update`'s update(batch, actor_step), compiled to one graph for each value of actor_step."""

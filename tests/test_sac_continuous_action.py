@@ -576,7 +576,7 @@ def test_the_offline_phase_logs_its_own_steps_and_a_stop_in_it_resumes_there(in_
     assert "stopped in the offline phase after offline update 100 of 200" in capsys.readouterr().out
     checkpoint = f"{stopped['run_dir']}/checkpoint.pt"
     assert torch.load(checkpoint, weights_only=False)["counters"] == (0, 100, 100, 100)
-    monkeypatch.undo()
+    monkeypatch.setattr(sac.Run, "log", log)
     resumed = sac.main(sac.Args(resume=checkpoint))
     assert resumed["critic_updates"] == whole["critic_updates"]
     models = [torch.load(f"{run['run_dir']}/model.pt", weights_only=False) for run in (whole, resumed)]
