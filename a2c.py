@@ -18,7 +18,6 @@ import contextlib
 import importlib.util
 import io
 import math
-import operator
 import os
 import pickle
 import random
@@ -27,6 +26,7 @@ import shutil
 import signal
 import sys
 import time
+import warnings
 from dataclasses import asdict, dataclass, replace
 from typing import Annotated, Literal
 
@@ -104,7 +104,6 @@ class Args:
 
 
 HIDDEN = 64  # units per hidden layer of the MLPs (SB3's A2C)
-CNN_FEATURES = 512  # NatureCNN's last hidden layer (Mnih et al. 2015)
 HALF_LOG_2PI = 0.5 * float(np.log(2 * np.pi))
 COMPILE_MIN_STEPS = None  # unset --compile runs eagerly
 
@@ -119,8 +118,7 @@ def discounted_sums(x, discounts, last):
 
 
 def nstep_returns(rewards, dones, last_values, gamma: float):
-    """n-step returns (T, N) from rewards, dones (T, N) (d[t] = 1: the episode ended at step t), V(s_T) (N,):
-    R[T-1] = r[T-1] + gamma * (1 - d[T-1]) * V(s_T);  R[t] = r[t] + gamma * (1 - d[t]) * R[t+1]   [A3C paper, Alg. S3]"""
+    """n-step returns (T, N): R[t] = r[t] + gamma * (1 - d[t]) * R[t+1] from R[T] = V(s_T)   [A3C paper, Alg. S3]"""
     return discounted_sums(rewards, gamma * (1.0 - dones), last_values)
 
 
@@ -151,12 +149,12 @@ def layer_init(layer: nn.Module, gain: float = np.sqrt(2)) -> nn.Module:
 
 
 def trunk(obs_shape) -> nn.Sequential:
-    """NatureCNN for (stack, 84, 84) frames; a 64-64 tanh MLP for 1-D observations."""
+    """NatureCNN (Mnih et al. 2015) for (stack, 84, 84) frames; a 64-64 tanh MLP for 1-D observations."""
     if len(obs_shape) == 3:
         return nn.Sequential(layer_init(nn.Conv2d(obs_shape[0], 32, 8, stride=4)), nn.ReLU(),
                              layer_init(nn.Conv2d(32, 64, 4, stride=2)), nn.ReLU(),
                              layer_init(nn.Conv2d(64, 64, 3, stride=1)), nn.ReLU(), nn.Flatten(),
-                             layer_init(nn.Linear(64 * 7 * 7, CNN_FEATURES)), nn.ReLU())
+                             layer_init(nn.Linear(64 * 7 * 7, 512)), nn.ReLU())
     return nn.Sequential(layer_init(nn.Linear(obs_shape[0], HIDDEN)), nn.Tanh(),
                          layer_init(nn.Linear(HIDDEN, HIDDEN)), nn.Tanh())
 
@@ -168,8 +166,7 @@ def as_tensor(obs: np.ndarray, device) -> torch.Tensor:
 
 
 class Agent(nn.Module):
-    """pi(a|s) and V(s): one shared trunk with two heads, or separate networks. Categorical(logits) for Discrete actions,
-    Normal(mean(s), exp(log_std)) for Box, log_std state-independent; no torch.distributions (its checks cost more)."""
+    """pi(a|s), V(s): a shared trunk or two networks; Categorical(logits) or Normal(mean(s), exp(log_std)), by hand."""
 
     def __init__(self, envs, shared: bool):
         super().__init__()
@@ -190,9 +187,8 @@ class Agent(nn.Module):
         return self.actor_head(features), self.critic_head(critic_features).squeeze(-1)
 
     def log_prob_entropy(self, stats, actions):
-        """(log pi(a|s) (B,), H[pi(.|s)] (B,)) from forward's statistics. Categorical: log softmax(logits)[a],
-        H = -sum_a p log p. Normal: log pi(a|s) = sum_i -(a_i - mu_i)^2 / (2 sigma_i^2) - log sigma_i - log(2 pi) / 2,
-        H = sum_i 1/2 + log(2 pi) / 2 + log sigma_i."""
+        """(log pi(a|s), H) (B,) from forward's stats. Categorical: log softmax(logits)[a], H = -sum_a p log p. Normal:
+        sum_i -(a_i - mu_i)^2 / (2 sigma_i^2) - log sigma_i - log(2 pi)/2, H = sum_i 1/2 + log(2 pi)/2 + log sigma_i."""
         if self.discrete:
             log_probs = stats.log_softmax(-1)
             return log_probs.gather(-1, actions.unsqueeze(-1)).squeeze(-1), -(log_probs.exp() * log_probs).sum(-1)
@@ -202,8 +198,7 @@ class Agent(nn.Module):
 
     @torch.no_grad()
     def act(self, obs):
-        """(a ~ pi(.|s), V(s) (B,)); a Box action is the unclipped Gaussian sample, a Discrete one is drawn by the
-        Gumbel-max trick: argmax_a (logits_a + g_a), g_a = -log(-log u_a), u_a ~ U[0, 1)."""
+        """(a ~ pi, V): an unclipped Gaussian sample, or Gumbel-max argmax_a logits_a - log(-log u_a), u_a ~ U[0, 1)."""
         stats, values = self(obs)
         if self.discrete:
             return (stats - torch.rand_like(stats).log_().neg_().log_()).argmax(-1), values
@@ -293,20 +288,18 @@ def main(args: Args) -> dict:
             # LOG the losses averaged over the updates since the last write: summed on the device, read once per write
             loss_sums += torch.stack([*metrics.values(), torch.ones((), device=device)])
             if crossed(previous_step, global_step, args.log_freq):
-                metrics = dict(zip(metrics, loss_sums[:-1] / loss_sums[-1]))
-                run.log({}, metrics, previous_step, global_step)  # explained variance is nan, not divergence, for flat targets
+                run.log({}, dict(zip(metrics, loss_sums[:-1] / loss_sums[-1])), previous_step, global_step)
                 ev = explained_variance(rollout_values.flatten(), value_targets.flatten())
-                run.writer.add_scalar("losses/explained_variance", float(ev), global_step)
+                run.writer.add_scalar("losses/explained_variance", float(ev), global_step)  # nan if flat: no divergence
                 run.writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
                 loss_sums.zero_()
             run.after_step(previous_step, (global_step, updates), obs, policy)
-        summary = run.finish((global_step, updates), obs, policy, {"agent": agent.state_dict()})
+        return {**run.finish((global_step, updates), obs, policy, {"agent": agent.state_dict()}), "updates": updates}
     finally:
         run.close()
-    return {**summary, "updates": updates}
 
 
-# VALIDATION -----------------------------------------------------------------------------------------------------------
+# VALIDATION AND ATARI OBSERVATIONS ------------------------------------------------------------------------------------
 def check_args(args: Args) -> None:
     """Raise ConfigError for this script's out-of-range or contradictory flags."""
     check([(args.num_steps < 1, "--num-steps must be at least 1"),
@@ -328,19 +321,15 @@ def check_spaces(env_id: str, obs_space, action_space) -> None:
             f"{env_id} has {obs_space} observations; this script needs Atari frames or a 1-D Box (FlattenObservation)")])
 
 
-# ATARI OBSERVATIONS: the wrappers the common block's make_env applies -------------------------------------------------
 def observation_wrappers(args, make):
-    """The env `make` returns or, for Atari, SB3's AtariWrapper (no-op starts, 4 frames skipped and max-pooled, episodic
-    life, fire on reset, 84 x 84 grey frames, clipped rewards), its (84, 84, 1) frames made (84, 84) (itemgetter pickles)
-    and stacked by 4. Atari needs ale_py's envs registered; ALE/* ids keep their sticky actions."""
+    """`make`'s env or, for Atari, SB3's AtariWrapper (no-op starts, 4 frames skipped and max-pooled, episodic life,
+    fire on reset, 84 x 84 grey frames, clipped rewards) stacked by 4; ALE/* ids (ale_py) keep their sticky actions."""
     if not (args.env_id.startswith("ALE/") or "NoFrameskip" in args.env_id):
         return make()
     from stable_baselines3.common.atari_wrappers import AtariWrapper
-
     gym.register_envs(__import__("ale_py"))
     env = make(**({"frameskip": 1} if args.env_id.startswith("ALE/") else {}))  # AtariWrapper's MaxAndSkip skips
-    frames = gym.spaces.Box(0, 255, (84, 84), np.uint8)
-    env = gym.wrappers.TransformObservation(AtariWrapper(env), operator.itemgetter((..., 0)), frames)
+    env = gym.wrappers.TransformObservation(AtariWrapper(env), np.squeeze, gym.spaces.Box(0, 255, (84, 84), np.uint8))
     return gym.wrappers.FrameStackObservation(env, 4)  # pads a new episode with its first frame
 
 
@@ -364,8 +353,7 @@ def crossed(before: int, now: int, every: int) -> bool:
 
 
 def make_env(args, video_dir: str | None = None):
-    """A thunk making one env of args.env_id with episode statistics (and with a video_dir, its first episode's video),
-    then the script's `observation_wrappers` above the statistics, which see whole games (TD3 has none)."""
+    """A thunk making args.env_id with episode statistics (and a video_dir's first episode), then observation_wrappers."""
 
     def thunk():
         def make(**kwargs):  # gym.make(env_id, **kwargs), its first episode's video, its statistics
@@ -375,18 +363,16 @@ def make_env(args, video_dir: str | None = None):
                 env = gym.wrappers.RecordVideo(env, video_dir, episode_trigger=lambda k: k == 0, disable_logger=True)
             return gym.wrappers.RecordEpisodeStatistics(env)
 
-        return observation_wrappers(args, make) if "observation_wrappers" in globals() else make()
+        return observation_wrappers(args, make) if "observation_wrappers" in globals() else make()  # TD3 has none
 
     return thunk
 
 
 def pickle_envs(envs: list, states: list) -> bytes:
-    """The sub-envs (wrappers, RNG) beside their simulator states. An EzPickle env (MuJoCo's, Atari's) is left out, as
-    pickle would rebuild it from its constructor's arguments, which some of gymnasium's envs record shifted: on loading,
-    `unpickle_envs` makes it anew with make_env, and Run.__init__ copies its state in."""
-    out = io.BytesIO()
-    (pickler := pickle.Pickler(out)).persistent_id = lambda obj: next(
-        (i for i, env in enumerate(envs) if obj is env.unwrapped and isinstance(obj, gym.utils.EzPickle)), None)
+    """The sub-envs beside their simulator states, but for EzPickle envs (MuJoCo's, Atari's), whose constructor arguments
+    gymnasium records shifted for some: `unpickle_envs` makes them anew, and Run.__init__ restores their state."""
+    (pickler := pickle.Pickler(out := io.BytesIO())).persistent_id = lambda obj: "env" if isinstance(obj, gym.Env) \
+        and isinstance(obj, gym.utils.EzPickle) else None
     pickler.dump((envs, states))
     return out.getvalue()
 
@@ -434,12 +420,15 @@ def setup(args):
         os.environ.setdefault("MUJOCO_GL", "egl")  # headless MuJoCo rendering; read when mujoco is first imported
         __import__("torch._dynamo")  # CUDA wheels' triton segfaults when first loaded after MuJoCo's EGL context
     try:  # the env, and for --capture-video a frame, which would otherwise fail at the first evaluation
-        env = make_env(args, "" if args.capture_video else None)()
-        env.reset(seed=0)
-        frame = env.render() if args.capture_video else None
+        with warnings.catch_warnings():  # a library's warnings would come before the one line of an error
+            warnings.simplefilter("ignore")
+            env = make_env(args, "" if args.capture_video else None)()
+            env.reset(seed=0)
+            frame = env.render() if args.capture_video else None
     except Exception as e:  # an unknown id, a missing package or renderer: one line, whatever the library raised
-        raise ConfigError(f"{args.env_id} cannot be made ({type(e).__name__}: {e}): an unknown env id (see gymnasium."
-                          "pprint_registry()), or a missing extra or (--capture-video, --from-pixels) MuJoCo renderer?")
+        raise e if isinstance(e, ConfigError) else ConfigError(  # a ConfigError names the flag to change
+            f"{args.env_id} cannot be made ({type(e).__name__}: {e}): an unknown env id (see gymnasium.pprint_registry())"
+            ", or a missing extra or (--capture-video, --from-pixels) MuJoCo renderer?") from None
     check([(args.capture_video and frame is None, f"--capture-video: {args.env_id} renders no frames")])
     check_spaces(args.env_id, env.observation_space, env.action_space)
     env.close()
@@ -449,8 +438,7 @@ def setup(args):
     device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
     compiler = device.type != "cpu" or shutil.which(os.environ.get("CXX", "g++"))  # torch.compile's on the CPU
     check([(args.compile and not compiler, "--compile needs a C++ compiler (g++, or $CXX): install one, or drop it")])
-    # unset --compile: compiled where the 20-70 s it takes pay back, CPU runs of COMPILE_MIN_STEPS+ training steps
-    train_steps = args.total_timesteps - getattr(args, "learning_starts", 0)  # the off-policy scripts start late
+    train_steps = args.total_timesteps - getattr(args, "learning_starts", 0)  # unset --compile: where 20-70 s pay back
     long_run = args.compile is None and device.type == "cpu" and train_steps >= (COMPILE_MIN_STEPS or math.inf)
     if long_run and not compiler:
         print("note: no C++ compiler (g++, or $CXX) found, so the updates run eagerly", file=sys.stderr)

@@ -1,5 +1,4 @@
-"""ACER, actor-critic with experience replay, for Discrete actions from flat observations (MLP) or Atari frames
-(NatureCNN): Retrace Q targets, truncated importance weights with bias correction, a trust region around an EMA network.
+"""ACER: Retrace Q targets, truncated importance weights with bias correction, an EMA trust region; Discrete actions.
 
 Paper:
     Wang et al. 2016, "Sample Efficient Actor-Critic with Experience Replay", arXiv:1611.01224 (Algorithms 1-2, Sec. 3)
@@ -19,7 +18,6 @@ import contextlib
 import importlib.util
 import io
 import math
-import operator
 import os
 import pickle
 import random
@@ -28,6 +26,7 @@ import shutil
 import signal
 import sys
 import time
+import warnings
 from dataclasses import asdict, dataclass, replace
 from typing import Annotated, Literal
 
@@ -113,7 +112,6 @@ class Args:
 
 
 HIDDEN = 64  # units per hidden layer of the MLP (SB2 zoo's ACER MlpPolicy)
-CNN_FEATURES = 512  # NatureCNN's last hidden layer (Mnih et al. 2015)
 MU_FLOOR = 1e-8  # DEVIATION(4): importance weights divide by max(mu, MU_FLOOR)
 METRICS = ("policy_loss", "q_loss", "entropy", "avg_policy_kl", "rho_mean")  # acer_loss's metrics, logged as losses/*
 COMPILE_MIN_STEPS = None  # unset --compile runs eagerly; --compile compiles `acer_update` as it is
@@ -131,8 +129,7 @@ def retrace_targets(rewards, dones, q_taken, values, rho_bar, last_values, gamma
 
 
 def trust_region_project(g, k, delta: float):
-    """g' = g - max(0, (k.g - delta) / ||k||^2) k over the last dim of g, k (..., A)   [arXiv:1611.01224 eq. 12]: rows
-    with k.g <= delta (or k = 0) come back unchanged, the others get the linearised KL change k.g' = delta."""
+    """g' = g - max(0, (k.g - delta) / ||k||^2) k per row (..., A), so k.g' <= delta   [arXiv:1611.01224 eq. 12]"""
     excess = ((k * g).sum(-1, keepdim=True) - delta).clamp(min=0.0)
     return g - excess / (k * k).sum(-1, keepdim=True).clamp(min=1e-12) * k
 
@@ -151,11 +148,11 @@ class Agent(nn.Module):
     def __init__(self, envs):
         super().__init__()
         obs_shape, num_actions = envs.single_observation_space.shape, int(envs.single_action_space.n)
-        if len(obs_shape) == 3:  # NatureCNN for (stack, 84, 84) frames
+        if len(obs_shape) == 3:  # NatureCNN (Mnih et al. 2015) for (stack, 84, 84) frames
             self.trunk = nn.Sequential(layer_init(nn.Conv2d(obs_shape[0], 32, 8, stride=4)), nn.ReLU(),
                                        layer_init(nn.Conv2d(32, 64, 4, stride=2)), nn.ReLU(),
                                        layer_init(nn.Conv2d(64, 64, 3, stride=1)), nn.ReLU(), nn.Flatten(),
-                                       layer_init(nn.Linear(64 * 7 * 7, CNN_FEATURES)), nn.ReLU())
+                                       layer_init(nn.Linear(64 * 7 * 7, 512)), nn.ReLU())
         else:  # a 64-64 tanh MLP for 1-D observations
             self.trunk = nn.Sequential(layer_init(nn.Linear(obs_shape[0], HIDDEN)), nn.Tanh(),
                                        layer_init(nn.Linear(HIDDEN, HIDDEN)), nn.Tanh())
@@ -343,7 +340,7 @@ def main(args: Args) -> dict:
     return {**summary, "iterations": global_step // (T * N), "replay_updates": replay_updates}
 
 
-# VALIDATION -----------------------------------------------------------------------------------------------------------
+# VALIDATION AND ATARI OBSERVATIONS ------------------------------------------------------------------------------------
 def check_args(args: Args) -> None:
     """Raise ConfigError for this script's out-of-range or contradictory flags."""
     segment = args.num_envs * args.num_steps
@@ -369,19 +366,15 @@ def check_spaces(env_id: str, obs_space, action_space) -> None:
             "this script needs Atari frames or a 1-D Box: wrap the env in gymnasium.wrappers.FlattenObservation")])
 
 
-# ATARI OBSERVATIONS: the wrappers the common block's make_env applies -------------------------------------------------
 def observation_wrappers(args, make):
-    """The env `make` returns or, for Atari, SB3's AtariWrapper (no-op starts, 4 frames skipped and max-pooled, episodic
-    life, fire on reset, 84 x 84 grey frames, clipped rewards), its (84, 84, 1) frames made (84, 84) (itemgetter pickles)
-    and stacked by 4. Atari needs ale_py's envs registered; ALE/* ids keep their sticky actions."""
+    """`make`'s env or, for Atari, SB3's AtariWrapper (no-op starts, 4 frames skipped and max-pooled, episodic life,
+    fire on reset, 84 x 84 grey frames, clipped rewards) stacked by 4; ALE/* ids (ale_py) keep their sticky actions."""
     if not (args.env_id.startswith("ALE/") or "NoFrameskip" in args.env_id):
         return make()
     from stable_baselines3.common.atari_wrappers import AtariWrapper
-
     gym.register_envs(__import__("ale_py"))
     env = make(**({"frameskip": 1} if args.env_id.startswith("ALE/") else {}))  # AtariWrapper's MaxAndSkip skips
-    frames = gym.spaces.Box(0, 255, (84, 84), np.uint8)
-    env = gym.wrappers.TransformObservation(AtariWrapper(env), operator.itemgetter((..., 0)), frames)
+    env = gym.wrappers.TransformObservation(AtariWrapper(env), np.squeeze, gym.spaces.Box(0, 255, (84, 84), np.uint8))
     return gym.wrappers.FrameStackObservation(env, 4)  # pads a new episode with its first frame
 
 
@@ -405,8 +398,7 @@ def crossed(before: int, now: int, every: int) -> bool:
 
 
 def make_env(args, video_dir: str | None = None):
-    """A thunk making one env of args.env_id with episode statistics (and with a video_dir, its first episode's video),
-    then the script's `observation_wrappers` above the statistics, which see whole games (TD3 has none)."""
+    """A thunk making args.env_id with episode statistics (and a video_dir's first episode), then observation_wrappers."""
 
     def thunk():
         def make(**kwargs):  # gym.make(env_id, **kwargs), its first episode's video, its statistics
@@ -416,18 +408,16 @@ def make_env(args, video_dir: str | None = None):
                 env = gym.wrappers.RecordVideo(env, video_dir, episode_trigger=lambda k: k == 0, disable_logger=True)
             return gym.wrappers.RecordEpisodeStatistics(env)
 
-        return observation_wrappers(args, make) if "observation_wrappers" in globals() else make()
+        return observation_wrappers(args, make) if "observation_wrappers" in globals() else make()  # TD3 has none
 
     return thunk
 
 
 def pickle_envs(envs: list, states: list) -> bytes:
-    """The sub-envs (wrappers, RNG) beside their simulator states. An EzPickle env (MuJoCo's, Atari's) is left out, as
-    pickle would rebuild it from its constructor's arguments, which some of gymnasium's envs record shifted: on loading,
-    `unpickle_envs` makes it anew with make_env, and Run.__init__ copies its state in."""
-    out = io.BytesIO()
-    (pickler := pickle.Pickler(out)).persistent_id = lambda obj: next(
-        (i for i, env in enumerate(envs) if obj is env.unwrapped and isinstance(obj, gym.utils.EzPickle)), None)
+    """The sub-envs beside their simulator states, but for EzPickle envs (MuJoCo's, Atari's), whose constructor arguments
+    gymnasium records shifted for some: `unpickle_envs` makes them anew, and Run.__init__ restores their state."""
+    (pickler := pickle.Pickler(out := io.BytesIO())).persistent_id = lambda obj: "env" if isinstance(obj, gym.Env) \
+        and isinstance(obj, gym.utils.EzPickle) else None
     pickler.dump((envs, states))
     return out.getvalue()
 
@@ -475,12 +465,15 @@ def setup(args):
         os.environ.setdefault("MUJOCO_GL", "egl")  # headless MuJoCo rendering; read when mujoco is first imported
         __import__("torch._dynamo")  # CUDA wheels' triton segfaults when first loaded after MuJoCo's EGL context
     try:  # the env, and for --capture-video a frame, which would otherwise fail at the first evaluation
-        env = make_env(args, "" if args.capture_video else None)()
-        env.reset(seed=0)
-        frame = env.render() if args.capture_video else None
+        with warnings.catch_warnings():  # a library's warnings would come before the one line of an error
+            warnings.simplefilter("ignore")
+            env = make_env(args, "" if args.capture_video else None)()
+            env.reset(seed=0)
+            frame = env.render() if args.capture_video else None
     except Exception as e:  # an unknown id, a missing package or renderer: one line, whatever the library raised
-        raise ConfigError(f"{args.env_id} cannot be made ({type(e).__name__}: {e}): an unknown env id (see gymnasium."
-                          "pprint_registry()), or a missing extra or (--capture-video, --from-pixels) MuJoCo renderer?")
+        raise e if isinstance(e, ConfigError) else ConfigError(  # a ConfigError names the flag to change
+            f"{args.env_id} cannot be made ({type(e).__name__}: {e}): an unknown env id (see gymnasium.pprint_registry())"
+            ", or a missing extra or (--capture-video, --from-pixels) MuJoCo renderer?") from None
     check([(args.capture_video and frame is None, f"--capture-video: {args.env_id} renders no frames")])
     check_spaces(args.env_id, env.observation_space, env.action_space)
     env.close()
@@ -490,8 +483,7 @@ def setup(args):
     device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
     compiler = device.type != "cpu" or shutil.which(os.environ.get("CXX", "g++"))  # torch.compile's on the CPU
     check([(args.compile and not compiler, "--compile needs a C++ compiler (g++, or $CXX): install one, or drop it")])
-    # unset --compile: compiled where the 20-70 s it takes pay back, CPU runs of COMPILE_MIN_STEPS+ training steps
-    train_steps = args.total_timesteps - getattr(args, "learning_starts", 0)  # the off-policy scripts start late
+    train_steps = args.total_timesteps - getattr(args, "learning_starts", 0)  # unset --compile: where 20-70 s pay back
     long_run = args.compile is None and device.type == "cpu" and train_steps >= (COMPILE_MIN_STEPS or math.inf)
     if long_run and not compiler:
         print("note: no C++ compiler (g++, or $CXX) found, so the updates run eagerly", file=sys.stderr)

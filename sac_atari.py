@@ -21,7 +21,6 @@ import contextlib
 import importlib.util
 import io
 import math
-import operator
 import os
 import pickle
 import random
@@ -30,6 +29,7 @@ import shutil
 import signal
 import sys
 import time
+import warnings
 from dataclasses import asdict, dataclass, replace
 from typing import Annotated
 
@@ -37,7 +37,6 @@ import gymnasium as gym
 import numpy as np
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 import tyro
 from torch.utils.tensorboard import SummaryWriter
 
@@ -170,16 +169,15 @@ class Actor(SoftQNetwork):
     def get_action(self, obs):
         """Returns (action (B,), log pi(.|s) (B, |A|), pi(.|s) (B, |A|)); log_softmax, never log(softmax)."""
         logits = self(obs)
-        log_probs = F.log_softmax(logits, dim=1)
+        log_probs = logits.log_softmax(1)
         # nan_to_num: a diverged actor acts until the NaN guard stops the run, rather than Categorical raising
         return torch.distributions.Categorical(logits=logits.nan_to_num()).sample(), log_probs, log_probs.exp()
 
 
 class ReplayBuffer:
-    """Circular storage of each frame once, the frame stacks rebuilt when sampling (DEVIATION(6)), on the CPU. Each
-    sub-env writes its own stream of slots, one frame (an observation's newest) per slot; a slot starting a transition
-    also holds its action, reward and termination, its successor s'. An episode end writes two slots: final, reset obs.
-    Slot k's stack is slots k-stack+1..k, those before the episode's first replaced by it (FrameStack's padding)."""
+    """Each frame once (DEVIATION(6)), on the CPU, in a circular stream of slots per sub-env: a transition's slot holds
+    its newest frame, action, reward and termination, the next slot its s' (an episode's end writes two: final, reset).
+    Slot k's stack, rebuilt when sampling, is slots k-stack+1..k, padded with the episode's first as FrameStack pads."""
 
     FIELDS = ("frames", "actions", "rewards", "terminations", "age", "valid")  # per slot (num_envs, slots, ...)
 
@@ -196,16 +194,13 @@ class ReplayBuffer:
         self.pos, self.size = np.zeros(num_envs, dtype=np.int64), np.zeros(num_envs, dtype=np.int64)
         self.transitions = 0  # since the buffer was created or restored: a run resumed without it refills it first
 
-    def _write(self, env: int, obs, first: bool):
-        p = self.pos[env]
-        self.frames[env, p], self.valid[env, p] = torch.as_tensor(obs[-1] if self.stack > 1 else obs), False
-        self.age[env, p] = 0 if first else min(int(self.age[env, p - 1]) + 1, self.stack)  # p - 1 = -1 wraps around
-        self.pos[env], self.size[env] = (p + 1) % self.slots, min(self.size[env] + 1, self.slots)
-
-    def start(self, obs):
-        """Begin an episode in every sub-env's stream with the reset observations obs (num_envs, *obs_shape)."""
-        for env in range(self.num_envs):
-            self._write(env, obs[env], first=True)
+    def start(self, obs, envs=None, first: bool = True):
+        """Write obs (num_envs, *obs_shape) to the next slot of each stream (or of streams `envs`); first: reset obs."""
+        for env in range(self.num_envs) if envs is None else envs:
+            p, frame = self.pos[env], (obs[env][-1] if self.stack > 1 else obs[env])  # the newest frame of a stack
+            self.frames[env, p], self.valid[env, p] = torch.as_tensor(frame), False
+            self.age[env, p] = 0 if first else min(int(self.age[env, p - 1]) + 1, self.stack)  # p - 1 = -1 wraps around
+            self.pos[env], self.size[env] = (p + 1) % self.slots, min(self.size[env] + 1, self.slots)
 
     def add(self, actions, rewards, real_next_obs, terminations, dones, next_obs):
         """Complete each stream's newest slot's transition with s'; where `dones`, start a new episode with next_obs."""
@@ -213,9 +208,8 @@ class ReplayBuffer:
             p = (self.pos[env] - 1) % self.slots
             self.actions[env, p], self.rewards[env, p] = int(actions[env]), float(rewards[env])
             self.terminations[env, p], self.valid[env, p] = float(terminations[env]), True
-            self._write(env, real_next_obs[env], first=False)
-            if dones[env]:
-                self._write(env, next_obs[env], first=True)
+        self.start(real_next_obs, first=False)
+        self.start(next_obs, np.flatnonzero(dones))
         self.transitions += self.num_envs
 
     def observations(self, env, slot):
@@ -257,7 +251,7 @@ def compute_loss_q(actor, qf1, qf2, qf1_target, qf2_target, batch, alpha, gamma)
         next_q_min = torch.min(qf1_target(next_obs), qf2_target(next_obs))
         y = discrete_soft_q_target(rewards, terminations, next_probs, next_log_probs, next_q_min, alpha, gamma)
     q1, q2 = (qf(obs).gather(1, actions[:, None]).squeeze(1) for qf in (qf1, qf2))
-    qf1_loss, qf2_loss = F.mse_loss(q1, y), F.mse_loss(q2, y)
+    qf1_loss, qf2_loss = nn.functional.mse_loss(q1, y), nn.functional.mse_loss(q2, y)
     metrics = {"qf1_values": q1.detach().mean(), "qf2_values": q2.detach().mean(), "qf1_loss": qf1_loss.detach(),
                "qf2_loss": qf2_loss.detach(), "qf_loss": (qf1_loss.detach() + qf2_loss.detach()) / 2}
     return qf1_loss + qf2_loss, metrics
@@ -306,19 +300,17 @@ def main(args: Args) -> dict:
         qf1, qf2, qf1_target, qf2_target = (SoftQNetwork(run.envs).to(device) for _ in range(4))
         for target, source in ((qf1_target, qf1), (qf2_target, qf2)):
             target.requires_grad_(False).load_state_dict(source.state_dict())
-        fused = {"fused": True} if device.type in ("cpu", "cuda") else {}  # one Adam kernel for all tensors
         q_params = [*qf1.parameters(), *qf2.parameters()]
-        q_optimizer = torch.optim.Adam(q_params, lr=args.q_lr, eps=args.adam_eps, **fused)
-        actor_optimizer = torch.optim.Adam(actor.parameters(), lr=args.policy_lr, eps=args.adam_eps, **fused)
+        q_optimizer = torch.optim.Adam(q_params, lr=args.q_lr, eps=args.adam_eps, fused=True)  # one kernel, all tensors
+        actor_optimizer = torch.optim.Adam(actor.parameters(), lr=args.policy_lr, eps=args.adam_eps, fused=True)
         fixed_log_alpha = float(np.log(args.alpha)) if args.alpha > 0 else -math.inf  # --no-autotune
         log_alpha = torch.full((1,), 0.0 if args.autotune else fixed_log_alpha, device=device, requires_grad=True)
         if args.autotune:  # log alpha's Adam: a parameter group of the actor's optimizer, with its own learning rate
             actor_optimizer.add_param_group({"params": [log_alpha], "lr": args.q_lr})
         rb = ReplayBuffer(args.buffer_size, args.num_envs, run.envs.single_observation_space, device)
         stateful = dict(actor=actor, qf1=qf1, qf2=qf2, qf1_target=qf1_target, qf2_target=qf2_target,
-                        q_optimizer=q_optimizer, actor_optimizer=actor_optimizer, log_alpha=log_alpha,
-                        **({"rb": rb} if args.checkpoint_buffer else {}))
-        (global_step, updates), obs = run.resume(stateful, (0, 0))
+                        q_optimizer=q_optimizer, actor_optimizer=actor_optimizer, log_alpha=log_alpha)
+        (global_step, updates), obs = run.resume(stateful | ({"rb": rb} if args.checkpoint_buffer else {}), (0, 0))
         if not (run.exact and args.checkpoint_buffer):
             rb.start(obs)  # a fresh stream starts here: the stack history before it is not in the buffer
         update = sac_update(actor, qf1, qf2, qf1_target, qf2_target, log_alpha, q_optimizer, actor_optimizer, args)
@@ -337,8 +329,7 @@ def main(args: Args) -> dict:
             next_obs, rewards, terminations, truncations, infos = run.envs.step(actions)
             previous_step, global_step = global_step, global_step + args.num_envs
 
-            # STORE: bootstrap through truncations, never through terminations: s' is the true final observation and
-            # `terminations` alone masks the target. SAME_STEP autoreset means no stored transition spans a reset.
+            # STORE the true final s': bootstrap through truncations, never terminations; no transition spans a reset
             real_next_obs = final_observations(next_obs, infos)
             rb.add(actions, rewards, real_next_obs, terminations, terminations | truncations, next_obs)
             obs = next_obs
@@ -362,7 +353,7 @@ def main(args: Args) -> dict:
     return {**summary, "critic_updates": updates, "actor_updates": updates}
 
 
-# VALIDATION -----------------------------------------------------------------------------------------------------------
+# VALIDATION AND ATARI OBSERVATIONS ------------------------------------------------------------------------------------
 def check_args(args: Args) -> None:
     """Raise ConfigError for this script's out-of-range or contradictory flags."""
     check([(args.buffer_size < max(args.batch_size, args.num_envs),
@@ -386,19 +377,15 @@ def check_spaces(env_id: str, obs_space, action_space) -> None:
             f"{env_id} has {obs_space} observations, not Atari frames or a 1-D Box (use FlattenObservation)")])
 
 
-# ATARI OBSERVATIONS: the wrappers the common block's make_env applies -------------------------------------------------
 def observation_wrappers(args, make):
-    """The env `make` returns or, for Atari, SB3's AtariWrapper (no-op starts, 4 frames skipped and max-pooled, episodic
-    life, fire on reset, 84 x 84 grey frames, clipped rewards), its (84, 84, 1) frames made (84, 84) (itemgetter pickles)
-    and stacked by 4. Atari needs ale_py's envs registered; ALE/* ids keep their sticky actions."""
+    """`make`'s env or, for Atari, SB3's AtariWrapper (no-op starts, 4 frames skipped and max-pooled, episodic life,
+    fire on reset, 84 x 84 grey frames, clipped rewards) stacked by 4; ALE/* ids (ale_py) keep their sticky actions."""
     if not (args.env_id.startswith("ALE/") or "NoFrameskip" in args.env_id):
         return make()
     from stable_baselines3.common.atari_wrappers import AtariWrapper
-
     gym.register_envs(__import__("ale_py"))
     env = make(**({"frameskip": 1} if args.env_id.startswith("ALE/") else {}))  # AtariWrapper's MaxAndSkip skips
-    frames = gym.spaces.Box(0, 255, (84, 84), np.uint8)
-    env = gym.wrappers.TransformObservation(AtariWrapper(env), operator.itemgetter((..., 0)), frames)
+    env = gym.wrappers.TransformObservation(AtariWrapper(env), np.squeeze, gym.spaces.Box(0, 255, (84, 84), np.uint8))
     return gym.wrappers.FrameStackObservation(env, 4)  # pads a new episode with its first frame
 
 
@@ -422,8 +409,7 @@ def crossed(before: int, now: int, every: int) -> bool:
 
 
 def make_env(args, video_dir: str | None = None):
-    """A thunk making one env of args.env_id with episode statistics (and with a video_dir, its first episode's video),
-    then the script's `observation_wrappers` above the statistics, which see whole games (TD3 has none)."""
+    """A thunk making args.env_id with episode statistics (and a video_dir's first episode), then observation_wrappers."""
 
     def thunk():
         def make(**kwargs):  # gym.make(env_id, **kwargs), its first episode's video, its statistics
@@ -433,18 +419,16 @@ def make_env(args, video_dir: str | None = None):
                 env = gym.wrappers.RecordVideo(env, video_dir, episode_trigger=lambda k: k == 0, disable_logger=True)
             return gym.wrappers.RecordEpisodeStatistics(env)
 
-        return observation_wrappers(args, make) if "observation_wrappers" in globals() else make()
+        return observation_wrappers(args, make) if "observation_wrappers" in globals() else make()  # TD3 has none
 
     return thunk
 
 
 def pickle_envs(envs: list, states: list) -> bytes:
-    """The sub-envs (wrappers, RNG) beside their simulator states. An EzPickle env (MuJoCo's, Atari's) is left out, as
-    pickle would rebuild it from its constructor's arguments, which some of gymnasium's envs record shifted: on loading,
-    `unpickle_envs` makes it anew with make_env, and Run.__init__ copies its state in."""
-    out = io.BytesIO()
-    (pickler := pickle.Pickler(out)).persistent_id = lambda obj: next(
-        (i for i, env in enumerate(envs) if obj is env.unwrapped and isinstance(obj, gym.utils.EzPickle)), None)
+    """The sub-envs beside their simulator states, but for EzPickle envs (MuJoCo's, Atari's), whose constructor arguments
+    gymnasium records shifted for some: `unpickle_envs` makes them anew, and Run.__init__ restores their state."""
+    (pickler := pickle.Pickler(out := io.BytesIO())).persistent_id = lambda obj: "env" if isinstance(obj, gym.Env) \
+        and isinstance(obj, gym.utils.EzPickle) else None
     pickler.dump((envs, states))
     return out.getvalue()
 
@@ -492,12 +476,15 @@ def setup(args):
         os.environ.setdefault("MUJOCO_GL", "egl")  # headless MuJoCo rendering; read when mujoco is first imported
         __import__("torch._dynamo")  # CUDA wheels' triton segfaults when first loaded after MuJoCo's EGL context
     try:  # the env, and for --capture-video a frame, which would otherwise fail at the first evaluation
-        env = make_env(args, "" if args.capture_video else None)()
-        env.reset(seed=0)
-        frame = env.render() if args.capture_video else None
+        with warnings.catch_warnings():  # a library's warnings would come before the one line of an error
+            warnings.simplefilter("ignore")
+            env = make_env(args, "" if args.capture_video else None)()
+            env.reset(seed=0)
+            frame = env.render() if args.capture_video else None
     except Exception as e:  # an unknown id, a missing package or renderer: one line, whatever the library raised
-        raise ConfigError(f"{args.env_id} cannot be made ({type(e).__name__}: {e}): an unknown env id (see gymnasium."
-                          "pprint_registry()), or a missing extra or (--capture-video, --from-pixels) MuJoCo renderer?")
+        raise e if isinstance(e, ConfigError) else ConfigError(  # a ConfigError names the flag to change
+            f"{args.env_id} cannot be made ({type(e).__name__}: {e}): an unknown env id (see gymnasium.pprint_registry())"
+            ", or a missing extra or (--capture-video, --from-pixels) MuJoCo renderer?") from None
     check([(args.capture_video and frame is None, f"--capture-video: {args.env_id} renders no frames")])
     check_spaces(args.env_id, env.observation_space, env.action_space)
     env.close()
@@ -507,8 +494,7 @@ def setup(args):
     device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
     compiler = device.type != "cpu" or shutil.which(os.environ.get("CXX", "g++"))  # torch.compile's on the CPU
     check([(args.compile and not compiler, "--compile needs a C++ compiler (g++, or $CXX): install one, or drop it")])
-    # unset --compile: compiled where the 20-70 s it takes pay back, CPU runs of COMPILE_MIN_STEPS+ training steps
-    train_steps = args.total_timesteps - getattr(args, "learning_starts", 0)  # the off-policy scripts start late
+    train_steps = args.total_timesteps - getattr(args, "learning_starts", 0)  # unset --compile: where 20-70 s pay back
     long_run = args.compile is None and device.type == "cpu" and train_steps >= (COMPILE_MIN_STEPS or math.inf)
     if long_run and not compiler:
         print("note: no C++ compiler (g++, or $CXX) found, so the updates run eagerly", file=sys.stderr)
