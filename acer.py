@@ -378,7 +378,7 @@ def observation_wrappers(args, make):
     return gym.wrappers.FrameStackObservation(env, 4)  # pads a new episode with its first frame
 
 
-# COMMON BLOCK: the same text in all five scripts (tests/test_common_block.py compares them) ===========================
+# COMMON BLOCK: the same text in all five scripts (tests/test_common_block.py compares it); a reader may stop here =====
 EVAL_SEED_OFFSET = 1_000_000  # evaluation episode k is reset with seed + EVAL_SEED_OFFSET + k
 
 
@@ -649,7 +649,7 @@ def cli(argv=None) -> dict:
     argv = sys.argv[1:] if argv is None else list(argv)
     try:  # tyro's error box is silenced and replaced by one line; --help prints as usual
         with contextlib.redirect_stderr(sys.stderr if {"-h", "--help"} & set(argv) else io.StringIO()):
-            args, unknown = tyro.cli(Args, args=argv, return_unknown_args=True)
+            args, unknown = tyro.cli(Args, args=argv, return_unknown_args=True, description=__doc__.split("\n\n")[0])
         check([(unknown, f"unrecognized flag {' '.join(unknown)} in `{' '.join(argv)}`; see --help")])
         summary = main(args)
     except SystemExit as e:
