@@ -695,7 +695,7 @@ def test_a_run_with_offline_data_resumes_exactly(tmp_path, monkeypatch):
                                   ("losses/qf_loss", "losses/actor_loss", "eval/episodic_return"))
 
 
-@pytest.mark.parametrize("env_id,frame_stack", [("Reacher-v5", "1"), ("Reacher-v5", "2"), ("InvertedPendulum-v5", "1")])
+@pytest.mark.parametrize("env_id,frame_stack", [("Reacher-v5", "2"), ("InvertedPendulum-v5", "1")])
 def test_a_pixel_run_resumes_exactly(tmp_path, env_id, frame_stack):
     """Each env is made anew by make_env and given its saved state: gymnasium's own unpickling would rebuild
     InvertedPendulum-v5 with shifted constructor arguments, and it would render no more."""
