@@ -38,8 +38,9 @@ import signal
 import sys
 import time
 import warnings
+from collections import OrderedDict
 from dataclasses import asdict, dataclass, replace
-from typing import Annotated
+from typing import Annotated, Literal
 
 import gymnasium as gym
 import numpy as np
@@ -132,6 +133,12 @@ class Args:
     """shift each image of a batch at random by up to 4 pixels (DrQ's random shift, arXiv:2004.13649)"""
     shared_encoder: bool = True
     """with Dict observations, one image encoder, trained by the critics and read detached by the actor (HIL-SERL)"""
+    image_pooling: Literal["flatten", "spatial"] = "flatten"
+    """how the CNN's maps become a vector: flattened (DrQ), or each channel pooled by 8 learned maps (HIL-SERL)"""
+    freeze_image_encoder: bool = False
+    """train no CNN weight (the pooling and later layers still train); the replay stores each frame's CNN features"""
+    image_encoder_weights: str | None = None
+    """the CNN is a ResNet-10 with this file's weights (HIL-SERL; the page shows how to make one from a ResNet-18)"""
     save_replay: str | None = None
     """write the replay buffer to this .npz at the end and on Ctrl-C or SIGTERM, for a later --offline-data"""
     offline_data: str | None = None
@@ -188,9 +195,9 @@ class QEnsemble(nn.Module):
     `torch.baddbmm`. Each member is initialised as `nn.Linear` is: U(+-1/sqrt(fan_in)). With layer_norm, each hidden
     layer is Linear, LayerNorm (its own gain and bias per member, eps 1e-5), ReLU, as RLPD's."""
 
-    def __init__(self, envs, num_critics: int = 2, layer_norm: bool = False, gripper: bool = False):
+    def __init__(self, envs, num_critics: int = 2, layer_norm: bool = False, gripper: bool = False, **image):
         super().__init__()
-        self.encoder = Encoder(envs.single_observation_space)
+        self.encoder = Encoder(envs.single_observation_space, **image)
         obs_dim = self.encoder.out_dim
         act_dim = int(np.prod(envs.single_action_space.shape)) - gripper  # the arm's: a gripper's is DiscreteQ's
         dims = [obs_dim + act_dim, HIDDEN, HIDDEN, 1]
@@ -383,14 +390,15 @@ def target_of(source: nn.Module, target: nn.Module) -> nn.Module:
 def main(args: Args) -> dict:
     """Train; returns a summary. Raises ConfigError, before writing anything, on bad flags, envs or checkpoints."""
     args, checkpoint, device = setup(args)
-    args, offline = robot_learning_setup(args, device)  # file flags made absolute; --offline-data loaded and checked
+    args, data = robot_learning_setup(args, device)  # file flags made absolute; --offline-data loaded and checked
     run = Run(args, checkpoint, device)
     try:
         obs_space, action_space = run.envs.single_observation_space, run.envs.single_action_space
         gripper, share = args.num_discrete_actions > 0, args.shared_encoder and isinstance(obs_space, gym.spaces.Dict)
         act_dim = action_space.shape[0] - gripper  # |A|: the arm's dimensions, without a gripper's
         actor = None if share else Actor(run.envs, gripper=gripper).to(device)  # first, as the seed's draws have gone
-        qf, qf_target = (QEnsemble(run.envs, args.num_critics, args.critic_layer_norm, gripper).to(device)
+        image = dict(pooling=args.image_pooling, weights=args.image_encoder_weights, frozen=args.freeze_image_encoder)
+        qf, qf_target = (QEnsemble(run.envs, args.num_critics, args.critic_layer_norm, gripper, **image).to(device)
                          for _ in range(2))
         actor = actor or Actor(run.envs, qf.encoder, gripper).to(device)
         qf_target = target_of(qf, qf_target)  # with the critics' encoder: a Polyak-averaged copy, as theirs
@@ -404,7 +412,7 @@ def main(args: Args) -> dict:
         else:
             log_alpha.data.fill_(math.log(args.alpha) if args.alpha > 0 else -math.inf)
         target_entropy = -float(act_dim) if args.target_entropy is None else args.target_entropy  # H-bar = -|A| (Sec. 5)
-        rb = replay_buffer(args, args.buffer_size, obs_space, action_space.shape[0], device)
+        rb = replay_buffer(args, args.buffer_size, obs_space, action_space.shape[0], device, qf.encoder)
         stateful = dict(actor=actor, qf=qf, qf_target=qf_target, q_optimizer=q_optimizer,
                         actor_optimizer=actor_optimizer, rb=rb, log_alpha=log_alpha, **(grip.stateful if grip else {}))
         (global_step, critic_updates, actor_updates, update_steps), obs = run.resume(stateful, (0, 0, 0, 0))
@@ -412,6 +420,7 @@ def main(args: Args) -> dict:
         update_critic, update_actor = updates(actor, qf, qf_target, log_alpha, q_optimizer, actor_optimizer, args,
                                               target_entropy)
         counters = lambda: (global_step, critic_updates, actor_updates, update_steps)  # noqa: E731
+        offline = None if data is None else offline_replay(args, data, obs_space, device, qf.encoder)
         replay = rb if offline is None else MixedReplay(rb, offline, args.offline_ratio)  # RLPD's batches
 
         def policy(obs):  # the deterministic action tanh(mean) * scale + bias (and the greedy gripper), for evaluation
@@ -493,6 +502,9 @@ def check_args(args: Args) -> None:
             "encoder's four convolutions need 16, and its linear layer grows with the square of the size"),
            (not 1 <= args.frame_stack < args.image_size / 3 or args.frame_stack > 1 and not args.from_pixels,
             "--frame-stack must lie in [1, --image-size / 3) and above 1 needs --from-pixels"),
+           ((args.freeze_image_encoder or args.image_encoder_weights or args.image_pooling != "flatten") and not
+            args.shared_encoder, "--image-pooling spatial, --freeze-image-encoder and --image-encoder-weights need "
+            "--shared-encoder (HIL-SERL's): the actor reads the critics' image features"),
            (not 0 <= (args.offline_ratio or 0) <= 1, "--offline-ratio must lie in [0, 1]"),
            (args.offline_steps < 0, "--offline-steps must be non-negative"),
            (args.num_discrete_actions < 0 or args.num_discrete_actions == 1, "--num-discrete-actions must be 0 (off) or "
@@ -533,6 +545,8 @@ def check_spaces(env_id: str, obs_space, action_space) -> None:
 # here only where one of them is on: a reader of plain, state-based SAC may stop above.
 # ======================================================================================================================
 IMAGE_FEATURES = 50  # an image's encoding width (DrQ, SAC-AE)
+SPATIAL_FEATURES = 8  # SpatialEmbedding's K, learned maps per channel (HIL-SERL's image_embedding_pooling_dim)
+IMAGENET = torch.tensor([0.485, 0.456, 0.406]), torch.tensor([0.229, 0.224, 0.225])  # mean and std of each colour
 SHIFT = 4  # DrQ's random shift: pad by 4 pixels (replicating the border), crop back at a random offset
 MAX_IMAGE_SIZE = 512  # --image-size's bound: at 512 px the encoder's linear layer holds 99M weights (84 px: 2M)
 
@@ -551,37 +565,106 @@ def to_tensors(obs, device):
 
 
 class Encoder(nn.Module):
-    """An observation's features: a flat Box passes through; of a Dict, each image goes through a CNN and the vector keys,
-    concatenated, through Linear, LayerNorm, Tanh (HIL-SERL's SACObservationEncoder); the parts are concatenated."""
+    """An observation's features: a flat Box passes through; of a Dict, each image goes through a CNN, a pooling and a
+    head (Linear, LayerNorm, Tanh), and the vector keys, concatenated, through Linear, LayerNorm, Tanh (HIL-SERL's
+    SACObservationEncoder); the parts are concatenated. The CNN is DrQ's or, given `weights`, a ResNet-10; `frozen`, it
+    takes no gradient. The pooling flattens the CNN's maps (DrQ) or is `SpatialEmbedding` (HIL-SERL)."""
 
-    def __init__(self, obs_space):
+    def __init__(self, obs_space, pooling: str = "flatten", weights: str | None = None, frozen: bool = False):
         super().__init__()
         spaces = obs_space.spaces if isinstance(obs_space, gym.spaces.Dict) else {}
         self.images = [key for key, space in spaces.items() if space.dtype == np.uint8]
         self.vectors = [key for key in spaces if key not in self.images]
-        self.cnns, self.state, self.out_dim = nn.ModuleDict(), None, 0 if spaces else obs_space.shape[0]
+        self.cnns, self.maps, self.state, self.out_dim = nn.ModuleDict(), {}, None, 0 if spaces else obs_space.shape[0]
         for key in self.images:
             shape = spaces[key].shape if spaces[key].shape[0] < spaces[key].shape[-1] else np.roll(spaces[key].shape, 1)
-            # DrQ's encoder (arXiv:2004.13649 App. B, from SAC-AE, arXiv:1910.01741), each convolution with a ReLU:
-            # conv1 C -> 32 channels, 3x3, stride 2; conv2, conv3, conv4 32 -> 32, 3x3, stride 1 (84 px: 41, 39, 37, 35)
-            # then Linear to IMAGE_FEATURES = 50, LayerNorm and Tanh
-            convs = nn.Sequential(nn.Conv2d(int(shape[0]), 32, 3, stride=2), nn.ReLU(),
-                                  *(m for _ in range(3) for m in (nn.Conv2d(32, 32, 3), nn.ReLU())))
+            if weights:
+                cnn = [ResNet10(int(shape[0]), weights)]
+            else:  # DrQ's (arXiv:2004.13649 App. B, from SAC-AE, arXiv:1910.01741), each convolution with a ReLU: conv1
+                # C -> 32 channels, 3x3, stride 2; conv2, conv3, conv4 32 -> 32, 3x3, stride 1 (84 px: 41, 39, 37, 35)
+                cnn = [nn.Conv2d(int(shape[0]), 32, 3, stride=2), nn.ReLU(),
+                       *(m for _ in range(3) for m in (nn.Conv2d(32, 32, 3), nn.ReLU()))]
             with torch.no_grad():
-                flat = convs(torch.zeros(1, *map(int, shape))).numel()
-            head = (nn.Linear(flat, IMAGE_FEATURES), nn.LayerNorm(IMAGE_FEATURES), nn.Tanh())
-            self.cnns[key], self.out_dim = nn.Sequential(*convs, nn.Flatten(), *head), self.out_dim + IMAGE_FEATURES
+                maps = nn.Sequential(*cnn).requires_grad_(not frozen)(torch.zeros(1, *map(int, shape))).shape[1:]
+            pool = SpatialEmbedding(*maps) if pooling == "spatial" else nn.Flatten()
+            # the head: Linear to IMAGE_FEATURES = 50 (DrQ), LayerNorm and Tanh
+            head = (nn.Linear(maps[0] * SPATIAL_FEATURES if pooling == "spatial" else maps.numel(), IMAGE_FEATURES),
+                    nn.LayerNorm(IMAGE_FEATURES), nn.Tanh())
+            self.cnns[key], self.maps[key], self.split = nn.Sequential(*cnn, pool, *head), maps, len(cnn)
+            self.out_dim += IMAGE_FEATURES
         if self.vectors:
             state_dim = sum(int(np.prod(spaces[key].shape)) for key in self.vectors)
             self.state, self.out_dim = nn.Sequential(nn.Linear(state_dim, HIDDEN), nn.LayerNorm(HIDDEN), nn.Tanh()), \
                 self.out_dim + HIDDEN
 
+    def cnn(self, key: str, images: torch.Tensor) -> torch.Tensor:
+        """The CNN's maps (B, C', H', W') of images (B, C, H, W)."""
+        return self.cnns[key][: self.split](images)
+
     def forward(self, obs):
         if not isinstance(obs, dict):
             return obs
-        parts = [self.cnns[key](obs[key]) for key in self.images]
+        parts = []
+        for key in self.images:  # with --freeze-image-encoder the replay gives the CNN's features it stored of a frame
+            cached = obs.get(f"{key}/features")
+            maps = self.cnn(key, obs[key]) if cached is None else cached.unflatten(1, self.maps[key])
+            parts.append(self.cnns[key][self.split:](maps))
         vectors = [self.state(torch.cat([obs[key] for key in self.vectors], dim=-1))] if self.vectors else []
         return torch.cat(parts + vectors, dim=-1)
+
+
+class SpatialEmbedding(nn.Module):
+    """HIL-SERL's SpatialLearnedEmbeddings: each channel of the maps x (B, C, H, W) pooled by K learned maps,
+    e[b, c, k] = sum_{h, w} x[b, c, h, w] * W[c, h, w, k], flattened to (B, C K); then dropout (p 0.1, LeRobot's), in
+    gradient steps only: acting and targets see none, as in PyTorch's eval mode, which our networks never enter."""
+
+    def __init__(self, channels: int, height: int, width: int):
+        super().__init__()
+        self.kernel = nn.Parameter(torch.empty(channels, height, width, SPATIAL_FEATURES))
+        nn.init.kaiming_normal_(self.kernel, mode="fan_in", nonlinearity="linear")  # LeRobot's
+
+    def forward(self, maps):
+        return F.dropout(torch.einsum("bchw,chwk->bck", maps, self.kernel).flatten(1), 0.1, torch.is_grad_enabled())
+
+
+class BasicBlock(nn.Module):
+    """ResNet's basic block (He et al. 2016, arXiv:1512.03385): relu(bn2(conv2(relu(bn1(conv1(x))))) + x), 3x3
+    convolutions; where the block halves the size, x passes a strided 1x1 convolution and a BatchNorm (`downsample`)."""
+
+    def __init__(self, c_in: int, c: int, stride: int):
+        super().__init__()
+        self.conv1, self.bn1 = nn.Conv2d(c_in, c, 3, stride, 1, bias=False), nn.BatchNorm2d(c)
+        self.conv2, self.bn2 = nn.Conv2d(c, c, 3, 1, 1, bias=False), nn.BatchNorm2d(c)
+        self.downsample = nn.Identity() if stride == 1 else nn.Sequential(nn.Conv2d(c_in, c, 1, stride, bias=False),
+                                                                          nn.BatchNorm2d(c))
+
+    def forward(self, x):
+        return F.relu(self.bn2(self.conv2(F.relu(self.bn1(self.conv1(x))))) + self.downsample(x))
+
+
+class ResNet10(nn.Sequential):
+    """HIL-SERL's pretrained encoder: ResNet-18 with one basic block a stage and no pooling or fc, 512 maps at 1/32 of the
+    image's size, loaded from `weights` (torchvision's names: the page shows how to make the file from a ResNet-18).
+    Images are normalised by ImageNet's mean and std; the BatchNorms use their running statistics in training too."""
+
+    def __init__(self, channels: int, weights: str | None = None):
+        stages = {f"layer{i}": nn.Sequential(BasicBlock(max(64, c // 2), c, 1 if c == 64 else 2))
+                  for i, c in enumerate((64, 128, 256, 512), 1)}
+        super().__init__(OrderedDict(conv1=nn.Conv2d(channels, 64, 7, 2, 3, bias=False), bn1=nn.BatchNorm2d(64),
+                                     relu=nn.ReLU(), maxpool=nn.MaxPool2d(3, 2, 1), **stages))
+        self.train()
+        try:
+            weights and self.load_state_dict(torch.load(weights, map_location="cpu", weights_only=True))
+        except Exception as e:  # missing, no state dict, or of other shapes
+            raise ConfigError(f"--image-encoder-weights {weights}: no ResNet-10 for {channels}-channel images ("
+                              f"{type(e).__name__}: {' '.join(str(e).split())[:160]}); see the page for making one") from None
+
+    def train(self, mode: bool = True):  # BatchNorms as in eval mode
+        return super().train(False)
+
+    def forward(self, images):  # ImageNet's mean and std of each colour, repeated over a stack's frames
+        mean, std = (x.repeat(images.shape[1] // 3 + 1)[: images.shape[1], None, None].to(images) for x in IMAGENET)
+        return super().forward((images - mean) / std)
 
 
 def random_shift(images: torch.Tensor, pad: int = SHIFT) -> torch.Tensor:
@@ -598,48 +681,63 @@ class ImageReplayBuffer(ReplayBuffer):
     """A ReplayBuffer of Dict observations: the vector keys, flattened, in the rows; the uint8 images stored once, on the
     CPU: frames[i] is row i's s and frames[i + num_envs], its sub-env's next row, its s' (written with it), unless the
     episode ended at row i: then last[i] is. torch.empty commits memory only where written, so `last` costs a frame per
-    episode. With `augment`, each sampled image is shifted at random (DrQ)."""
+    episode. With `augment`, each sampled image is shifted at random (DrQ). Given the critics' frozen `encoder`, it
+    stores each frame's CNN features beside it (frames[f"{key}/features"]), computed once, and samples those instead."""
 
-    def __init__(self, capacity: int, obs_space, act_dim: int, num_envs: int, device, augment: bool):
-        self.spaces, self.num_envs, self.augment = obs_space.spaces, num_envs, augment
+    def __init__(self, capacity: int, obs_space, act_dim: int, num_envs: int, device, augment: bool, encoder=None):
+        self.spaces, self.num_envs, self.encoder = obs_space.spaces, num_envs, encoder
         self.images = [key for key, space in self.spaces.items() if space.dtype == np.uint8]
         self.vectors = {key: space.shape for key, space in self.spaces.items() if key not in self.images}
         super().__init__(capacity, sum(int(np.prod(shape)) for shape in self.vectors.values()), act_dim, device)
-        self.frames, self.last = ({key: torch.empty((capacity, *self.spaces[key].shape), dtype=torch.uint8)
-                                   for key in self.images} for _ in range(2))
+        features = {f"{key}/features": (encoder.maps[key].numel(),) for key in self.images} if encoder else {}
+        shapes = {**{key: self.spaces[key].shape for key in self.images}, **features}
+        self.frames, self.last = ({key: torch.empty((capacity, *shape), dtype=torch.float32 if key in features else
+                                                    torch.uint8) for key, shape in shapes.items()} for _ in range(2))
         self.ended = torch.zeros(capacity, dtype=torch.bool)
+        self.sampled, self.augment = list(features) or self.images, augment and not encoder  # no shift of features
 
     def flat(self, obs):
         """(B, obs_dim): a Dict's vector keys flattened and concatenated."""
         n = len(next(iter(obs.values())))
         return np.concatenate([np.zeros((n, 0))] + [obs[key].reshape(n, -1) for key in self.vectors], 1)
 
+    def stored(self, obs) -> dict:
+        """What the buffer keeps of observations: the frames, and with an encoder their CNN features (by 256 frames)."""
+        out = {key: torch.as_tensor(obs[key]) for key in self.images}
+        with torch.no_grad():
+            for key in self.images if self.encoder else ():
+                out[f"{key}/features"] = torch.cat([self.encoder.cnn(key, to_tensors({key: x}, self.device)[key])
+                                                    .flatten(1).cpu() for x in out[key].split(256)])
+        return out
+
     def add(self, obs, actions, rewards, next_obs, terminations, dones):
         idx = super().add(self.flat(obs), actions, rewards, self.flat(next_obs), terminations, dones)
         self.ended[idx] = torch.as_tensor(dones, dtype=torch.bool)
-        for key in self.images:  # s' first: a bulk load's next rows then get their own s
-            self.frames[key][(idx + self.num_envs) % self.capacity] = torch.as_tensor(next_obs[key])
-            self.frames[key][idx] = torch.as_tensor(obs[key])
-            self.last[key][idx[self.ended[idx]]] = torch.as_tensor(next_obs[key][dones])
+        obs, next_obs = self.stored(obs), self.stored(next_obs)
+        for key in self.frames:  # s' first: a bulk load's next rows then get their own s
+            self.frames[key][(idx + self.num_envs) % self.capacity] = next_obs[key]
+            self.frames[key][idx] = obs[key]
+            self.last[key][idx[self.ended[idx]]] = next_obs[key][torch.as_tensor(dones)]
         return idx
 
     def stale(self) -> int:
         """How many of the oldest rows have lost their s image to the newest rows' s' (a full buffer's)."""
         return self.num_envs if self.images and self.size == self.capacity else 0
 
-    def observations(self, flat, idx, next_obs: bool):
-        """Rows idx's s (or s') as stored: a Dict of uint8 images and flattened vectors."""
+    def observations(self, flat, idx, next_obs: bool, keys):
+        """Rows idx's s (or s') as stored: a Dict of flattened vectors and `keys` of `frames`."""
         obs = dict(zip(self.vectors, flat.split([int(np.prod(shape)) for shape in self.vectors.values()], dim=-1)))
-        for key in self.images:
+        for key in keys:
             frames = self.frames[key][(idx + self.num_envs) % self.capacity if next_obs else idx]
-            obs[key] = torch.where(self.ended[idx, None, None, None], self.last[key][idx], frames) if next_obs else frames
+            ended = self.ended[idx].view(-1, *[1] * (frames.dim() - 1))
+            obs[key] = torch.where(ended, self.last[key][idx], frames) if next_obs else frames
         return obs
 
     def sample(self, batch_size: int):
         idx = torch.randint(0, self.size - self.stale(), (batch_size,), device=self.device)
         idx = (idx + self.pos + self.stale()) % self.capacity if self.stale() else idx
         obs, actions, rewards, next_obs, terminations = self.rows(idx)
-        obs, next_obs = (to_tensors(self.observations(part, idx.cpu(), nxt), self.device) for part, nxt in
+        obs, next_obs = (to_tensors(self.observations(part, idx.cpu(), nxt, self.sampled), self.device) for part, nxt in
                          ((obs, False), (next_obs, True)))
         for o in (obs, next_obs) if self.augment else ():
             o.update({key: random_shift(o[key]) for key in self.images})
@@ -648,23 +746,25 @@ class ImageReplayBuffer(ReplayBuffer):
     def state_dict(self):  # copies of the rows written, as ReplayBuffer's
         written = min(self.size + self.num_envs, self.capacity)  # the rows' s and the newest rows' s'
         return {**super().state_dict(), "ended": self.ended[: self.size].clone(),
-                **{f"frames/{key}": self.frames[key][:written].clone() for key in self.images},
-                **{f"last/{key}": self.last[key][self.ended] for key in self.images}}
+                **{f"frames/{key}": self.frames[key][:written].clone() for key in self.frames},
+                **{f"last/{key}": self.last[key][self.ended] for key in self.frames}}
 
     def load_state_dict(self, state):
         super().load_state_dict(state)
         self.ended[: self.size] = state["ended"]
-        for key in self.images:
+        for key in self.frames:
             self.frames[key][: len(state[f"frames/{key}"])] = state[f"frames/{key}"]
             self.last[key][self.ended] = state[f"last/{key}"]
 
 
-def replay_buffer(args, capacity: int, obs_space, act_dim: int, device, num_envs: int | None = None) -> ReplayBuffer:
-    """A ReplayBuffer, or for Dict observations an ImageReplayBuffer, whose frames' address space the OS may refuse."""
+def replay_buffer(args, capacity: int, obs_space, act_dim: int, device, encoder, num_envs=None) -> ReplayBuffer:
+    """A ReplayBuffer, or for Dict observations an ImageReplayBuffer (with --freeze-image-encoder, storing the features
+    of `encoder`, the critics'), whose frames' address space the OS may refuse."""
     if not isinstance(obs_space, gym.spaces.Dict):
         return ReplayBuffer(capacity, obs_space.shape[0], act_dim, device)
     try:
-        return ImageReplayBuffer(capacity, obs_space, act_dim, num_envs or args.num_envs, device, args.augment)
+        return ImageReplayBuffer(capacity, obs_space, act_dim, num_envs or args.num_envs, device, args.augment,
+                                 encoder if args.freeze_image_encoder else None)
     except RuntimeError as e:
         raise ConfigError(f"no memory for a replay buffer of {capacity:,} transitions ({e}): lower --buffer-size or "
                           "--image-size") from None
@@ -679,7 +779,7 @@ def replay_arrays(rb: ReplayBuffer) -> dict:
     data = {"actions": actions, "rewards": rewards[:, 0], "terminations": terminations[:, 0]}
     for name, flat, nxt in (("obs", obs, False), ("next_obs", next_obs, True)):
         data.update({f"{name}/{k}": v.reshape(len(idx), *rb.spaces[k].shape)
-                     for k, v in rb.observations(flat, idx, nxt).items()} if images else {name: flat})
+                     for k, v in rb.observations(flat, idx, nxt, rb.images).items()} if images else {name: flat})
     return {key: value.numpy() for key, value in data.items()}
 
 
@@ -758,19 +858,25 @@ class Gripper:
 
 
 def robot_learning_setup(args, device):
-    """(args, offline buffer or None): --offline-data and --save-replay made absolute paths, so that a resume command
-    works from anywhere; --num-discrete-actions checked against the env; --offline-data's transitions loaded and checked
-    against the env's spaces, bounds and gripper commands, in full, before anything is written (RLPD, HIL-SERL)."""
-    args = replace(args, **{key: os.path.abspath(path) for key in ("offline_data", "save_replay")
-                            if (path := getattr(args, key))})
-    if not (args.offline_data or args.num_discrete_actions):
+    """(args, offline data or None): --offline-data, --save-replay and --image-encoder-weights made absolute paths, so
+    that a resume command works from anywhere; the image and gripper flags checked against the env; --offline-data's
+    transitions loaded and checked against the env's spaces, bounds and gripper commands, in full, before anything is
+    written (RLPD, HIL-SERL)."""
+    files = ("offline_data", "save_replay", "image_encoder_weights")
+    args = replace(args, **{key: os.path.abspath(path) for key in files if (path := getattr(args, key))})
+    images = args.freeze_image_encoder or args.image_encoder_weights or args.image_pooling != "flatten"
+    if not (args.offline_data or args.num_discrete_actions or images):
         return args, None
     env = make_env(args)()
     obs_space, action_space, act_dim = env.observation_space, env.action_space, env.action_space.shape[0]
     spaces = getattr(obs_space, "spaces", {})
     env.close()
     check([(args.num_discrete_actions and act_dim < 2, f"--num-discrete-actions: {args.env_id} has one action "
-            "dimension; the gripper is the last of at least two")])
+            "dimension; the gripper is the last of at least two"),
+           (images and not any(space.dtype == np.uint8 for space in spaces.values()), "--image-pooling spatial, "
+            "--freeze-image-encoder and --image-encoder-weights need image observations: add --from-pixels")])
+    for space in (space for space in spaces.values() if space.dtype == np.uint8 and args.image_encoder_weights):
+        ResNet10(min(space.shape[0], space.shape[-1]), args.image_encoder_weights)  # ConfigError if it doesn't fit
     if not args.offline_data:
         return args, None
     try:
@@ -799,14 +905,20 @@ def robot_learning_setup(args, device):
     check([(bad.any(), f"--offline-data {args.offline_data}: {key} row {bad.argmax():,} holds {data[key][bad.argmax()]}"
             f"; values must be finite, actions within {args.env_id}'s bounds, terminations 0 or 1")
            for key, bad in rows.items()])
-    rb = replay_buffer(args, n + 1, obs_space, act_dim, device, num_envs=1)
+    return args, data
+
+
+def offline_replay(args, data: dict, obs_space, device, encoder) -> ReplayBuffer:
+    """--offline-data's transitions (`robot_learning_setup` checked them) in a replay buffer of their own."""
+    n, spaces = len(data["actions"]), getattr(obs_space, "spaces", {})
+    rb = replay_buffer(args, n + 1, obs_space, data["actions"].shape[1], device, encoder, num_envs=1)
     obs, next_obs = ({key: data[f"{name}/{key}"] for key in spaces} if spaces else data[name]
                      for name in ("obs", "next_obs"))
     chained = np.ones(n - 1, dtype=bool)  # transition i + 1 starts at i's s': the frame is stored once
     for key in getattr(rb, "images", ()):
         chained &= (next_obs[key][:-1] == obs[key][1:]).reshape(n - 1, -1).all(1)
     rb.add(obs, data["actions"], data["rewards"], next_obs, data["terminations"], np.append(~chained, False))
-    return args, rb
+    return rb
 
 
 class MixedReplay:

@@ -21,6 +21,12 @@ def tiny(**overrides) -> sac.Args:
     return sac.Args(**{**TINY_CONTINUOUS, **overrides})
 
 
+def offline_buffer(args: sac.Args, encoder=None):
+    """The replay buffer a run with these flags makes of its --offline-data."""
+    args, data = sac.robot_learning_setup(args, "cpu")
+    return sac.offline_replay(args, data, sac.make_env(args)().observation_space, "cpu", encoder)
+
+
 # ---------------------------------------------------------------------------------------------------------------------
 # MATH
 # ---------------------------------------------------------------------------------------------------------------------
@@ -436,6 +442,73 @@ def test_compiled_updates_run_eagerly_match_the_autograd_updates_with_an_image_e
     assert not torch.equal(nets[1].encoder.cnns["pixels"][0].weight, setup()[1].encoder.cnns["pixels"][0].weight)
 
 
+def test_spatial_embedding_equals_a_loop_and_drops_out_only_in_gradient_steps():
+    """e[b, c, k] = sum_{h, w} x[b, c, h, w] * W[c, h, w, k], flattened channel-major to (B, C K) (HIL-SERL's
+    SpatialLearnedEmbeddings), against a loop; dropout (p 0.1) only where gradients are on."""
+    torch.manual_seed(0)
+    pool, maps = sac.SpatialEmbedding(3, 4, 5), torch.randn(2, 3, 4, 5)
+    with torch.no_grad():
+        out = pool(maps)
+        expected = torch.zeros(2, 3 * sac.SPATIAL_FEATURES)
+        for b in range(2):
+            for c in range(3):
+                for k in range(sac.SPATIAL_FEATURES):
+                    expected[b, c * sac.SPATIAL_FEATURES + k] = sum(float(maps[b, c, h, w] * pool.kernel[c, h, w, k])
+                                                                    for h in range(4) for w in range(5))
+    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
+    dropped = pool(maps.repeat(250, 1, 1, 1))  # with gradients: about 10% zeros, the rest scaled by 1 / 0.9
+    assert 0.07 < float((dropped == 0).float().mean()) < 0.13
+    scaled = out.repeat(250, 1) / 0.9
+    torch.testing.assert_close(dropped[dropped != 0], scaled[dropped != 0], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("weights", [False, True])
+def test_a_frozen_cnn_gets_no_gradient_and_its_pooling_and_head_do(tmp_path, weights):
+    path = str(tmp_path / "resnet10.pt")
+    torch.save(sac.ResNet10(3).state_dict(), path)
+    qf = sac.QEnsemble(dict_envs(), pooling="spatial", frozen=True, weights=path if weights else None)
+    qf_target = sac.QEnsemble(dict_envs(), pooling="spatial", frozen=True, weights=path if weights else None)
+    actor = sac.Actor(dict_envs(), qf.encoder)
+    sac.compute_loss_q(actor, qf, qf_target, dict_batch(), torch.tensor(0.2), 0.99, True, 2)[0].backward()
+    cnn, rest = qf.encoder.cnns["pixels"][: qf.encoder.split], qf.encoder.cnns["pixels"][qf.encoder.split:]
+    assert all(p.grad is None and not p.requires_grad for p in cnn.parameters())
+    assert all(p.grad is not None and float(p.grad.abs().sum()) > 0 for p in rest.parameters())
+
+
+def test_resnet10_loads_a_state_dict_file_and_refuses_one_of_other_shapes(tmp_path):
+    """A file in torchvision's names loads into the encoder exactly (a ResNet-18's, less its fc and second blocks, is
+    such a file); one made for other images is refused with one line naming the flag."""
+    torch.manual_seed(3)
+    weights = {key: torch.randn_like(v) if v.is_floating_point() else v for key, v in sac.ResNet10(3).state_dict().items()}
+    torch.save(weights, tmp_path / "resnet10.pt")
+    encoder = sac.Encoder(DICT_SPACE, weights=str(tmp_path / "resnet10.pt"))
+    loaded = encoder.cnns["pixels"][0].state_dict()
+    assert loaded.keys() == weights.keys() and all(torch.equal(loaded[k], weights[k]) for k in weights)
+    assert "layer4.0.downsample.0.weight" in loaded and not encoder.cnns["pixels"][0].training  # BatchNorm: eval mode
+    torch.save(sac.ResNet10(6).state_dict(), tmp_path / "six.pt")
+    with pytest.raises(sac.ConfigError, match="--image-encoder-weights .*six.pt: no ResNet-10 for 3-channel images"):
+        sac.Encoder(DICT_SPACE, weights=str(tmp_path / "six.pt"))
+
+
+def test_cached_features_equal_the_frozen_cnn_on_the_stored_frames():
+    """Stored once per frame, s and s' alike, across episode ends; sampled in place of the images."""
+    torch.manual_seed(0)
+    encoder = sac.Encoder(DICT_SPACE, frozen=True)
+    rb = sac.ImageReplayBuffer(40, DICT_SPACE, 2, 1, "cpu", augment=True, encoder=encoder)
+    frames = np.random.default_rng(0).integers(0, 256, (31, 1, 16, 16, 3), dtype=np.uint8)
+    for t in range(30):
+        rb.add({"pixels": frames[t], "state": np.zeros((1, 3))}, np.zeros((1, 2)), np.zeros(1),
+               {"pixels": frames[t + 1], "state": np.zeros((1, 3))}, np.zeros(1), np.array([t % 10 == 9]))
+    with torch.no_grad():
+        expected = encoder.cnn("pixels", sac.to_tensors({"pixels": frames[:, 0]}, "cpu")["pixels"]).flatten(1)
+    torch.testing.assert_close(rb.frames["pixels/features"][:31], expected, rtol=1e-5, atol=1e-6)
+    obs, _, _, next_obs, _ = rb.sample(64)
+    assert "pixels" not in obs and obs["pixels/features"].shape == (64, expected.shape[1])
+    stored = {tuple(x.round(decimals=4).tolist()) for x in expected}
+    assert all(tuple(x.round(decimals=4).tolist()) in stored for x in torch.cat([obs["pixels/features"],
+                                                                               next_obs["pixels/features"]]))
+
+
 def test_random_shift_moves_each_image_by_at_most_the_pad_and_repeats_the_border():
     torch.manual_seed(0)
     images = torch.arange(2 * 3 * 8 * 8, dtype=torch.float32).reshape(2, 3, 8, 8)
@@ -514,7 +587,9 @@ def test_frame_stack_holds_the_last_k_frames_oldest_first_and_pads_a_new_episode
     assert ends >= 2
 
 
-@pytest.mark.parametrize("flags", [dict(shared_encoder=False), dict(augment=False), dict(frame_stack=2)])
+@pytest.mark.parametrize("flags", [dict(shared_encoder=False), dict(augment=False), dict(frame_stack=2),
+                                   dict(image_pooling="spatial"), dict(freeze_image_encoder=True),
+                                   dict(freeze_image_encoder=True, image_pooling="spatial", compile=True)])
 def test_smoke_pixel_options_reach_updates(in_tmp, flags):
     summary = sac.main(tiny(**PIXELS, **flags))
     assert summary["critic_updates"] == 201 and summary["actor_updates"] == 200
@@ -527,7 +602,7 @@ def test_saved_replay_loads_back_exactly(in_tmp, pixels):
     with np.load(path) as f:
         saved = dict(f)
     assert len(saved["actions"]) == 300 and ("obs/pixels" in saved) == pixels
-    offline = sac.robot_learning_setup(tiny(**(PIXELS if pixels else {}), offline_data=path), "cpu")[1]
+    offline = offline_buffer(tiny(**(PIXELS if pixels else {}), offline_data=path))
     again = sac.replay_arrays(offline)
     assert saved.keys() == again.keys() and all(np.array_equal(saved[k], again[k]) for k in saved)
     if pixels:  # consecutive transitions share their frame: about one stored frame per transition
@@ -650,6 +725,13 @@ BAD_INPUT = {  # this script's flags; the common ones are in test_common_block.p
     "save replay as a directory": (["--save-replay", "."], "is a directory"),
     "learning never starts": (["--learning-starts", "1000", "--total-timesteps", "1000"], "--learning-starts"),
     "too few critics": (["--num-critics", "1"], "--num-critics"),
+    "a frozen encoder with no images": (["--freeze-image-encoder"], "need image observations"),
+    "spatial pooling without a shared encoder": (["--env-id", "InvertedPendulum-v5", "--from-pixels", "--image-pooling",
+                                                  "spatial", "--no-shared-encoder"], "need --shared-encoder"),
+    "encoder weights of other shapes": (["--env-id", "InvertedPendulum-v5", "--from-pixels", "--image-encoder-weights",
+                                         "six.pt"], "six.pt: no ResNet-10 for 3-channel images"),
+    "missing encoder weights": (["--env-id", "InvertedPendulum-v5", "--from-pixels", "--image-encoder-weights",
+                                 "nowhere.pt"], "nowhere.pt: no ResNet-10"),
 }
 
 
@@ -666,6 +748,7 @@ def test_bad_input_one_line_exit_2_nothing_written(in_tmp, capsys, case):
     np.savez(in_tmp / "nan.npz", **{**data, "rewards": np.array([0, np.nan, 0])})
     np.savez(in_tmp / "far.npz", **{**data, "actions": np.array([[0], [2], [200]], np.float32)})  # bounds [-2, 2]
     np.savez(in_tmp / "half.npz", **{**data, "terminations": np.array([0.5, 0, 1])})
+    torch.save(sac.ResNet10(6).state_dict(), in_tmp / "six.pt")  # for 6-channel images: 2 stacked frames
     before = sorted(os.listdir(in_tmp))
     argv, needle = BAD_INPUT[case]
     with pytest.raises(SystemExit) as exit_info:
@@ -695,13 +778,16 @@ def test_a_run_with_offline_data_resumes_exactly(tmp_path, monkeypatch):
                                   ("losses/qf_loss", "losses/actor_loss", "eval/episodic_return"))
 
 
-@pytest.mark.parametrize("env_id,frame_stack", [("Reacher-v5", "2"), ("InvertedPendulum-v5", "1")])
-def test_a_pixel_run_resumes_exactly(tmp_path, env_id, frame_stack):
+@pytest.mark.parametrize("env_id,frame_stack,more", [("Reacher-v5", "2", []), ("InvertedPendulum-v5", "1", []),
+                                                     ("InvertedPendulum-v5", "1", ["--freeze-image-encoder",
+                                                                                   "--image-pooling", "spatial"])])
+def test_a_pixel_run_resumes_exactly(tmp_path, env_id, frame_stack, more):
     """Each env is made anew by make_env and given its saved state: gymnasium's own unpickling would rebuild
-    InvertedPendulum-v5 with shifted constructor arguments, and it would render no more."""
+    InvertedPendulum-v5 with shifted constructor arguments, and it would render no more. The cached features of a
+    frozen encoder are saved and restored with the frames."""
     from test_common_block import check_sigterm_resume_is_exact
 
-    flags = ["--env-id", env_id, "--from-pixels", "--image-size", "16", "--frame-stack", frame_stack,
+    flags = ["--env-id", env_id, "--from-pixels", "--image-size", "16", "--frame-stack", frame_stack, *more,
              "--total-timesteps", "600",
              "--learning-starts", "200", "--batch-size", "32", "--eval-freq", "300", "--eval-episodes", "1",
              "--save-model", "--log-freq", "50", "--no-cuda"]
@@ -795,7 +881,7 @@ def test_smoke_a_gripper_run_logs_its_metrics_and_stores_commands_the_env_receiv
         assert set(np.unique(f["actions"][:, -1])) == {-1.0, 0.0, 1.0}
     model = torch.load(f"{summary['run_dir']}/model.pt", weights_only=False)
     assert model["discrete_qf"]["net.4.weight"].shape == (3, 256) and model["actor"]["fc_mean.weight"].shape == (2, 256)
-    offline = sac.robot_learning_setup(tiny(**GRASP, offline_data=path), "cpu")[1]  # loads back under the same K
+    offline = offline_buffer(tiny(**GRASP, offline_data=path))  # loads back under the same K
     assert offline.size == 300
 
 
