@@ -221,8 +221,7 @@ def compute_loss(agent, obs, actions, advantages, value_targets, vf_coef: float,
 def main(args: Args) -> dict:
     """Train; returns a summary. Raises ConfigError, before writing anything, on bad flags, envs or checkpoints."""
     args, checkpoint, device = setup(args)
-    run = Run(args, checkpoint, device)
-    try:
+    with contextlib.closing(Run(args, checkpoint, device)) as run:
         envs, T, N, space = run.envs, args.num_steps, args.num_envs, run.envs.single_action_space
         agent = Agent(envs, args.shared_network).to(device)
         params = list(agent.parameters())
@@ -295,8 +294,6 @@ def main(args: Args) -> dict:
                 loss_sums.zero_()
             run.after_step(previous_step, (global_step, updates), obs, policy)
         return {**run.finish((global_step, updates), obs, policy, {"agent": agent.state_dict()}), "updates": updates}
-    finally:
-        run.close()
 
 
 # VALIDATION AND ATARI OBSERVATIONS ------------------------------------------------------------------------------------

@@ -282,8 +282,7 @@ def main(args: Args) -> dict:
     if args.total_timesteps % (T * N):  # whole segments only
         args = replace(args, total_timesteps=args.total_timesteps // (T * N) * T * N)
         print(f"note: --total-timesteps rounded down to {args.total_timesteps:,}, whole segments", file=sys.stderr)
-    run = Run(args, checkpoint, device)
-    try:
+    with contextlib.closing(Run(args, checkpoint, device)) as run:
         agent, avg_agent = Agent(run.envs).to(device), Agent(run.envs).to(device).requires_grad_(False)
         avg_agent.load_state_dict(agent.state_dict())  # theta_avg, the average policy's network, starts at theta
         optimizer = (torch.optim.RMSprop(agent.parameters(), args.learning_rate, args.rms_alpha, args.rms_eps)
@@ -335,8 +334,6 @@ def main(args: Args) -> dict:
             run.after_step(previous_step, (global_step, replay_updates), obs, policy)
         model = {"agent": agent.state_dict(), "avg_agent": avg_agent.state_dict()}
         summary = run.finish((global_step, replay_updates), obs, policy, model)
-    finally:
-        run.close()
     return {**summary, "iterations": global_step // (T * N), "replay_updates": replay_updates}
 
 

@@ -294,8 +294,7 @@ def sac_update(actor, qf1, qf2, qf1_target, qf2_target, log_alpha, q_optimizer, 
 def main(args: Args) -> dict:
     """Train; returns a summary. Raises ConfigError, before writing anything, on bad flags, envs or checkpoints."""
     args, checkpoint, device = setup(args)
-    run = Run(args, checkpoint, device)
-    try:
+    with contextlib.closing(Run(args, checkpoint, device)) as run:
         actor = Actor(run.envs).to(device)
         qf1, qf2, qf1_target, qf2_target = (SoftQNetwork(run.envs).to(device) for _ in range(4))
         for target, source in ((qf1_target, qf1), (qf2_target, qf2)):
@@ -348,8 +347,6 @@ def main(args: Args) -> dict:
             run.after_step(previous_step, (global_step, updates), obs, policy)
         model = {"actor": actor.state_dict(), "qf1": qf1.state_dict(), "qf2": qf2.state_dict()}
         summary = run.finish((global_step, updates), obs, policy, {**model, "log_alpha": log_alpha.detach().cpu()})
-    finally:
-        run.close()
     return {**summary, "critic_updates": updates, "actor_updates": updates}
 
 
