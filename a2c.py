@@ -299,11 +299,10 @@ def main(args: Args) -> dict:
 # VALIDATION AND ATARI OBSERVATIONS ------------------------------------------------------------------------------------
 def check_args(args: Args) -> None:
     """Raise ConfigError for this script's out-of-range or contradictory flags."""
-    check([(args.num_steps < 1, "--num-steps must be at least 1"),
-           (args.total_timesteps < args.num_envs * args.num_steps, f"--total-timesteps {args.total_timesteps} is less "
+    check([(args.total_timesteps < args.num_envs * args.num_steps, f"--total-timesteps {args.total_timesteps} is less "
             f"than one rollout (--num-envs x --num-steps = {args.num_envs * args.num_steps}): raise it or shorten it"),
            *((not getattr(args, name) > 0, f"--{name.replace('_', '-')} must be positive")
-             for name in ("learning_rate", "max_grad_norm", "rms_eps")),
+             for name in ("num_steps", "learning_rate", "max_grad_norm", "rms_eps")),
            (not (args.vf_coef >= 0 and args.ent_coef >= 0), "--vf-coef and --ent-coef must be non-negative"),
            (not (0 < args.gamma <= 1 and 0 <= args.gae_lambda <= 1), "--gamma must be in (0, 1], --gae-lambda in [0, 1]"),
            (not 0 <= args.rms_alpha < 1, "--rms-alpha must lie in [0, 1)")])
