@@ -159,12 +159,6 @@ def trunk(obs_shape) -> nn.Sequential:
                          layer_init(nn.Linear(HIDDEN, HIDDEN)), nn.Tanh())
 
 
-def as_tensor(obs: np.ndarray, device) -> torch.Tensor:
-    """float32 observations on the device; Atari's uint8 frames are scaled to [0, 1] here and nowhere else."""
-    obs = torch.as_tensor(obs, dtype=torch.uint8 if obs.dtype == np.uint8 else torch.float32, device=device)
-    return obs.float() * (1.0 / 255.0) if obs.dtype == torch.uint8 else obs
-
-
 class Agent(nn.Module):
     """pi(a|s), V(s): a shared trunk or two networks; Categorical(logits) or Normal(mean(s), exp(log_std)), by hand."""
 
@@ -182,6 +176,7 @@ class Agent(nn.Module):
 
     def forward(self, obs):
         """(policy statistics (B, A): the logits, or the Gaussian's mean; V(s) (B,)), one pass through a shared trunk."""
+        obs = obs.float() * (1.0 / 255.0) if obs.dtype == torch.uint8 else obs.float()  # frames to [0, 1] here only
         features = self.actor_trunk(obs)
         critic_features = features if self.critic_trunk is self.actor_trunk else self.critic_trunk(obs)
         return self.actor_head(features), self.critic_head(critic_features).squeeze(-1)
@@ -240,7 +235,8 @@ def main(args: Args) -> dict:
         low, high = (0, space.n - 1) if agent.discrete else (space.low, space.high)  # np.clip leaves Discrete as it is
 
         # ROLLOUT STORAGE: (T, N) per quantity; rewards and dones in numpy until the rollout is complete (one copy each)
-        rollout_obs = torch.zeros((T, N, *envs.single_observation_space.shape), device=device)
+        frames = torch.uint8 if envs.single_observation_space.dtype == np.uint8 else None  # Atari's, kept as uint8
+        rollout_obs = torch.zeros((T, N, *envs.single_observation_space.shape), device=device, dtype=frames)
         rollout_actions = torch.zeros((T, N, *space.shape), device=device, dtype=torch.long if agent.discrete else None)
         rollout_rewards, rollout_dones = np.zeros((T, N), dtype=np.float32), np.zeros((T, N), dtype=np.float32)
         rollout_values = torch.zeros((T, N), device=device)
@@ -249,26 +245,27 @@ def main(args: Args) -> dict:
         (global_step, updates), obs = run.resume(dict(agent=agent, optimizer=optimizer, loss_sums=loss_sums), (0, 0))
 
         def policy(obs):  # greedy: the most probable action, or the Gaussian's mean clipped to the bounds
-            stats = agent(as_tensor(obs, device))[0]
+            stats = agent(torch.as_tensor(obs, device=device))[0]
             return np.clip((stats.argmax(-1) if agent.discrete else stats).cpu().numpy(), low, high)
 
         while updates < num_updates and not run.stop_signal:
             previous_step = global_step
             with torch.no_grad():  # COLLECT T steps in each of the N envs, stepped in lockstep (DEVIATION(1)); no graph
                 for t in range(T):
-                    rollout_obs[t] = obs_t = as_tensor(obs, device)
-                    rollout_actions[t], rollout_values[t] = agent.act(obs_t)
+                    rollout_obs[t] = torch.as_tensor(obs, device=device)
+                    rollout_actions[t], rollout_values[t] = agent.act(rollout_obs[t])
                     actions = np.clip(rollout_actions[t].cpu().numpy(), low, high)  # a Box action: for the env only
                     obs, rewards, terminations, truncations, infos = envs.step(actions)  # SAME_STEP: no reset steps
                     global_step += N
                     run.log(infos, None, global_step - N, global_step)
                     if truncations.any():  # bootstrap through truncations, never terminations (DEVIATION(2))
-                        final_values = agent(as_tensor(final_observations(obs, infos), device))[1].cpu().numpy()
+                        final_obs = torch.as_tensor(final_observations(obs, infos), device=device)
+                        final_values = agent(final_obs)[1].cpu().numpy()
                         rewards = bootstrap_truncations(rewards, truncations, final_values, args.gamma)
                     rollout_rewards[t], rollout_dones[t] = rewards, terminations | truncations
 
                 # ADVANTAGES from V(s_T)
-                last_values = agent(as_tensor(obs, device))[1]
+                last_values = agent(torch.as_tensor(obs, device=device))[1]
                 rewards, dones = (torch.as_tensor(x, device=device) for x in (rollout_rewards, rollout_dones))
                 if args.advantage == "nstep":
                     value_targets = nstep_returns(rewards, dones, last_values, args.gamma)
