@@ -257,8 +257,7 @@ def acer_loss(agent: Agent, avg_agent: Agent, segment: dict, args: Args):
 @torch.no_grad()
 def update_average(avg_agent: nn.Module, agent: nn.Module, decay: float) -> None:
     """theta_avg <- alpha * theta_avg + (1 - alpha) * theta, in place, per parameter   [arXiv:1611.01224 Sec. 3.3]"""
-    for average, param in zip(avg_agent.parameters(), agent.parameters()):
-        average.lerp_(param, 1.0 - decay)
+    torch._foreach_lerp_(list(avg_agent.parameters()), list(agent.parameters()), 1.0 - decay)
 
 
 def acer_update(agent: Agent, avg_agent: Agent, optimizer, args: Args):
