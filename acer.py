@@ -348,8 +348,7 @@ def check_args(args: Args) -> None:
             f"exceeds --buffer-size {args.buffer_size}, so replay would never start: lower one or raise the other"),
            *((not getattr(args, name) > 0, f"--{name.replace('_', '-')} must be positive")
              for name in ("num_steps", "learning_rate", "truncation_c", "max_kl", "max_grad_norm", "rms_eps")),
-           (not 0 < args.gamma <= 1, "--gamma must lie in (0, 1]"),
-           (not 0 <= args.avg_decay < 1, "--avg-decay must lie in [0, 1)"),
+           (not (0 < args.gamma <= 1 and 0 <= args.avg_decay < 1), "--gamma must be in (0, 1], --avg-decay in [0, 1)"),
            (not 0 <= args.rms_alpha < 1, "--rms-alpha must lie in [0, 1)")])
 
 
