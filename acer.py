@@ -298,17 +298,15 @@ def main(args: Args) -> dict:
             return agent(torch.as_tensor(obs, device=device))[0].argmax(-1).cpu().numpy()
 
         while global_step < args.total_timesteps and not run.stop_signal:
-            # COLLECT a segment of T steps in each of the N envs, all stepped in lockstep (DEVIATION(1)), with mu
             previous_step = global_step
             segment = {name: torch.zeros_like(getattr(buffer, name)[0]) for name in buffer.FIELDS} | {"final_obs": {}}
-            for t in range(T):
+            for t in range(T):  # COLLECT a segment: T steps of the N envs in lockstep (DEVIATION(1)), with mu
                 segment["obs"][t] = torch.as_tensor(obs)
                 segment["actions"][t], segment["mu"][t] = agent.act(segment["obs"][t])
                 obs, rewards, terminations, truncations, infos = run.envs.step(segment["actions"][t].cpu().numpy())
-                global_step += N
+                global_step += N  # SAME_STEP autoreset: every step a transition, no reset step enters a segment
                 run.log(infos, None, global_step - N, global_step)
-                # SAME_STEP autoreset: no reset step enters a segment; keep a truncation's final obs (DEVIATION(2))
-                for n in np.flatnonzero(truncations):
+                for n in np.flatnonzero(truncations):  # keep a truncation's final obs (DEVIATION(2))
                     segment["final_obs"][(t, int(n))] = segment["obs"].new_tensor(infos["final_obs"][n])
                 segment["rewards"][t] = torch.from_numpy(rewards)
                 segment["dones"][t] = torch.from_numpy(terminations | truncations)
