@@ -114,7 +114,7 @@ class Args:
 HIDDEN = 64  # units per hidden layer of the MLP (SB2 zoo's ACER MlpPolicy)
 MU_FLOOR = 1e-8  # DEVIATION(4): importance weights divide by max(mu, MU_FLOOR)
 METRICS = ("policy_loss", "q_loss", "entropy", "avg_policy_kl", "rho_mean")  # acer_loss's metrics, logged as losses/*
-COMPILE_MIN_STEPS = None  # unset --compile runs eagerly; --compile compiles `acer_update` as it is
+COMPILE_MIN_STEPS = None  # unset --compile runs eagerly; --compile compiles main's `update` as it is
 
 
 # PURE MATH ------------------------------------------------------------------------------------------------------------
@@ -260,19 +260,6 @@ def update_average(avg_agent: nn.Module, agent: nn.Module, decay: float) -> None
     torch._foreach_lerp_(list(avg_agent.parameters()), list(agent.parameters()), 1.0 - decay)
 
 
-def acer_update(agent: Agent, avg_agent: Agent, optimizer, args: Args):
-    """update(segment): an optimizer step on acer_loss, then theta_avg's; returns detached metrics (no host sync)."""
-    def update(segment: dict) -> dict:
-        loss, metrics = acer_loss(agent, avg_agent, segment, args)
-        optimizer.zero_grad()
-        loss.backward()
-        nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)  # DEVIATION(5)
-        optimizer.step()
-        update_average(avg_agent, agent, args.avg_decay)  # [paper, Alg. 2]
-        return metrics
-    return torch.compile(update) if args.compile else update
-
-
 # MAIN -----------------------------------------------------------------------------------------------------------------
 def main(args: Args) -> dict:
     """Train; returns a summary. Raises ConfigError, before writing anything, on bad flags, envs or checkpoints."""
@@ -292,7 +279,16 @@ def main(args: Args) -> dict:
         metric_sums = torch.zeros(len(METRICS) + 1, device=device)  # METRICS summed since the last write, and a count
         stateful = dict(agent=agent, avg_agent=avg_agent, optimizer=optimizer, buffer=buffer, metric_sums=metric_sums)
         (global_step, replay_updates), obs = run.resume(stateful, (0, 0))
-        update = acer_update(agent, avg_agent, optimizer, args)
+
+        def update(segment):  # an optimizer step on acer_loss, then theta_avg's; detached metrics (no host sync)
+            loss, metrics = acer_loss(agent, avg_agent, segment, args)
+            optimizer.zero_grad()
+            loss.backward()
+            nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)  # DEVIATION(5)
+            optimizer.step()
+            update_average(avg_agent, agent, args.avg_decay)  # [paper, Alg. 2]
+            return metrics
+        update = torch.compile(update) if args.compile else update
 
         def policy(obs):  # the greedy action argmax_a pi(a|s), for evaluation
             return agent(torch.as_tensor(obs, device=device))[0].argmax(-1).cpu().numpy()
