@@ -348,7 +348,7 @@ def check_args(args: Args) -> None:
 
 def check_spaces(env_id: str, obs_space, action_space) -> None:
     """Raise ConfigError unless the env has Discrete actions and 1-D Box observations or (stack, 84, 84) frames."""
-    frames_or_flat = len(obs_space.shape) == 1 or obs_space.shape[1:] == (84, 84)
+    frames_or_flat = obs_space.shape is not None and (len(obs_space.shape) == 1 or obs_space.shape[1:] == (84, 84))
     check([(not isinstance(action_space, gym.spaces.Discrete), f"{env_id} has a {type(action_space).__name__} action "
             "space; ACER needs Discrete actions: use sac_continuous_action.py or a2c.py for Box actions"),
            (not (isinstance(obs_space, gym.spaces.Box) and frames_or_flat), f"{env_id} has {obs_space} observations; "

@@ -330,6 +330,7 @@ def test_same_seed_gives_identical_logged_losses_and_resume_is_exact(tmp_path):
 
 BAD_INPUT = {
     "continuous actions": (["--env-id", "Pendulum-v1"], "a2c.py"),
+    "tuple observations": (["--env-id", "Blackjack-v1"], "FlattenObservation"),
     "unknown env id": (["--env-id", "NoSuchEnv-v0"], "unknown env id"),
     "buffer below one segment": (["--buffer-size", "100"], "--buffer-size"),
     "replay never starts": (["--replay-start", "60000"], "--replay-start"),
