@@ -159,12 +159,6 @@ def trunk(obs_shape) -> nn.Sequential:
                          layer_init(nn.Linear(HIDDEN, HIDDEN)), nn.Tanh())
 
 
-def as_tensor(obs: np.ndarray, device) -> torch.Tensor:
-    """float32 observations on the device; Atari's uint8 frames are scaled to [0, 1] here and nowhere else."""
-    obs = torch.as_tensor(obs, dtype=torch.uint8 if obs.dtype == np.uint8 else torch.float32, device=device)
-    return obs.float() * (1.0 / 255.0) if obs.dtype == torch.uint8 else obs
-
-
 class Agent(nn.Module):
     """pi(a|s), V(s): a shared trunk or two networks; Categorical(logits) or Normal(mean(s), exp(log_std)), by hand."""
 
@@ -182,6 +176,7 @@ class Agent(nn.Module):
 
     def forward(self, obs):
         """(policy statistics (B, A): the logits, or the Gaussian's mean; V(s) (B,)), one pass through a shared trunk."""
+        obs = obs.float() * (1.0 / 255.0) if obs.dtype == torch.uint8 else obs.float()  # frames to [0, 1] here only
         features = self.actor_trunk(obs)
         critic_features = features if self.critic_trunk is self.actor_trunk else self.critic_trunk(obs)
         return self.actor_head(features), self.critic_head(critic_features).squeeze(-1)
@@ -221,8 +216,7 @@ def compute_loss(agent, obs, actions, advantages, value_targets, vf_coef: float,
 def main(args: Args) -> dict:
     """Train; returns a summary. Raises ConfigError, before writing anything, on bad flags, envs or checkpoints."""
     args, checkpoint, device = setup(args)
-    run = Run(args, checkpoint, device)
-    try:
+    with contextlib.closing(Run(args, checkpoint, device)) as run:
         envs, T, N, space = run.envs, args.num_steps, args.num_envs, run.envs.single_action_space
         agent = Agent(envs, args.shared_network).to(device)
         params = list(agent.parameters())
@@ -241,7 +235,8 @@ def main(args: Args) -> dict:
         low, high = (0, space.n - 1) if agent.discrete else (space.low, space.high)  # np.clip leaves Discrete as it is
 
         # ROLLOUT STORAGE: (T, N) per quantity; rewards and dones in numpy until the rollout is complete (one copy each)
-        rollout_obs = torch.zeros((T, N, *envs.single_observation_space.shape), device=device)
+        frames = torch.uint8 if envs.single_observation_space.dtype == np.uint8 else None  # Atari's, kept as uint8
+        rollout_obs = torch.zeros((T, N, *envs.single_observation_space.shape), device=device, dtype=frames)
         rollout_actions = torch.zeros((T, N, *space.shape), device=device, dtype=torch.long if agent.discrete else None)
         rollout_rewards, rollout_dones = np.zeros((T, N), dtype=np.float32), np.zeros((T, N), dtype=np.float32)
         rollout_values = torch.zeros((T, N), device=device)
@@ -250,26 +245,27 @@ def main(args: Args) -> dict:
         (global_step, updates), obs = run.resume(dict(agent=agent, optimizer=optimizer, loss_sums=loss_sums), (0, 0))
 
         def policy(obs):  # greedy: the most probable action, or the Gaussian's mean clipped to the bounds
-            stats = agent(as_tensor(obs, device))[0]
+            stats = agent(torch.as_tensor(obs, device=device))[0]
             return np.clip((stats.argmax(-1) if agent.discrete else stats).cpu().numpy(), low, high)
 
         while updates < num_updates and not run.stop_signal:
             previous_step = global_step
             with torch.no_grad():  # COLLECT T steps in each of the N envs, stepped in lockstep (DEVIATION(1)); no graph
                 for t in range(T):
-                    rollout_obs[t] = obs_t = as_tensor(obs, device)
-                    rollout_actions[t], rollout_values[t] = agent.act(obs_t)
+                    rollout_obs[t] = torch.as_tensor(obs, device=device)
+                    rollout_actions[t], rollout_values[t] = agent.act(rollout_obs[t])
                     actions = np.clip(rollout_actions[t].cpu().numpy(), low, high)  # a Box action: for the env only
                     obs, rewards, terminations, truncations, infos = envs.step(actions)  # SAME_STEP: no reset steps
                     global_step += N
                     run.log(infos, None, global_step - N, global_step)
                     if truncations.any():  # bootstrap through truncations, never terminations (DEVIATION(2))
-                        final_values = agent(as_tensor(final_observations(obs, infos), device))[1].cpu().numpy()
+                        final_obs = torch.as_tensor(final_observations(obs, infos), device=device)
+                        final_values = agent(final_obs)[1].cpu().numpy()
                         rewards = bootstrap_truncations(rewards, truncations, final_values, args.gamma)
                     rollout_rewards[t], rollout_dones[t] = rewards, terminations | truncations
 
                 # ADVANTAGES from V(s_T)
-                last_values = agent(as_tensor(obs, device))[1]
+                last_values = agent(torch.as_tensor(obs, device=device))[1]
                 rewards, dones = (torch.as_tensor(x, device=device) for x in (rollout_rewards, rollout_dones))
                 if args.advantage == "nstep":
                     value_targets = nstep_returns(rewards, dones, last_values, args.gamma)
@@ -295,18 +291,15 @@ def main(args: Args) -> dict:
                 loss_sums.zero_()
             run.after_step(previous_step, (global_step, updates), obs, policy)
         return {**run.finish((global_step, updates), obs, policy, {"agent": agent.state_dict()}), "updates": updates}
-    finally:
-        run.close()
 
 
 # VALIDATION AND ATARI OBSERVATIONS ------------------------------------------------------------------------------------
 def check_args(args: Args) -> None:
     """Raise ConfigError for this script's out-of-range or contradictory flags."""
-    check([(args.num_steps < 1, "--num-steps must be at least 1"),
-           (args.total_timesteps < args.num_envs * args.num_steps, f"--total-timesteps {args.total_timesteps} is less "
+    check([(args.total_timesteps < args.num_envs * args.num_steps, f"--total-timesteps {args.total_timesteps} is less "
             f"than one rollout (--num-envs x --num-steps = {args.num_envs * args.num_steps}): raise it or shorten it"),
            *((not getattr(args, name) > 0, f"--{name.replace('_', '-')} must be positive")
-             for name in ("learning_rate", "max_grad_norm", "rms_eps")),
+             for name in ("num_steps", "learning_rate", "max_grad_norm", "rms_eps")),
            (not (args.vf_coef >= 0 and args.ent_coef >= 0), "--vf-coef and --ent-coef must be non-negative"),
            (not (0 < args.gamma <= 1 and 0 <= args.gae_lambda <= 1), "--gamma must be in (0, 1], --gae-lambda in [0, 1]"),
            (not 0 <= args.rms_alpha < 1, "--rms-alpha must lie in [0, 1)")])
@@ -355,17 +348,14 @@ def crossed(before: int, now: int, every: int) -> bool:
 def make_env(args, video_dir: str | None = None):
     """A thunk making args.env_id with episode statistics (and a video_dir's first episode), then observation_wrappers."""
 
-    def thunk():
-        def make(**kwargs):  # gym.make(env_id, **kwargs), its first episode's video, its statistics
-            kwargs.update({"render_mode": "rgb_array"} if video_dir is not None else {})
-            env = gym.make(args.env_id, **kwargs)
-            if video_dir:
-                env = gym.wrappers.RecordVideo(env, video_dir, episode_trigger=lambda k: k == 0, disable_logger=True)
-            return gym.wrappers.RecordEpisodeStatistics(env)
+    def make(**kwargs):  # gym.make(env_id, **kwargs), its first episode's video, its statistics
+        kwargs.update({"render_mode": "rgb_array"} if video_dir is not None else {})
+        env = gym.make(args.env_id, **kwargs)
+        if video_dir:
+            env = gym.wrappers.RecordVideo(env, video_dir, episode_trigger=lambda k: k == 0, disable_logger=True)
+        return gym.wrappers.RecordEpisodeStatistics(env)
 
-        return observation_wrappers(args, make) if "observation_wrappers" in globals() else make()  # TD3 has none
-
-    return thunk
+    return lambda: observation_wrappers(args, make) if "observation_wrappers" in globals() else make()  # TD3 has none
 
 
 def pickle_envs(envs: list, states: list) -> bytes:

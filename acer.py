@@ -114,7 +114,7 @@ class Args:
 HIDDEN = 64  # units per hidden layer of the MLP (SB2 zoo's ACER MlpPolicy)
 MU_FLOOR = 1e-8  # DEVIATION(4): importance weights divide by max(mu, MU_FLOOR)
 METRICS = ("policy_loss", "q_loss", "entropy", "avg_policy_kl", "rho_mean")  # acer_loss's metrics, logged as losses/*
-COMPILE_MIN_STEPS = None  # unset --compile runs eagerly; --compile compiles `acer_update` as it is
+COMPILE_MIN_STEPS = None  # unset --compile runs eagerly; --compile compiles main's `update` as it is
 
 
 # PURE MATH ------------------------------------------------------------------------------------------------------------
@@ -257,21 +257,7 @@ def acer_loss(agent: Agent, avg_agent: Agent, segment: dict, args: Args):
 @torch.no_grad()
 def update_average(avg_agent: nn.Module, agent: nn.Module, decay: float) -> None:
     """theta_avg <- alpha * theta_avg + (1 - alpha) * theta, in place, per parameter   [arXiv:1611.01224 Sec. 3.3]"""
-    for average, param in zip(avg_agent.parameters(), agent.parameters()):
-        average.lerp_(param, 1.0 - decay)
-
-
-def acer_update(agent: Agent, avg_agent: Agent, optimizer, args: Args):
-    """update(segment): an optimizer step on acer_loss, then theta_avg's; returns detached metrics (no host sync)."""
-    def update(segment: dict) -> dict:
-        loss, metrics = acer_loss(agent, avg_agent, segment, args)
-        optimizer.zero_grad()
-        loss.backward()
-        nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)  # DEVIATION(5)
-        optimizer.step()
-        update_average(avg_agent, agent, args.avg_decay)  # [paper, Alg. 2]
-        return metrics
-    return torch.compile(update) if args.compile else update
+    torch._foreach_lerp_(list(avg_agent.parameters()), list(agent.parameters()), 1.0 - decay)
 
 
 # MAIN -----------------------------------------------------------------------------------------------------------------
@@ -282,8 +268,7 @@ def main(args: Args) -> dict:
     if args.total_timesteps % (T * N):  # whole segments only
         args = replace(args, total_timesteps=args.total_timesteps // (T * N) * T * N)
         print(f"note: --total-timesteps rounded down to {args.total_timesteps:,}, whole segments", file=sys.stderr)
-    run = Run(args, checkpoint, device)
-    try:
+    with contextlib.closing(Run(args, checkpoint, device)) as run:
         agent, avg_agent = Agent(run.envs).to(device), Agent(run.envs).to(device).requires_grad_(False)
         avg_agent.load_state_dict(agent.state_dict())  # theta_avg, the average policy's network, starts at theta
         optimizer = (torch.optim.RMSprop(agent.parameters(), args.learning_rate, args.rms_alpha, args.rms_eps)
@@ -294,23 +279,30 @@ def main(args: Args) -> dict:
         metric_sums = torch.zeros(len(METRICS) + 1, device=device)  # METRICS summed since the last write, and a count
         stateful = dict(agent=agent, avg_agent=avg_agent, optimizer=optimizer, buffer=buffer, metric_sums=metric_sums)
         (global_step, replay_updates), obs = run.resume(stateful, (0, 0))
-        update = acer_update(agent, avg_agent, optimizer, args)
+
+        def update(segment):  # an optimizer step on acer_loss, then theta_avg's; detached metrics (no host sync)
+            loss, metrics = acer_loss(agent, avg_agent, segment, args)
+            optimizer.zero_grad()
+            loss.backward()
+            nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)  # DEVIATION(5)
+            optimizer.step()
+            update_average(avg_agent, agent, args.avg_decay)  # [paper, Alg. 2]
+            return metrics
+        update = torch.compile(update) if args.compile else update
 
         def policy(obs):  # the greedy action argmax_a pi(a|s), for evaluation
             return agent(torch.as_tensor(obs, device=device))[0].argmax(-1).cpu().numpy()
 
         while global_step < args.total_timesteps and not run.stop_signal:
-            # COLLECT a segment of T steps in each of the N envs, all stepped in lockstep (DEVIATION(1)), with mu
             previous_step = global_step
             segment = {name: torch.zeros_like(getattr(buffer, name)[0]) for name in buffer.FIELDS} | {"final_obs": {}}
-            for t in range(T):
+            for t in range(T):  # COLLECT a segment: T steps of the N envs in lockstep (DEVIATION(1)), with mu
                 segment["obs"][t] = torch.as_tensor(obs)
                 segment["actions"][t], segment["mu"][t] = agent.act(segment["obs"][t])
                 obs, rewards, terminations, truncations, infos = run.envs.step(segment["actions"][t].cpu().numpy())
-                global_step += N
+                global_step += N  # SAME_STEP autoreset: every step a transition, no reset step enters a segment
                 run.log(infos, None, global_step - N, global_step)
-                # SAME_STEP autoreset: no reset step enters a segment; keep a truncation's final obs (DEVIATION(2))
-                for n in np.flatnonzero(truncations):
+                for n in np.flatnonzero(truncations):  # keep a truncation's final obs (DEVIATION(2))
                     segment["final_obs"][(t, int(n))] = segment["obs"].new_tensor(infos["final_obs"][n])
                 segment["rewards"][t] = torch.from_numpy(rewards)
                 segment["dones"][t] = torch.from_numpy(terminations | truncations)
@@ -335,8 +327,6 @@ def main(args: Args) -> dict:
             run.after_step(previous_step, (global_step, replay_updates), obs, policy)
         model = {"agent": agent.state_dict(), "avg_agent": avg_agent.state_dict()}
         summary = run.finish((global_step, replay_updates), obs, policy, model)
-    finally:
-        run.close()
     return {**summary, "iterations": global_step // (T * N), "replay_updates": replay_updates}
 
 
@@ -352,14 +342,13 @@ def check_args(args: Args) -> None:
             f"exceeds --buffer-size {args.buffer_size}, so replay would never start: lower one or raise the other"),
            *((not getattr(args, name) > 0, f"--{name.replace('_', '-')} must be positive")
              for name in ("num_steps", "learning_rate", "truncation_c", "max_kl", "max_grad_norm", "rms_eps")),
-           (not 0 < args.gamma <= 1, "--gamma must lie in (0, 1]"),
-           (not 0 <= args.avg_decay < 1, "--avg-decay must lie in [0, 1)"),
+           (not (0 < args.gamma <= 1 and 0 <= args.avg_decay < 1), "--gamma must be in (0, 1], --avg-decay in [0, 1)"),
            (not 0 <= args.rms_alpha < 1, "--rms-alpha must lie in [0, 1)")])
 
 
 def check_spaces(env_id: str, obs_space, action_space) -> None:
     """Raise ConfigError unless the env has Discrete actions and 1-D Box observations or (stack, 84, 84) frames."""
-    frames_or_flat = len(obs_space.shape) == 1 or obs_space.shape[1:] == (84, 84)
+    frames_or_flat = obs_space.shape is not None and (len(obs_space.shape) == 1 or obs_space.shape[1:] == (84, 84))
     check([(not isinstance(action_space, gym.spaces.Discrete), f"{env_id} has a {type(action_space).__name__} action "
             "space; ACER needs Discrete actions: use sac_continuous_action.py or a2c.py for Box actions"),
            (not (isinstance(obs_space, gym.spaces.Box) and frames_or_flat), f"{env_id} has {obs_space} observations; "
@@ -400,17 +389,14 @@ def crossed(before: int, now: int, every: int) -> bool:
 def make_env(args, video_dir: str | None = None):
     """A thunk making args.env_id with episode statistics (and a video_dir's first episode), then observation_wrappers."""
 
-    def thunk():
-        def make(**kwargs):  # gym.make(env_id, **kwargs), its first episode's video, its statistics
-            kwargs.update({"render_mode": "rgb_array"} if video_dir is not None else {})
-            env = gym.make(args.env_id, **kwargs)
-            if video_dir:
-                env = gym.wrappers.RecordVideo(env, video_dir, episode_trigger=lambda k: k == 0, disable_logger=True)
-            return gym.wrappers.RecordEpisodeStatistics(env)
+    def make(**kwargs):  # gym.make(env_id, **kwargs), its first episode's video, its statistics
+        kwargs.update({"render_mode": "rgb_array"} if video_dir is not None else {})
+        env = gym.make(args.env_id, **kwargs)
+        if video_dir:
+            env = gym.wrappers.RecordVideo(env, video_dir, episode_trigger=lambda k: k == 0, disable_logger=True)
+        return gym.wrappers.RecordEpisodeStatistics(env)
 
-        return observation_wrappers(args, make) if "observation_wrappers" in globals() else make()  # TD3 has none
-
-    return thunk
+    return lambda: observation_wrappers(args, make) if "observation_wrappers" in globals() else make()  # TD3 has none
 
 
 def pickle_envs(envs: list, states: list) -> bytes:

@@ -294,8 +294,7 @@ def sac_update(actor, qf1, qf2, qf1_target, qf2_target, log_alpha, q_optimizer, 
 def main(args: Args) -> dict:
     """Train; returns a summary. Raises ConfigError, before writing anything, on bad flags, envs or checkpoints."""
     args, checkpoint, device = setup(args)
-    run = Run(args, checkpoint, device)
-    try:
+    with contextlib.closing(Run(args, checkpoint, device)) as run:
         actor = Actor(run.envs).to(device)
         qf1, qf2, qf1_target, qf2_target = (SoftQNetwork(run.envs).to(device) for _ in range(4))
         for target, source in ((qf1_target, qf1), (qf2_target, qf2)):
@@ -348,8 +347,6 @@ def main(args: Args) -> dict:
             run.after_step(previous_step, (global_step, updates), obs, policy)
         model = {"actor": actor.state_dict(), "qf1": qf1.state_dict(), "qf2": qf2.state_dict()}
         summary = run.finish((global_step, updates), obs, policy, {**model, "log_alpha": log_alpha.detach().cpu()})
-    finally:
-        run.close()
     return {**summary, "critic_updates": updates, "actor_updates": updates}
 
 
@@ -411,17 +408,14 @@ def crossed(before: int, now: int, every: int) -> bool:
 def make_env(args, video_dir: str | None = None):
     """A thunk making args.env_id with episode statistics (and a video_dir's first episode), then observation_wrappers."""
 
-    def thunk():
-        def make(**kwargs):  # gym.make(env_id, **kwargs), its first episode's video, its statistics
-            kwargs.update({"render_mode": "rgb_array"} if video_dir is not None else {})
-            env = gym.make(args.env_id, **kwargs)
-            if video_dir:
-                env = gym.wrappers.RecordVideo(env, video_dir, episode_trigger=lambda k: k == 0, disable_logger=True)
-            return gym.wrappers.RecordEpisodeStatistics(env)
+    def make(**kwargs):  # gym.make(env_id, **kwargs), its first episode's video, its statistics
+        kwargs.update({"render_mode": "rgb_array"} if video_dir is not None else {})
+        env = gym.make(args.env_id, **kwargs)
+        if video_dir:
+            env = gym.wrappers.RecordVideo(env, video_dir, episode_trigger=lambda k: k == 0, disable_logger=True)
+        return gym.wrappers.RecordEpisodeStatistics(env)
 
-        return observation_wrappers(args, make) if "observation_wrappers" in globals() else make()  # TD3 has none
-
-    return thunk
+    return lambda: observation_wrappers(args, make) if "observation_wrappers" in globals() else make()  # TD3 has none
 
 
 def pickle_envs(envs: list, states: list) -> bytes:

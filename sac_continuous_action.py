@@ -1020,17 +1020,14 @@ def crossed(before: int, now: int, every: int) -> bool:
 def make_env(args, video_dir: str | None = None):
     """A thunk making args.env_id with episode statistics (and a video_dir's first episode), then observation_wrappers."""
 
-    def thunk():
-        def make(**kwargs):  # gym.make(env_id, **kwargs), its first episode's video, its statistics
-            kwargs.update({"render_mode": "rgb_array"} if video_dir is not None else {})
-            env = gym.make(args.env_id, **kwargs)
-            if video_dir:
-                env = gym.wrappers.RecordVideo(env, video_dir, episode_trigger=lambda k: k == 0, disable_logger=True)
-            return gym.wrappers.RecordEpisodeStatistics(env)
+    def make(**kwargs):  # gym.make(env_id, **kwargs), its first episode's video, its statistics
+        kwargs.update({"render_mode": "rgb_array"} if video_dir is not None else {})
+        env = gym.make(args.env_id, **kwargs)
+        if video_dir:
+            env = gym.wrappers.RecordVideo(env, video_dir, episode_trigger=lambda k: k == 0, disable_logger=True)
+        return gym.wrappers.RecordEpisodeStatistics(env)
 
-        return observation_wrappers(args, make) if "observation_wrappers" in globals() else make()  # TD3 has none
-
-    return thunk
+    return lambda: observation_wrappers(args, make) if "observation_wrappers" in globals() else make()  # TD3 has none
 
 
 def pickle_envs(envs: list, states: list) -> bytes:

@@ -264,18 +264,16 @@ def test_smoke_reaches_on_policy_and_replay_updates(in_tmp, flags):
 
 
 def test_logged_losses_are_the_mean_of_every_update_since_the_last_write(in_tmp, monkeypatch):
-    """Update n returns n as every metric; the losses written every 3 iterations (60 env steps) are the means over the
-    on-policy and replay updates of those iterations: 1 update each until 100 transitions are stored (iteration 5),
-    1 + 4 from then on. The last two of the 40 iterations end no window and are not written."""
-    def numbered_updates(*args):
-        numbers = iter(range(1, 1000))
+    """Update n returns n as every metric (its loss is 0); the losses written every 3 iterations (60 env steps) are the
+    means over the on-policy and replay updates of those iterations: 1 update each until 100 transitions are stored
+    (iteration 5), 1 + 4 from then on. The last two of the 40 iterations end no window and are not written."""
+    numbers = iter(range(1, 1000))
 
-        def update(segment):
-            return dict.fromkeys(acer.METRICS, torch.tensor(float(next(numbers))))
+    def numbered_loss(agent, avg_agent, segment, args):
+        zero = sum(p.sum() for p in agent.parameters()) * 0.0
+        return zero, dict.fromkeys(acer.METRICS, torch.tensor(float(next(numbers))))
 
-        return update
-
-    monkeypatch.setattr(acer, "acer_update", numbered_updates)
+    monkeypatch.setattr(acer, "acer_loss", numbered_loss)
     summary = acer.main(tiny(log_freq=60))
     numbers, window, expected = iter(range(1, 1000)), [], []
     for k in range(1, 41):
@@ -332,6 +330,7 @@ def test_same_seed_gives_identical_logged_losses_and_resume_is_exact(tmp_path):
 
 BAD_INPUT = {
     "continuous actions": (["--env-id", "Pendulum-v1"], "a2c.py"),
+    "tuple observations": (["--env-id", "Blackjack-v1"], "FlattenObservation"),
     "unknown env id": (["--env-id", "NoSuchEnv-v0"], "unknown env id"),
     "buffer below one segment": (["--buffer-size", "100"], "--buffer-size"),
     "replay never starts": (["--replay-start", "60000"], "--replay-start"),
