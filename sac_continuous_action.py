@@ -653,8 +653,10 @@ class ResNet10(nn.Sequential):
         super().__init__(OrderedDict(conv1=nn.Conv2d(channels, 64, 7, 2, 3, bias=False), bn1=nn.BatchNorm2d(64),
                                      relu=nn.ReLU(), maxpool=nn.MaxPool2d(3, 2, 1), **stages))
         self.train()
+        if weights is None:
+            return
         try:
-            weights and self.load_state_dict(torch.load(weights, map_location="cpu", weights_only=True))
+            self.load_state_dict(torch.load(weights, map_location="cpu", weights_only=True))
         except Exception as e:  # missing, no state dict, or of other shapes
             raise ConfigError(f"--image-encoder-weights {weights}: no ResNet-10 for {channels}-channel images ("
                               f"{type(e).__name__}: {' '.join(str(e).split())[:160]}); see the page for making one") from None
