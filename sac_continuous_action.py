@@ -21,6 +21,8 @@ Deviations from the papers (each marked `# DEVIATION(n)` in the code):
     6. Training starts with `learning_starts` env steps of uniformly random actions (SpinningUp, CleanRL).
     7. With --num-discrete-actions and a shared encoder, the discrete critic reads the encoder's features detached, as
        the actor does, and its target reads the target critics' encoder; LeRobot's lets its loss train the encoder.
+    8. --image-pooling spatial's dropout acts in gradient steps only and its head is 50 wide (LeRobot: in train mode, 256
+       wide); the ResNet-10's BatchNorms always use their running statistics (LeRobot's, when frozen).
 """
 
 import contextlib
@@ -502,9 +504,6 @@ def check_args(args: Args) -> None:
             "encoder's four convolutions need 16, and its linear layer grows with the square of the size"),
            (not 1 <= args.frame_stack < args.image_size / 3 or args.frame_stack > 1 and not args.from_pixels,
             "--frame-stack must lie in [1, --image-size / 3) and above 1 needs --from-pixels"),
-           ((args.freeze_image_encoder or args.image_encoder_weights or args.image_pooling != "flatten") and not
-            args.shared_encoder, "--image-pooling spatial, --freeze-image-encoder and --image-encoder-weights need "
-            "--shared-encoder (HIL-SERL's): the actor reads the critics' image features"),
            (not 0 <= (args.offline_ratio or 0) <= 1, "--offline-ratio must lie in [0, 1]"),
            (args.offline_steps < 0, "--offline-steps must be non-negative"),
            (args.num_discrete_actions < 0 or args.num_discrete_actions == 1, "--num-discrete-actions must be 0 (off) or "
@@ -623,7 +622,7 @@ class SpatialEmbedding(nn.Module):
         self.kernel = nn.Parameter(torch.empty(channels, height, width, SPATIAL_FEATURES))
         nn.init.kaiming_normal_(self.kernel, mode="fan_in", nonlinearity="linear")  # LeRobot's
 
-    def forward(self, maps):
+    def forward(self, maps):  # DEVIATION(8): dropout where gradients are on
         return F.dropout(torch.einsum("bchw,chwk->bck", maps, self.kernel).flatten(1), 0.1, torch.is_grad_enabled())
 
 
@@ -661,7 +660,7 @@ class ResNet10(nn.Sequential):
             raise ConfigError(f"--image-encoder-weights {weights}: no ResNet-10 for {channels}-channel images ("
                               f"{type(e).__name__}: {' '.join(str(e).split())[:160]}); see the page for making one") from None
 
-    def train(self, mode: bool = True):  # BatchNorms as in eval mode
+    def train(self, mode: bool = True):  # BatchNorms as in eval mode: DEVIATION(8)
         return super().train(False)
 
     def forward(self, images):  # ImageNet's mean and std of each colour, repeated over a stack's frames
@@ -876,7 +875,9 @@ def robot_learning_setup(args, device):
     check([(args.num_discrete_actions and act_dim < 2, f"--num-discrete-actions: {args.env_id} has one action "
             "dimension; the gripper is the last of at least two"),
            (images and not any(space.dtype == np.uint8 for space in spaces.values()), "--image-pooling spatial, "
-            "--freeze-image-encoder and --image-encoder-weights need image observations: add --from-pixels")])
+            "--freeze-image-encoder and --image-encoder-weights need image observations: add --from-pixels"),
+           (images and not args.shared_encoder, "--image-pooling spatial, --freeze-image-encoder and "
+            "--image-encoder-weights need --shared-encoder (HIL-SERL's): the actor reads the critics' image features")])
     for space in (space for space in spaces.values() if space.dtype == np.uint8 and args.image_encoder_weights):
         ResNet10(min(space.shape[0], space.shape[-1]), args.image_encoder_weights)  # ConfigError if it doesn't fit
     if not args.offline_data:
