@@ -392,7 +392,7 @@ def target_of(source: nn.Module, target: nn.Module) -> nn.Module:
 def main(args: Args) -> dict:
     """Train; returns a summary. Raises ConfigError, before writing anything, on bad flags, envs or checkpoints."""
     args, checkpoint, device = setup(args)
-    args, data = robot_learning_setup(args, device)  # file flags made absolute; --offline-data loaded and checked
+    args, data = robot_learning_setup(args)  # file flags made absolute; --offline-data loaded and checked
     run = Run(args, checkpoint, device)
     try:
         obs_space, action_space = run.envs.single_observation_space, run.envs.single_action_space
@@ -491,7 +491,8 @@ def check_args(args: Args) -> None:
             f"--total-timesteps {args.total_timesteps}: no update would run; lower one or raise the other"),
            (not 1 <= args.batch_size <= (args.buffer_size if args.offline_data else args.learning_starts),
             "--batch-size must lie in [1, --learning-starts] ([1, --buffer-size] with --offline-data)"),
-           (not min(args.policy_lr, args.q_lr) > 0, "--policy-lr and --q-lr must be positive"),
+           (not min(x for x in (args.policy_lr, args.q_lr, args.discrete_q_lr, args.grad_clip_norm) if x is not None) > 0,
+            "--policy-lr, --q-lr, --discrete-q-lr and --grad-clip-norm must be positive"),
            (not (0 < args.tau <= 1 and 0 < args.gamma <= 1), "--tau and --gamma must lie in (0, 1]"),
            (not args.alpha >= 0, "--alpha must be non-negative"),
            (args.num_critics < 2, "--num-critics must be at least 2"),
@@ -499,27 +500,22 @@ def check_args(args: Args) -> None:
             f"--num-subsample-critics must lie in [1, --num-critics={args.num_critics}]"),
            (min(args.utd_ratio, args.policy_frequency, args.target_network_frequency) < 1,
             "--utd-ratio, --policy-frequency and --target-network-frequency must be at least 1"),
-           (args.grad_clip_norm is not None and not args.grad_clip_norm > 0, "--grad-clip-norm must be positive"),
-           (not 16 <= args.image_size <= MAX_IMAGE_SIZE, f"--image-size must lie in [16, {MAX_IMAGE_SIZE}] pixels: the "
-            "encoder's four convolutions need 16, and its linear layer grows with the square of the size"),
+           (not 16 <= args.image_size <= MAX_IMAGE_SIZE, f"--image-size must lie in [16, {MAX_IMAGE_SIZE}] pixels"),
            (not 1 <= args.frame_stack < args.image_size / 3 or args.frame_stack > 1 and not args.from_pixels,
             "--frame-stack must lie in [1, --image-size / 3) and above 1 needs --from-pixels"),
-           (not 0 <= (args.offline_ratio or 0) <= 1, "--offline-ratio must lie in [0, 1]"),
-           (args.offline_steps < 0, "--offline-steps must be non-negative"),
+           (not 0 <= (args.offline_ratio or 0) <= 1 or args.offline_steps < 0,
+            "--offline-ratio must lie in [0, 1] and --offline-steps be non-negative"),
            (args.num_discrete_actions < 0 or args.num_discrete_actions == 1, "--num-discrete-actions must be 0 (off) or "
             "at least 2: a gripper of one command has nothing to choose"),
            (not 0 <= args.gripper_epsilon <= 1, "--gripper-epsilon must lie in [0, 1]"),
-           (args.discrete_q_lr is not None and not args.discrete_q_lr > 0, "--discrete-q-lr must be positive"),
            ((args.offline_ratio or args.offline_steps) and not args.offline_data,
             "--offline-ratio and --offline-steps need --offline-data PATH, an .npz written by --save-replay"),
            (args.save_replay and os.path.isdir(args.save_replay), f"--save-replay {args.save_replay} is a directory; "
             "pass a file name, such as replay.npz"),
            (args.save_replay and args.offline_data and os.path.abspath(args.save_replay) == os.path.abspath(
                args.offline_data), "--save-replay would overwrite the --offline-data file; pass another file name"),
-           (args.save_replay and not os.path.isdir(replay_dir), f"--save-replay {args.save_replay}: its directory does "
-            "not exist; make it first"),
            (args.save_replay and not os.access(replay_dir, os.W_OK | os.X_OK), f"--save-replay {args.save_replay}: its "
-            "directory is not writable; pass a path in a writable one")])
+            "directory is missing or not writable; make it, or pass a path in a writable one")])
 
 
 def check_spaces(env_id: str, obs_space, action_space) -> None:
@@ -546,8 +542,7 @@ def check_spaces(env_id: str, obs_space, action_space) -> None:
 IMAGE_FEATURES = 50  # an image's encoding width (DrQ, SAC-AE)
 SPATIAL_FEATURES = 8  # SpatialEmbedding's K, learned maps per channel (HIL-SERL's image_embedding_pooling_dim)
 IMAGENET = torch.tensor([0.485, 0.456, 0.406]), torch.tensor([0.229, 0.224, 0.225])  # mean and std of each colour
-SHIFT = 4  # DrQ's random shift: pad by 4 pixels (replicating the border), crop back at a random offset
-MAX_IMAGE_SIZE = 512  # --image-size's bound: at 512 px the encoder's linear layer holds 99M weights (84 px: 2M)
+MAX_IMAGE_SIZE = 512  # --image-size's bound: at 512 px the DrQ encoder's linear layer holds 99M weights (84 px: 2M)
 
 
 def to_tensors(obs, device):
@@ -577,12 +572,11 @@ class Encoder(nn.Module):
         self.cnns, self.maps, self.state, self.out_dim = nn.ModuleDict(), {}, None, 0 if spaces else obs_space.shape[0]
         for key in self.images:
             shape = spaces[key].shape if spaces[key].shape[0] < spaces[key].shape[-1] else np.roll(spaces[key].shape, 1)
-            if weights:
-                cnn = [ResNet10(int(shape[0]), weights)]
-            else:  # DrQ's (arXiv:2004.13649 App. B, from SAC-AE, arXiv:1910.01741), each convolution with a ReLU: conv1
-                # C -> 32 channels, 3x3, stride 2; conv2, conv3, conv4 32 -> 32, 3x3, stride 1 (84 px: 41, 39, 37, 35)
-                cnn = [nn.Conv2d(int(shape[0]), 32, 3, stride=2), nn.ReLU(),
-                       *(m for _ in range(3) for m in (nn.Conv2d(32, 32, 3), nn.ReLU()))]
+            # DrQ's CNN (arXiv:2004.13649 App. B, from SAC-AE, arXiv:1910.01741), each convolution with a ReLU: conv1
+            # C -> 32 channels, 3x3, stride 2; conv2, conv3, conv4 32 -> 32, 3x3, stride 1 (84 px: 41, 39, 37, 35)
+            cnn = [ResNet10(int(shape[0]), weights)] if weights else [
+                nn.Conv2d(int(shape[0]), 32, 3, stride=2), nn.ReLU(),
+                *(m for _ in range(3) for m in (nn.Conv2d(32, 32, 3), nn.ReLU()))]
             with torch.no_grad():
                 maps = nn.Sequential(*cnn).requires_grad_(not frozen)(torch.zeros(1, *map(int, shape))).shape[1:]
             pool = SpatialEmbedding(*maps) if pooling == "spatial" else nn.Flatten()
@@ -596,8 +590,7 @@ class Encoder(nn.Module):
             self.state, self.out_dim = nn.Sequential(nn.Linear(state_dim, HIDDEN), nn.LayerNorm(HIDDEN), nn.Tanh()), \
                 self.out_dim + HIDDEN
 
-    def cnn(self, key: str, images: torch.Tensor) -> torch.Tensor:
-        """The CNN's maps (B, C', H', W') of images (B, C, H, W)."""
+    def cnn(self, key: str, images: torch.Tensor) -> torch.Tensor:  # the maps (B, C', H', W') of images (B, C, H, W)
         return self.cnns[key][: self.split](images)
 
     def forward(self, obs):
@@ -614,21 +607,20 @@ class Encoder(nn.Module):
 
 class SpatialEmbedding(nn.Module):
     """HIL-SERL's SpatialLearnedEmbeddings: each channel of the maps x (B, C, H, W) pooled by K learned maps,
-    e[b, c, k] = sum_{h, w} x[b, c, h, w] * W[c, h, w, k], flattened to (B, C K); then dropout (p 0.1, LeRobot's), in
-    gradient steps only: acting and targets see none, as in PyTorch's eval mode, which our networks never enter."""
+    e[b, c, k] = sum_{h, w} x[b, c, h, w] * W[c, h, w, k], flattened to (B, C K); then dropout, p 0.1 (LeRobot's)."""
 
     def __init__(self, channels: int, height: int, width: int):
         super().__init__()
         self.kernel = nn.Parameter(torch.empty(channels, height, width, SPATIAL_FEATURES))
         nn.init.kaiming_normal_(self.kernel, mode="fan_in", nonlinearity="linear")  # LeRobot's
 
-    def forward(self, maps):  # DEVIATION(8): dropout where gradients are on
+    def forward(self, maps):  # DEVIATION(8): dropout in gradient steps only; acting and targets see none (eval mode's)
         return F.dropout(torch.einsum("bchw,chwk->bck", maps, self.kernel).flatten(1), 0.1, torch.is_grad_enabled())
 
 
 class BasicBlock(nn.Module):
-    """ResNet's basic block (He et al. 2016, arXiv:1512.03385): relu(bn2(conv2(relu(bn1(conv1(x))))) + x), 3x3
-    convolutions; where the block halves the size, x passes a strided 1x1 convolution and a BatchNorm (`downsample`)."""
+    """ResNet's block (arXiv:1512.03385): relu(bn2(conv2(relu(bn1(conv1(x))))) + downsample(x)), 3x3 convolutions;
+    downsample is the identity or, where the block halves the size, a strided 1x1 convolution and a BatchNorm."""
 
     def __init__(self, c_in: int, c: int, stride: int):
         super().__init__()
@@ -668,7 +660,7 @@ class ResNet10(nn.Sequential):
         return super().forward((images - mean) / std)
 
 
-def random_shift(images: torch.Tensor, pad: int = SHIFT) -> torch.Tensor:
+def random_shift(images: torch.Tensor, pad: int = 4) -> torch.Tensor:
     """DrQ's image augmentation (arXiv:2004.13649, Sec. 3.1): each image (B, C, H, W) padded by `pad` pixels that repeat
     its border, then cropped back to H x W at an offset drawn uniformly from {0, ..., 2 pad}^2."""
     n, _, h, w = images.shape
@@ -679,11 +671,10 @@ def random_shift(images: torch.Tensor, pad: int = SHIFT) -> torch.Tensor:
 
 
 class ImageReplayBuffer(ReplayBuffer):
-    """A ReplayBuffer of Dict observations: the vector keys, flattened, in the rows; the uint8 images stored once, on the
-    CPU: frames[i] is row i's s and frames[i + num_envs], its sub-env's next row, its s' (written with it), unless the
-    episode ended at row i: then last[i] is. torch.empty commits memory only where written, so `last` costs a frame per
-    episode. With `augment`, each sampled image is shifted at random (DrQ). Given the critics' frozen `encoder`, it
-    stores each frame's CNN features beside it (frames[f"{key}/features"]), computed once, and samples those instead."""
+    """A ReplayBuffer of Dict observations: the vector keys, flattened, in the rows; each uint8 image stored once, on the
+    CPU: frames[i] is row i's s and frames[i + num_envs] (its sub-env's next row's s) its s', unless row i ended an
+    episode: then last[i] is (torch.empty commits memory only where written). With `augment`, sampled images are shifted
+    (DrQ). Given the critics' frozen `encoder`, each frame's CNN features, computed once, are stored and sampled."""
 
     def __init__(self, capacity: int, obs_space, act_dim: int, num_envs: int, device, augment: bool, encoder=None):
         self.spaces, self.num_envs, self.encoder = obs_space.spaces, num_envs, encoder
@@ -694,11 +685,10 @@ class ImageReplayBuffer(ReplayBuffer):
         shapes = {**{key: self.spaces[key].shape for key in self.images}, **features}
         self.frames, self.last = ({key: torch.empty((capacity, *shape), dtype=torch.float32 if key in features else
                                                     torch.uint8) for key, shape in shapes.items()} for _ in range(2))
-        self.ended = torch.zeros(capacity, dtype=torch.bool)
+        self.ended = torch.ones(capacity, dtype=torch.bool)  # unwritten rows count as ended: the next row's s is new
         self.sampled, self.augment = list(features) or self.images, augment and not encoder  # no shift of features
 
-    def flat(self, obs):
-        """(B, obs_dim): a Dict's vector keys flattened and concatenated."""
+    def flat(self, obs):  # (B, obs_dim): the vector keys flattened and concatenated
         n = len(next(iter(obs.values())))
         return np.concatenate([np.zeros((n, 0))] + [obs[key].reshape(n, -1) for key in self.vectors], 1)
 
@@ -714,15 +704,15 @@ class ImageReplayBuffer(ReplayBuffer):
     def add(self, obs, actions, rewards, next_obs, terminations, dones):
         idx = super().add(self.flat(obs), actions, rewards, self.flat(next_obs), terminations, dones)
         self.ended[idx] = torch.as_tensor(dones, dtype=torch.bool)
-        obs, next_obs = self.stored(obs), self.stored(next_obs)
+        new = self.ended[(idx - self.num_envs) % self.capacity]  # else s is stored already, as the row before's s'
+        obs, next_obs = self.stored({key: obs[key][new.numpy()] for key in self.images}), self.stored(next_obs)
         for key in self.frames:  # s' first: a bulk load's next rows then get their own s
             self.frames[key][(idx + self.num_envs) % self.capacity] = next_obs[key]
-            self.frames[key][idx] = obs[key]
+            self.frames[key][idx[new]] = obs[key]
             self.last[key][idx[self.ended[idx]]] = next_obs[key][torch.as_tensor(dones)]
         return idx
 
-    def stale(self) -> int:
-        """How many of the oldest rows have lost their s image to the newest rows' s' (a full buffer's)."""
+    def stale(self) -> int:  # how many of a full buffer's oldest rows have lost their s image to the newest rows' s'
         return self.num_envs if self.images and self.size == self.capacity else 0
 
     def observations(self, flat, idx, next_obs: bool, keys):
@@ -748,19 +738,18 @@ class ImageReplayBuffer(ReplayBuffer):
         written = min(self.size + self.num_envs, self.capacity)  # the rows' s and the newest rows' s'
         return {**super().state_dict(), "ended": self.ended[: self.size].clone(),
                 **{f"frames/{key}": self.frames[key][:written].clone() for key in self.frames},
-                **{f"last/{key}": self.last[key][self.ended] for key in self.frames}}
+                **{f"last/{key}": self.last[key][: self.size][self.ended[: self.size]] for key in self.frames}}
 
     def load_state_dict(self, state):
         super().load_state_dict(state)
         self.ended[: self.size] = state["ended"]
         for key in self.frames:
             self.frames[key][: len(state[f"frames/{key}"])] = state[f"frames/{key}"]
-            self.last[key][self.ended] = state[f"last/{key}"]
+            self.last[key][: self.size][self.ended[: self.size]] = state[f"last/{key}"]
 
 
 def replay_buffer(args, capacity: int, obs_space, act_dim: int, device, encoder, num_envs=None) -> ReplayBuffer:
-    """A ReplayBuffer, or for Dict observations an ImageReplayBuffer (with --freeze-image-encoder, storing the features
-    of `encoder`, the critics'), whose frames' address space the OS may refuse."""
+    """A ReplayBuffer or, for Dict observations, an ImageReplayBuffer (with --freeze-image-encoder, of `encoder`'s)."""
     if not isinstance(obs_space, gym.spaces.Dict):
         return ReplayBuffer(capacity, obs_space.shape[0], act_dim, device)
     try:
@@ -797,8 +786,8 @@ def gripper_levels(action_space, k: int) -> np.ndarray:
 
 
 class DiscreteQ(nn.Module):
-    """Q_d(s, .): the values of the gripper's K commands, 256-256-K with ReLU on the features of s; it reads no arm
-    action (HIL-SERL's discrete critic). Its encoder is its own, or the critics' read detached, as the Actor's."""
+    """Q_d(s, .), the values of the gripper's K commands (HIL-SERL's discrete critic): 256-256-K with ReLU on the
+    features of s, no arm action. Its encoder is its own, or the critics' read detached, as the Actor's."""
 
     def __init__(self, envs, k: int, shared_encoder=None):
         super().__init__()
@@ -814,8 +803,7 @@ class DiscreteQ(nn.Module):
 
 
 def compute_loss_discrete_q(dq, dq_target, batch, levels, gamma: float):
-    """J_d = E[(Q_d(s, g) - y)^2], g the gripper command the env received, y from `double_dqn_target` (HIL-SERL).
-    Returns (loss, metrics)."""
+    """J_d = E[(Q_d(s, g) - y)^2], g the command the env received, y `double_dqn_target`'s (HIL-SERL); (loss, metrics)"""
     obs, actions, rewards, next_obs, terminations = batch
     g = (actions[:, -1:] - levels).abs().argmin(dim=-1, keepdim=True)  # the stored value back to its command's index
     with torch.no_grad():
@@ -839,8 +827,8 @@ class Gripper:
         self.stateful, self.args = dict(dq=self.dq, dq_target=self.dq_target, dq_optimizer=self.optimizer), args
 
     def act(self, x, global_step: int | None = None):
-        """(B, 1) values: g = argmax_a Q_d(s, a); in training (a global_step given) with probability epsilon uniform:
-        epsilon 1 for the first learning_starts steps, then --gripper-epsilon. Greedy, it draws no random number."""
+        """(B, 1) values of g = argmax_a Q_d(s, a); in training (given a global_step), uniform with probability epsilon:
+        1 for the first learning_starts steps, then --gripper-epsilon."""
         with torch.no_grad():
             g = self.dq(x).argmax(dim=-1)
         epsilon = 0.0 if global_step is None else 1.0 if global_step < self.args.learning_starts else \
@@ -849,8 +837,7 @@ class Gripper:
             g = torch.where(torch.rand(len(g), device=g.device) < epsilon, torch.randint_like(g, len(self.levels)), g)
         return self.levels[g, None]
 
-    def update(self, batch, update_target: bool) -> dict:
-        """One step on J_d and, where update_target, of the target; returns detached metrics."""
+    def update(self, batch, update_target: bool) -> dict:  # a step on J_d, and of the target; detached metrics
         loss, metrics = compute_loss_discrete_q(self.dq, self.dq_target, batch, self.levels, self.args.gamma)
         optimizer_step(self.optimizer, loss, self.dq, self.args.grad_clip_norm)
         if update_target:
@@ -858,20 +845,17 @@ class Gripper:
         return metrics
 
 
-def robot_learning_setup(args, device):
-    """(args, offline data or None): --offline-data, --save-replay and --image-encoder-weights made absolute paths, so
-    that a resume command works from anywhere; the image and gripper flags checked against the env; --offline-data's
-    transitions loaded and checked against the env's spaces, bounds and gripper commands, in full, before anything is
-    written (RLPD, HIL-SERL)."""
+def robot_learning_setup(args):
+    """(args, --offline-data's arrays or None), before anything is written: the file flags made absolute (a resume runs
+    from anywhere); the image and gripper flags checked against the env, and the offline data, in full (RLPD, HIL-SERL)."""
     files = ("offline_data", "save_replay", "image_encoder_weights")
     args = replace(args, **{key: os.path.abspath(path) for key in files if (path := getattr(args, key))})
     images = args.freeze_image_encoder or args.image_encoder_weights or args.image_pooling != "flatten"
     if not (args.offline_data or args.num_discrete_actions or images):
         return args, None
-    env = make_env(args)()
-    obs_space, action_space, act_dim = env.observation_space, env.action_space, env.action_space.shape[0]
+    with contextlib.closing(make_env(args)()) as env:
+        obs_space, action_space, act_dim = env.observation_space, env.action_space, env.action_space.shape[0]
     spaces = getattr(obs_space, "spaces", {})
-    env.close()
     check([(args.num_discrete_actions and act_dim < 2, f"--num-discrete-actions: {args.env_id} has one action "
             "dimension; the gripper is the last of at least two"),
            (images and not any(space.dtype == np.uint8 for space in spaces.values()), "--image-pooling spatial, "
@@ -925,8 +909,7 @@ def offline_replay(args, data: dict, obs_space, device, encoder) -> ReplayBuffer
 
 
 class MixedReplay:
-    """RLPD's symmetric sampling (arXiv:2302.02948): of each batch, round(batch_size * ratio) transitions come from the
-    offline buffer, the rest from the online one."""
+    """RLPD's symmetric sampling (arXiv:2302.02948): round(batch_size * ratio) of a batch from the offline buffer."""
 
     def __init__(self, rb: ReplayBuffer, offline: ReplayBuffer, ratio: float | None):
         self.rb, self.offline, self.ratio = rb, offline, 0.5 if ratio is None else ratio
@@ -941,8 +924,7 @@ class MixedReplay:
 
 def offline_phase(run, update, offline, metrics: dict, counters, args) -> None:
     """--offline-steps: update steps on the offline data alone (HIL-SERL's offline learner), logged at steps
-    -offline_steps + 1, ..., 0, with SPS counting these update steps. A stop here says which offline update it reached;
-    the online phase then logs its own losses from its first update on."""
+    -offline_steps + 1, ..., 0 (SPS counts update steps); a stop here says which offline update it reached."""
     if counters()[3] >= args.offline_steps:
         return
     run.last_log = time.time(), counters()[3] - args.offline_steps  # the step of the first SPS count
@@ -963,9 +945,8 @@ def save_replay(run, rb: ReplayBuffer, global_step: int) -> None:
 
 
 def observation_wrappers(args, make):
-    """The env `make` returns or, with --from-pixels, AddRenderObservation's {"pixels": a frame rendered at --image-size,
-    "state": the env's observation} (by a function that pickles, as checkpoints need), the last --frame-stack frames
-    stacked on the channel axis, oldest first."""
+    """The env `make` returns or, with --from-pixels, {"pixels": a frame rendered at --image-size, "state": the env's
+    observation} (by a function that pickles, as checkpoints need), the last --frame-stack frames stacked, oldest first."""
     if not args.from_pixels:
         return make()
     try:

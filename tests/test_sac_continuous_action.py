@@ -23,7 +23,7 @@ def tiny(**overrides) -> sac.Args:
 
 def offline_buffer(args: sac.Args, encoder=None):
     """The replay buffer a run with these flags makes of its --offline-data."""
-    args, data = sac.robot_learning_setup(args, "cpu")
+    args, data = sac.robot_learning_setup(args)
     return sac.offline_replay(args, data, sac.make_env(args)().observation_space, "cpu", encoder)
 
 
@@ -493,14 +493,17 @@ def test_resnet10_loads_a_state_dict_file_and_refuses_one_of_other_shapes(tmp_pa
 def test_cached_features_equal_the_frozen_cnn_on_the_stored_frames():
     """Stored once per frame, s and s' alike, across episode ends; sampled in place of the images."""
     torch.manual_seed(0)
-    encoder = sac.Encoder(DICT_SPACE, frozen=True)
+    encoder, encoded = sac.Encoder(DICT_SPACE, frozen=True), []
+    cnn = encoder.cnn
+    encoder.cnn = lambda key, images: encoded.append(len(images)) or cnn(key, images)
     rb = sac.ImageReplayBuffer(40, DICT_SPACE, 2, 1, "cpu", augment=True, encoder=encoder)
     frames = np.random.default_rng(0).integers(0, 256, (31, 1, 16, 16, 3), dtype=np.uint8)
     for t in range(30):
         rb.add({"pixels": frames[t], "state": np.zeros((1, 3))}, np.zeros((1, 2)), np.zeros(1),
                {"pixels": frames[t + 1], "state": np.zeros((1, 3))}, np.zeros(1), np.array([t % 10 == 9]))
+    assert sum(encoded) == 30 + 3  # each row's s', and the s of the rows that begin an episode (0, 10, 20)
     with torch.no_grad():
-        expected = encoder.cnn("pixels", sac.to_tensors({"pixels": frames[:, 0]}, "cpu")["pixels"]).flatten(1)
+        expected = cnn("pixels", sac.to_tensors({"pixels": frames[:, 0]}, "cpu")["pixels"]).flatten(1)
     torch.testing.assert_close(rb.frames["pixels/features"][:31], expected, rtol=1e-5, atol=1e-6)
     obs, _, _, next_obs, _ = rb.sample(64)
     assert "pixels" not in obs and obs["pixels/features"].shape == (64, expected.shape[1])
