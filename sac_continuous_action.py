@@ -64,7 +64,7 @@ class Args:
     cuda: bool = True
     """train on a CUDA GPU when one is present, else on the CPU (--no-cuda: always on the CPU)"""
     compile: Annotated[bool | None, tyro.conf.DisallowNone] = None
-    """compile the updates with torch.compile for speed; unset: only SAC's and TD3's CPU runs of 100k+ training steps"""
+    """compile the updates with torch.compile (on a GPU also captured as CUDA graphs); unset: SAC's and TD3's runs of 100k+ training steps"""
     capture_video: bool = False
     """save a video of the first episode of each evaluation to runs/<run_name>/videos/step_<env step> (needs moviepy)"""
     save_model: bool = False
@@ -159,7 +159,7 @@ class Args:
 
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0  # DEVIATION(3)
 HIDDEN = 256  # units per hidden layer (SAC paper, Table 1); also the state encoding's width (HIL-SERL latent_dim)
-COMPILE_MIN_STEPS = 100_000  # unset --compile compiles CPU runs of this many env steps after learning starts
+COMPILE_MIN_STEPS = 100_000  # unset --compile compiles runs of this many env steps after learning starts
 LOG_2PI = math.log(2 * math.pi)
 
 
@@ -362,7 +362,8 @@ def optimizer_step(optimizer, loss, module, max_norm: float | None) -> None:
 
 def sac_updates(actor, qf, qf_target, log_alpha, q_optimizer, actor_optimizer, args, target_entropy: float):
     """update_critic(batch, update_target) and update_actor(obs): one gradient step each on the losses above, returning
-    detached metrics (no host sync). log alpha is a parameter group of the actor's optimizer, stepped with it."""
+    detached metrics (no host sync); act(obs), a ~ pi(.|s) to collect with. log alpha is a parameter group of the
+    actor's optimizer, stepped with it."""
     num_subsample = args.num_subsample_critics or args.num_critics
     step = functools.partial(optimizer_step, max_norm=args.grad_clip_norm)
 
@@ -379,7 +380,11 @@ def sac_updates(actor, qf, qf_target, log_alpha, q_optimizer, actor_optimizer, a
         step(actor_optimizer, loss, actor)
         return metrics
 
-    return update_critic, update_actor
+    @torch.no_grad()
+    def act(obs):
+        return actor.get_action(obs)[0]
+
+    return update_critic, update_actor, act
 
 
 def target_of(source: nn.Module, target: nn.Module) -> nn.Module:
@@ -419,8 +424,8 @@ def main(args: Args) -> dict:
                         actor_optimizer=actor_optimizer, rb=rb, log_alpha=log_alpha, **(grip.stateful if grip else {}))
         (global_step, critic_updates, actor_updates, update_steps), obs = run.resume(stateful, (0, 0, 0, 0))
         updates = compiled_updates if args.compile else sac_updates  # compiled: after a resume loaded the optimizers
-        update_critic, update_actor = updates(actor, qf, qf_target, log_alpha, q_optimizer, actor_optimizer, args,
-                                              target_entropy)
+        update_critic, update_actor, act = updates(actor, qf, qf_target, log_alpha, q_optimizer, actor_optimizer, args,
+                                                   target_entropy)
         counters = lambda: (global_step, critic_updates, actor_updates, update_steps)  # noqa: E731
         offline = None if data is None else offline_replay(args, data, obs_space, device, qf.encoder)
         replay = rb if offline is None else MixedReplay(rb, offline, args.offline_ratio)  # RLPD's batches
@@ -452,8 +457,7 @@ def main(args: Args) -> dict:
                 u = torch.rand((args.num_envs, act_dim), device=device) * 2.0 - 1.0
                 actions = u * actor.action_scale + actor.action_bias
             else:
-                with torch.no_grad():
-                    actions = actor.get_action(x)[0]
+                actions = act(x)
             actions = (torch.cat([actions, grip.act(x, global_step)], dim=-1) if grip else actions).cpu().numpy()
             next_obs, rewards, terminations, truncations, infos = run.envs.step(actions)
             previous_step, global_step = global_step, global_step + args.num_envs
@@ -1085,7 +1089,7 @@ def setup(args):
     compiler = device.type != "cpu" or shutil.which(os.environ.get("CXX", "g++"))  # torch.compile's on the CPU
     check([(args.compile and not compiler, "--compile needs a C++ compiler (g++, or $CXX): install one, or drop it")])
     train_steps = args.total_timesteps - getattr(args, "learning_starts", 0)  # unset --compile: where 20-70 s pay back
-    long_run = args.compile is None and device.type == "cpu" and train_steps >= (COMPILE_MIN_STEPS or math.inf)
+    long_run = args.compile is None and train_steps >= (COMPILE_MIN_STEPS or math.inf)  # on a GPU too: captured
     if long_run and not compiler:
         print("note: no C++ compiler (g++, or $CXX) found, so the updates run eagerly", file=sys.stderr)
     return replace(args, compile=bool(args.compile or long_run and compiler)), checkpoint, device
@@ -1269,9 +1273,40 @@ def cli(argv=None) -> dict:
 # ======================================================================================================================
 # COMPILED UPDATES (--compile): `sac_updates` as two compiled graphs, forward, backward and Adam step each, on the same
 # losses: gradients from torch.func.grad_and_value, the step by torch's functional Adam on the optimizers' own state (so
-# checkpoints are alike). `sac_updates` compiled as it is, with autograd and torch.optim.Adam, is slower on the CPU.
+# checkpoints are alike). `sac_updates` compiled as it is, with autograd and torch.optim.Adam, is slower on the CPU. On
+# a GPU each compiled function, acting too, is recorded once as a CUDA graph, then replayed (`Captured`).
 # The same update as above, only faster: a reader of the algorithm may stop above this banner.
 # ======================================================================================================================
+CUDA_GRAPHS = True  # on a GPU, capture the compiled functions (False: compiled only, as benchmark/speed.py times it)
+
+
+class Captured:
+    """`fn` as a CUDA graph: its first `warmup` calls run it (on a side stream, as capture needs), the next records
+    it, and each call after copies its tensor inputs into the recorded ones and replays it: one call of `fn` a call. Its
+    non-tensor inputs (update_target) pick a graph of their own; its outputs are overwritten by the next replay."""
+
+    def __init__(self, fn, warmup: int = 3):  # warm-up calls compile `fn` and set up what CUDA makes lazily
+        self.fn, self.graphs, self.warmup = fn, {}, warmup
+
+    def __call__(self, *inputs):
+        leaves, spec = torch.utils._pytree.tree_flatten(inputs)
+        g = self.graphs.setdefault((spec, *(x for x in leaves if not torch.is_tensor(x))), {"calls": 0})
+        g["calls"] += 1
+        if g["calls"] <= self.warmup:
+            (side := torch.cuda.Stream()).wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                out = self.fn(*inputs)
+            torch.cuda.current_stream().wait_stream(side)
+            return out
+        if "graph" not in g:
+            g["graph"], g["inputs"] = torch.cuda.CUDAGraph(), [x.clone() if torch.is_tensor(x) else x for x in leaves]
+            with torch.cuda.graph(g["graph"]):
+                g["outputs"] = self.fn(*torch.utils._pytree.tree_unflatten(g["inputs"], spec))
+        torch._foreach_copy_([x for x in g["inputs"] if torch.is_tensor(x)], [x for x in leaves if torch.is_tensor(x)])
+        g["graph"].replay()
+        return g["outputs"]
+
+
 class WithParams:
     """`module` with the tensors `params` ({name: tensor}) as its parameters, in its methods too."""
 
@@ -1301,16 +1336,16 @@ def adam_step(optimizer, params: dict, grads: dict, max_norm: float | None, clip
 
 
 def compiled_updates(actor, qf, qf_target, log_alpha, q_optimizer, actor_optimizer, args, target_entropy: float):
-    """`sac_updates`' update_critic and update_actor, each compiled to one graph."""
+    """`sac_updates`' update_critic and update_actor, each compiled to one graph; on a GPU, they and act captured."""
     import torch._inductor.config
     torch._inductor.config.fallback_random = True  # the policy's noise from torch's generator, as in eager mode
     q_params = {name: p.detach() for name, p in qf.named_parameters()}  # aliases, written in place
     pi_params = {name: p.detach() for name, p in actor.named_parameters()}
     pi_params.update({"log_alpha": log_alpha.detach()} if args.autotune else {})  # the actor optimizer's 2nd group
     targets = {name: p.detach() for name, p in qf_target.named_parameters()}
-    for optimizer in (q_optimizer, actor_optimizer):  # Adam's state laid out as torch's, unless a resume loaded it
+    for optimizer in (q_optimizer, actor_optimizer):  # Adam's state as torch's (step on p's device), unless resumed
         for p in (p for group in optimizer.param_groups for p in group["params"] if not optimizer.state[p]):
-            optimizer.state[p].update(step=torch.tensor(0.0), exp_avg=torch.zeros_like(p), exp_avg_sq=torch.zeros_like(p))
+            optimizer.state[p].update(step=p.new_zeros(()), exp_avg=torch.zeros_like(p), exp_avg_sq=torch.zeros_like(p))
 
     def loss_q(params, batch):
         alpha, num_subsample = log_alpha.detach().exp(), args.num_subsample_critics or args.num_critics
@@ -1336,7 +1371,10 @@ def compiled_updates(actor, qf, qf_target, log_alpha, q_optimizer, actor_optimiz
         adam_step(actor_optimizer, pi_params, grads, args.grad_clip_norm, [n for n in pi_params if n != "log_alpha"])
         return metrics
 
-    return update_critic, update_actor
+    act = sac_updates(actor, qf, qf_target, log_alpha, q_optimizer, actor_optimizer, args, target_entropy)[2]
+    if not (log_alpha.is_cuda and CUDA_GRAPHS):
+        return update_critic, update_actor, act  # acting stays eager off the GPU: the same draws as without --compile
+    return Captured(update_critic), Captured(update_actor), Captured(torch.compile(act))
 
 
 if __name__ == "__main__":

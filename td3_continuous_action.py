@@ -37,6 +37,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 import tyro
+from torch.optim.adam import adam
 from torch.utils.tensorboard import SummaryWriter
 
 
@@ -50,7 +51,7 @@ class Args:
     cuda: bool = True
     """train on a CUDA GPU when one is present, else on the CPU (--no-cuda: always on the CPU)"""
     compile: Annotated[bool | None, tyro.conf.DisallowNone] = None
-    """compile the updates with torch.compile for speed; unset: only SAC's and TD3's CPU runs of 100k+ training steps"""
+    """compile the updates with torch.compile (on a GPU also captured as CUDA graphs); unset: SAC's and TD3's runs of 100k+ training steps"""
     capture_video: bool = False
     """save a video of the first episode of each evaluation to runs/<run_name>/videos/step_<env step> (needs moviepy)"""
     save_model: bool = False
@@ -98,7 +99,7 @@ class Args:
 
 
 HIDDEN = 256  # units per hidden layer (DEVIATION(1))
-COMPILE_MIN_STEPS = 100_000  # unset --compile compiles CPU runs of this many env steps after learning starts
+COMPILE_MIN_STEPS = 100_000  # unset --compile compiles runs of this many env steps after learning starts
 
 
 # PURE MATH ------------------------------------------------------------------------------------------------------------
@@ -214,7 +215,8 @@ def compute_loss_pi(actor, qf, obs):
 
 
 def td3_update(actor, actor_target, qf, qf_target, q_optimizer, actor_optimizer, args):
-    """update(batch, actor_step): a critic step and, when `actor_step`, an actor step and both targets' Polyak updates."""
+    """update(batch, actor_step): a critic step and, when `actor_step`, an actor step and both targets' Polyak updates;
+    act(obs): a = clip(mu(s) + eps, low, high), eps ~ N(0, (exploration_noise * action_scale)^2)   [TD3 Algorithm 1]."""
     online, targets = [*qf.parameters(), *actor.parameters()], [*qf_target.parameters(), *actor_target.parameters()]
 
     def update(batch, actor_step: bool):
@@ -234,7 +236,13 @@ def td3_update(actor, actor_target, qf, qf_target, q_optimizer, actor_optimizer,
             metrics["actor_loss"] = actor_loss.detach()
         return metrics
 
-    return update
+    @torch.no_grad()
+    def act(obs):
+        actions = actor(obs)
+        actions += torch.randn_like(actions) * (args.exploration_noise * actor.action_scale)
+        return torch.clamp(actions, actor.action_low, actor.action_high)
+
+    return update, act
 
 
 # MAIN -----------------------------------------------------------------------------------------------------------------
@@ -257,24 +265,20 @@ def main(args: Args) -> dict:
                         actor_optimizer=actor_optimizer, rb=rb)
         counters, obs = run.resume(stateful, (0, 0, 0))
         global_step, critic_updates, actor_updates = counters
-        update = (compiled_update if args.compile else td3_update)(actor, actor_target, qf, qf_target, q_optimizer,
-                                                                   actor_optimizer, args)  # built after run.resume
+        update, act = (compiled_update if args.compile else td3_update)(actor, actor_target, qf, qf_target, q_optimizer,
+                                                                        actor_optimizer, args)  # after run.resume
 
         def policy(obs):  # the actor's action mu(s), without exploration noise, for evaluation
             return actor(torch.as_tensor(obs, dtype=torch.float32, device=device)).cpu().numpy()
 
         metrics = {}
         while global_step + args.num_envs <= args.total_timesteps and not run.stop_signal:
-            # COLLECT: random actions for the first learning_starts steps (DEVIATION(4)), then
-            # a = clip(mu(s) + eps, low, high), eps ~ N(0, (exploration_noise * action_scale)^2)   [TD3 Algorithm 1]
+            # COLLECT: random actions for the first learning_starts steps (DEVIATION(4)), then mu(s) plus Gaussian noise
             if global_step < args.learning_starts:
                 u = torch.rand((args.num_envs, act_dim), device=device) * 2.0 - 1.0
                 actions = (u * actor.action_scale + actor.action_bias).cpu().numpy()
             else:
-                with torch.no_grad():
-                    actions = actor(torch.as_tensor(obs, dtype=torch.float32, device=device))
-                    actions += torch.randn_like(actions) * (args.exploration_noise * actor.action_scale)
-                    actions = torch.clamp(actions, actor.action_low, actor.action_high).cpu().numpy()
+                actions = act(torch.as_tensor(obs, dtype=torch.float32, device=device)).cpu().numpy()
             next_obs, rewards, terminations, truncations, infos = run.envs.step(actions)
             previous_step, global_step = global_step, global_step + args.num_envs
 
@@ -430,7 +434,7 @@ def setup(args):
     compiler = device.type != "cpu" or shutil.which(os.environ.get("CXX", "g++"))  # torch.compile's on the CPU
     check([(args.compile and not compiler, "--compile needs a C++ compiler (g++, or $CXX): install one, or drop it")])
     train_steps = args.total_timesteps - getattr(args, "learning_starts", 0)  # unset --compile: where 20-70 s pay back
-    long_run = args.compile is None and device.type == "cpu" and train_steps >= (COMPILE_MIN_STEPS or math.inf)
+    long_run = args.compile is None and train_steps >= (COMPILE_MIN_STEPS or math.inf)  # on a GPU too: captured
     if long_run and not compiler:
         print("note: no C++ compiler (g++, or $CXX) found, so the updates run eagerly", file=sys.stderr)
     return replace(args, compile=bool(args.compile or long_run and compiler)), checkpoint, device
@@ -613,20 +617,48 @@ def cli(argv=None) -> dict:
 
 # ======================================================================================================================
 # COMPILED UPDATES (--compile): `td3_update` as one compiled graph per env step, from the same losses: gradients from
-# torch.func.grad_and_value, then torch's functional Adam on the optimizers' own state (so checkpoints are alike).
-# Compiled as it is, with autograd and torch.optim.Adam, `td3_update` runs slower than eager on the CPU.
+# torch.func.grad_and_value, then torch's functional Adam on the optimizers' own state (so checkpoints are alike); as it
+# is, with autograd and torch.optim.Adam, it runs slower than eager on the CPU. On a GPU the update and acting are also
+# recorded once as CUDA graphs, then replayed (`Captured`).
 # The same update as above, only faster: a reader of the algorithm may stop above this banner.
 # ======================================================================================================================
+CUDA_GRAPHS = True  # on a GPU, capture the compiled functions (False: compiled only, as benchmark/speed.py times it)
+
+
+class Captured:
+    """`fn` as a CUDA graph: run `warmup` calls (on a side stream, as capture needs), recorded at the next, then
+    replayed on copies of the tensor inputs; actor_step picks a graph of its own. The next replay overwrites outputs."""
+
+    def __init__(self, fn, warmup: int = 3):  # warm-up calls compile `fn` and set up what CUDA makes lazily
+        self.fn, self.graphs, self.warmup = fn, {}, warmup
+
+    def __call__(self, *inputs):
+        leaves, spec = torch.utils._pytree.tree_flatten(inputs)
+        g = self.graphs.setdefault((spec, *(x for x in leaves if not torch.is_tensor(x))), {"calls": 0})
+        g["calls"] += 1
+        if g["calls"] <= self.warmup:
+            (side := torch.cuda.Stream()).wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                out = self.fn(*inputs)
+            torch.cuda.current_stream().wait_stream(side)
+            return out
+        if "graph" not in g:
+            g["graph"], g["inputs"] = torch.cuda.CUDAGraph(), [x.clone() if torch.is_tensor(x) else x for x in leaves]
+            with torch.cuda.graph(g["graph"]):
+                g["outputs"] = self.fn(*torch.utils._pytree.tree_unflatten(g["inputs"], spec))
+        torch._foreach_copy_([x for x in g["inputs"] if torch.is_tensor(x)], [x for x in leaves if torch.is_tensor(x)])
+        g["graph"].replay()
+        return g["outputs"]
+
+
 def compiled_update(actor, actor_target, qf, qf_target, q_optimizer, actor_optimizer, args):
-    """`td3_update`'s update(batch, actor_step), compiled to one graph for each value of actor_step."""
+    """`td3_update`'s update, compiled to one graph for each value of actor_step, and act; on a GPU, both captured."""
     import torch._inductor.config
-    from torch.optim.adam import adam
     torch._inductor.config.fallback_random = True  # the smoothing noise from torch's generator, as in eager mode
     q_params, pi_params = ({name: p.detach() for name, p in net.named_parameters()} for net in (qf, actor))  # aliases
     for optimizer in (q_optimizer, actor_optimizer):  # Adam's state laid out as torch's, unless a resume loaded it
         for p in (p for p in optimizer.param_groups[0]["params"] if not optimizer.state[p]):
-            optimizer.state[p].update(step=torch.zeros((), device=p.device), exp_avg=torch.zeros_like(p),
-                                      exp_avg_sq=torch.zeros_like(p))
+            optimizer.state[p].update(step=p.new_zeros(()), exp_avg=torch.zeros_like(p), exp_avg_sq=torch.zeros_like(p))
 
     def with_params(net, params):  # `net`'s forward on the tensors `params`, which torch.func differentiates
         return lambda *inputs, **kwargs: torch.func.functional_call(net, params, inputs, kwargs)
@@ -657,7 +689,8 @@ def compiled_update(actor, actor_target, qf, qf_target, q_optimizer, actor_optim
                                  [*q_params.values(), *pi_params.values()], args.tau)
         return metrics
 
-    return update
+    act = td3_update(actor, actor_target, qf, qf_target, q_optimizer, actor_optimizer, args)[1]  # eager off the GPU
+    return (Captured(update), Captured(torch.compile(act))) if actor.fc1.weight.is_cuda and CUDA_GRAPHS else (update, act)
 
 
 if __name__ == "__main__":

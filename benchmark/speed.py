@@ -105,7 +105,8 @@ def measure_updates(module, mode: str, record: dict) -> None:
     for name in [n for n, f in vars(module).items() if n.endswith(("_update", "_updates")) and callable(f)]:
         def build(*a, _build=getattr(module, name), **k):
             fns = _build(*a, **k)
-            wrapped = tuple(measured(f, str(i)) for i, f in enumerate(fns if isinstance(fns, tuple) else (fns,)))
+            wrapped = tuple(f if getattr(f, "__name__", "") == "act" else measured(f, str(i))  # acting is no update
+                            for i, f in enumerate(fns if isinstance(fns, tuple) else (fns,)))
             return wrapped if isinstance(fns, tuple) else wrapped[0]
         setattr(module, name, build)
 

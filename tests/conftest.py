@@ -59,3 +59,19 @@ def pytest_terminal_summary(terminalreporter):
             if name == "shown_in_summary":
                 terminalreporter.write_sep("-", f"output of {report.nodeid}")
                 terminalreporter.write_line(text.rstrip())
+
+
+def whole_graph_ops(monkeypatch, compile_=torch.compile) -> list:
+    """Make torch.compile trace with fullgraph=True (a graph break raises) and no compiler; the ops of its graphs."""
+    ops = []
+
+    def backend(gm, example_inputs):
+        ops.extend(getattr(node.target, "__name__", str(node.target)) for node in gm.graph.nodes
+                   if node.op in ("call_function", "call_method"))
+        return gm.forward
+    monkeypatch.setattr(torch, "compile", lambda fn: compile_(fn, backend=backend, fullgraph=True))
+    torch._dynamo.reset()  # earlier tests' compilations of the same code objects
+    return ops
+
+
+HOST_SYNCS = ("item", "cpu", "tolist", "numpy", "_local_scalar_dense", "nonzero")  # ops that wait for a GPU

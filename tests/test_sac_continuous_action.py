@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn as nn
-from conftest import TINY_CONTINUOUS, fake_envs, scalars
+from conftest import HOST_SYNCS, TINY_CONTINUOUS, fake_envs, scalars, whole_graph_ops
 from torch.distributions import AffineTransform, Normal, TanhTransform, TransformedDistribution
 
 import sac_continuous_action as sac
@@ -356,9 +356,9 @@ def test_compiled_updates_run_eagerly_match_the_autograd_updates(monkeypatch, ca
     args = sac.Args(policy_lr=0.01, q_lr=0.01, tau=0.1, **CASES[case])
     batches = random_batches(8)
     reference = sac_setup(args)
-    logged = run_updates(*sac.sac_updates(*reference, args, -3.0), batches)
+    logged = run_updates(*sac.sac_updates(*reference, args, -3.0)[:2], batches)
     nets = sac_setup(args)
-    assert_same_training(nets[:3], reference[:3], run_updates(*sac.compiled_updates(*nets, args, -3.0), batches), logged,
+    assert_same_training(nets[:3], reference[:3], run_updates(*sac.compiled_updates(*nets, args, -3.0)[:2], batches), logged,
                          rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(nets[3], reference[3], rtol=1e-5, atol=1e-6)
     assert (nets[3].item() == pytest.approx(math.log(0.2))) != args.autotune  # log alpha tuned, or fixed alpha
@@ -369,13 +369,59 @@ def test_compiled_updates_run_eagerly_match_the_autograd_updates(monkeypatch, ca
             torch.testing.assert_close(p["exp_avg_sq"], q["exp_avg_sq"], rtol=1e-4, atol=1e-9)
 
 
+@pytest.mark.parametrize("case", ["defaults", "fixed alpha, clipping, 3 critics subsampled to 2"])
+def test_compiled_functions_are_whole_graphs_with_no_host_sync(monkeypatch, case):
+    """What capture on a GPU needs, checked on the CPU: update_critic (both values of update_target), update_actor and
+    act each trace to one graph (an .item(), a Python branch on a tensor or a NumPy call would break it), and no op
+    of the graphs copies to the host or waits for a value."""
+    ops = whole_graph_ops(monkeypatch)
+    args = sac.Args(**CASES[case])
+    update_critic, update_actor, act = sac.compiled_updates(*sac_setup(args), args, -3.0)
+    obs = random_batches(1)[0][0]
+    for batch in random_batches(2):
+        update_critic(batch, True), update_critic(batch, False), update_actor(batch[0])
+    torch.compile(act)(obs)
+    assert len(ops) > 100 and not set(ops) & set(HOST_SYNCS), set(ops) & set(HOST_SYNCS)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("case", list(CASES))
+def test_captured_updates_match_the_eager_ones_on_a_gpu(monkeypatch, case):
+    """On a GPU, from the same networks and batches, 100 updates: captured (compiled, then CUDA graphs) equal to the
+    compiled functions uncaptured, and to the eager updates to float tolerance; acting too."""
+    args, batches = sac.Args(**CASES[case]), [tuple(x.cuda() for x in b) for b in random_batches(100, size=256)]
+    results = []
+    for path in ("eager", "compiled", "captured"):
+        monkeypatch.setattr(sac, "CUDA_GRAPHS", path == "captured")
+        torch._dynamo.reset()  # closures of one code object: each path compiles anew
+        nets = [x.cuda() for x in sac_setup(args)[:3]]
+        log_alpha = torch.zeros(1, device="cuda", requires_grad=True)
+        optimizers = [torch.optim.Adam(nets[1].parameters(), lr=args.q_lr, fused=True),
+                      torch.optim.Adam(nets[0].parameters(), lr=args.policy_lr, fused=True)]
+        if args.autotune:
+            optimizers[1].add_param_group({"params": [log_alpha], "lr": args.q_lr})
+        else:
+            log_alpha.data.fill_(math.log(args.alpha))
+        update_critic, update_actor, act = (sac.sac_updates if path == "eager" else sac.compiled_updates)(
+            *nets, log_alpha, *optimizers, args, -3.0)
+        logged = [{k: v.clone() for k, v in m.items()} for m in run_updates(update_critic, update_actor, batches)]
+        torch.manual_seed(0)
+        actions = torch.stack([act(batches[0][0]).clone() for _ in range(5)])
+        results.append((nets, logged, actions))
+    (eager, eager_logged, eager_actions), (compiled, compiled_logged, compiled_actions), captured = results
+    assert_same_training(captured[0], compiled, captured[1], compiled_logged, rtol=0, atol=0)
+    assert torch.equal(captured[2], compiled_actions)
+    assert_same_training(captured[0], eager, captured[1], eager_logged, rtol=1e-3, atol=1e-4)
+    torch.testing.assert_close(captured[2], eager_actions, rtol=1e-4, atol=1e-5)
+
+
 @pytest.mark.slow
 def test_compiled_updates_match_the_same_updates_eager(monkeypatch):
     args = sac.Args()
     batches = random_batches(6, size=256)
-    results = [(nets := sac_setup(args), run_updates(*sac.compiled_updates(*nets, args, -3.0), batches))]
+    results = [(nets := sac_setup(args), run_updates(*sac.compiled_updates(*nets, args, -3.0)[:2], batches))]
     monkeypatch.setattr(torch, "compile", lambda function: function)
-    results.append((nets := sac_setup(args), run_updates(*sac.compiled_updates(*nets, args, -3.0), batches)))
+    results.append((nets := sac_setup(args), run_updates(*sac.compiled_updates(*nets, args, -3.0)[:2], batches)))
     (compiled_nets, compiled_logged), (eager_nets, eager_logged) = results
     assert_same_training(compiled_nets[:3], eager_nets[:3], compiled_logged, eager_logged, rtol=1e-4, atol=1e-5)
 
@@ -435,9 +481,9 @@ def test_compiled_updates_run_eagerly_match_the_autograd_updates_with_an_image_e
     torch.manual_seed(7)
     batches = [dict_batch(16) for _ in range(6)]
     reference = setup()
-    logged = run_updates(*sac.sac_updates(*reference, args, -2.0), batches)
+    logged = run_updates(*sac.sac_updates(*reference, args, -2.0)[:2], batches)
     nets = setup()
-    assert_same_training(nets[:3], reference[:3], run_updates(*sac.compiled_updates(*nets, args, -2.0), batches), logged,
+    assert_same_training(nets[:3], reference[:3], run_updates(*sac.compiled_updates(*nets, args, -2.0)[:2], batches), logged,
                          rtol=1e-5, atol=1e-6)
     assert not torch.equal(nets[1].encoder.cnns["pixels"][0].weight, setup()[1].encoder.cnns["pixels"][0].weight)
 
