@@ -4,6 +4,7 @@
     python benchmark/speed.py --pairs a2c acer sac_atari --out speed.md   # separate runs, ours then SB3
     python benchmark/speed.py --pairs sac td3 --steps 12001 --interleave 500 --before REV   # the tree against REV
     python benchmark/speed.py --pairs sac td3 --steps 6000 --floor   # update time against the arithmetic floor
+    python benchmark/speed.py --gpu --repeats 1   # on a CUDA GPU: eager, compiled, captured and SB3, Hopper-v5
 
 Each run is a fresh process pinned to --threads torch/OpenMP/MKL threads. Env steps are timed from the first update
 (after LEARNING_STARTS random steps; A2C and ACER from the first step) to the last; construction and the final
@@ -11,7 +12,9 @@ evaluation are left out. --interleave TURN (sac and td3: sac_continuous_action.p
 Hopper-v5) runs ours and SB3 as two processes taking turns of TURN env steps, so a slow spell of the machine hits both
 sides of a round. --before REV runs our script as it was at git revision REV as the second side, in SB3's place, with
 --before-flags in place of --ours-flags if given. --floor times our update functions, eager and compiled, against
-their matmul FLOPs (torch's FlopCounterMode, in a third run) at this machine's 256 x 256 matmul rate. Prints Markdown.
+their matmul FLOPs (torch's FlopCounterMode, in a third run) at this machine's 256 x 256 matmul rate. --gpu runs ours
+eagerly (--no-compile), compiled (--compile with CUDA_GRAPHS off) and captured (--compile), and SB3, on the GPU, each
+timed from --warmup env steps after learning starts, past compilation and capture. Prints Markdown.
 """
 
 import argparse
@@ -141,7 +144,7 @@ def floor_markdown(args, command: str) -> str:
     return "\n".join([f"`{command}`", "", f"Machine: {machine()}.", "", *rows]) + "\n"
 
 
-def sb3_model(pair: str, seed: int):
+def sb3_model(pair: str, seed: int, device: str = "cpu"):
     """SB3's peer of `pair`, with the hyperparameters of our script's defaults (see PAIRS)."""
     env_id, _, _, algo = PAIRS[pair][:4]
     import numpy as np
@@ -150,7 +153,7 @@ def sb3_model(pair: str, seed: int):
     from stable_baselines3.common.noise import NormalActionNoise
     off_policy = dict(buffer_size=1_000_000, batch_size=256, tau=0.005, gamma=0.99, learning_rate=3e-4,
                       learning_starts=LEARNING_STARTS, train_freq=1, gradient_steps=1,
-                      policy_kwargs=dict(net_arch=[256, 256]), seed=seed, device="cpu")
+                      policy_kwargs=dict(net_arch=[256, 256]), seed=seed, device=device)
     if algo == "A2C":
         return A2C("MlpPolicy", make_vec_env(env_id, n_envs=8, seed=seed), learning_rate=7e-4, n_steps=5, gamma=0.99,
                    gae_lambda=1.0, ent_coef=0.01, vf_coef=0.5, max_grad_norm=0.5, rms_prop_eps=1e-5,
@@ -170,7 +173,7 @@ def child(args) -> None:
     import torch
     torch.set_num_threads(args.threads)
     pair, (env_id, script, flags) = args.pairs[0], PAIRS[args.pairs[0]][:3]
-    start = LEARNING_STARTS if "--learning-starts" in flags else 0  # A2C and ACER: timed from the first step
+    start = LEARNING_STARTS + args.warmup if "--learning-starts" in flags else 0  # A2C, ACER: from the first step
     meter = Meter(start, args.interleave, tuple(int(x) for x in args.baton.split(",")) if args.baton else ())
     record = {}  # --floor: what the update functions measured
     try:
@@ -179,7 +182,8 @@ def child(args) -> None:
             if args.child == "sb3":
                 from stable_baselines3.common.callbacks import BaseCallback
                 callback = type("OnStep", (BaseCallback,), {"_on_step": lambda self: meter(self.num_timesteps) or True})
-                sb3_model(pair, args.seed).learn(total_timesteps=args.steps, callback=callback())
+                sb3_model(pair, args.seed, "cuda" if args.gpu else "cpu").learn(total_timesteps=args.steps,
+                                                                               callback=callback())
             else:
                 if args.child == "before":  # our script at REV: each script stands alone, so the one file is enough
                     with open(script, "w") as f:
@@ -187,6 +191,7 @@ def child(args) -> None:
                 sys.path.insert(0, folder if args.child == "before" else ROOT)
                 hook_env_steps(meter)
                 module = __import__(script[: -len(".py")])
+                module.CUDA_GRAPHS = not args.no_graphs  # --gpu's compiled path: compiled, not captured
                 if args.measure:
                     measure_updates(module, args.measure, record)
                 module.cli([
@@ -212,6 +217,7 @@ def run_children(sides: list, pair: str, steps: int, seeds: list, args, batons: 
                f"--before-flags={args.before_flags}", f"--before={args.before}", "--interleave", str(args.interleave)]
         cmd += [f"--baton={','.join(map(str, batons[k]))}"] if batons else []
         cmd += [f"--measure={args.measure}"] if args.measure else []
+        cmd += ["--warmup", str(args.warmup)] + ["--gpu"] * args.gpu + ["--no-graphs"] * args.no_graphs
         procs.append(subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, text=True,
                                       pass_fds=batons[k][:2] if batons else ()))
     for fd in {fd for baton in batons for fd in baton[:2]}:
@@ -270,6 +276,32 @@ def markdown(args, names: tuple, measured: dict, command: str, machine: str) -> 
     return "\n".join(text + [f"\n{note}" for note in notes]) + "\n"
 
 
+def gpu_markdown(args, command: str) -> str:
+    """--gpu: per script, ours eager, compiled and captured, then SB3 (not with --ours-flags, which change the task),
+    each in a process of its own on the GPU; a row per script and path: the median SPS of --repeats runs, and its ratio
+    to SB3's."""
+    import torch
+    rows = ["| script | env | path | SPS | ratio to SB3 | peak host MB |", "|---|---|---|---|---|---|"]
+    paths = {"eager": ("ours", "--no-compile", False), "compiled": ("ours", "--compile", True),
+             "captured": ("ours", "--compile", False), **({} if args.ours_flags else {"SB3": ("sb3", "", False)})}
+    for pair in args.pairs:
+        steps, measured = args.steps or PAIRS[pair][5], {}
+        for path, (side, flags, no_graphs) in paths.items():
+            pinned = argparse.Namespace(**{**vars(args), "threads": args.threads or PAIRS[pair][4], "no_graphs": no_graphs,
+                                           "ours_flags": f"{flags} {args.ours_flags}".strip()})
+            found = [run_children([side], pair, steps, [args.seed + k], pinned)[0] for k in range(args.repeats)]
+            measured[path] = (statistics.median(r["sps"] for r in found), max(r["peak_mb"] for r in found))
+            print(f"{pair} {path}: {measured[path][0]:,.1f} SPS", file=sys.stderr, flush=True)
+        for path, (sps, peak) in measured.items():
+            ratio = f"{sps / measured['SB3'][0]:.2f}" if "SB3" in measured else "-"
+            rows.append(f"| `{PAIRS[pair][1]}` | {PAIRS[pair][0]} | {path} | {sps:,.1f} | {ratio} | {peak:.0f} |")
+    text = [f"`{command}`", "", f"Machine: {machine()}; GPU: {torch.cuda.get_device_name()}.", "", *rows, "",
+            f"{args.repeats} run(s) a path, of {', '.join(f'{p} {args.steps or PAIRS[p][5]:,}' for p in args.pairs)} env "
+            f"steps, timed from {LEARNING_STARTS + args.warmup:,}." + (f" Our runs add `{args.ours_flags}`."
+                                                                      if args.ours_flags else "")]
+    return "\n".join(text) + "\n"
+
+
 def machine() -> str:
     """The CPU model (Linux's /proc/cpuinfo), logical CPUs, memory and the versions that set the speed."""
     with open("/proc/cpuinfo") if os.path.exists("/proc/cpuinfo") else open(os.devnull) as f:
@@ -298,8 +330,18 @@ def check(args) -> str | None:
         (args.floor and (set(args.pairs) - {"sac", "td3"} or args.interleave or args.before),
          "--floor works for --pairs sac td3 only, without --interleave or --before"),
         (git and not git[0], f"--before {args.before!r} is not a git revision of this repository"),
+        (args.gpu and (set(args.pairs) - {"sac", "td3"} or args.interleave or args.before or args.floor),
+         "--gpu works for --pairs sac td3 only, without --interleave, --before or --floor"),
+        (args.gpu and not cuda_available(), "--gpu needs a CUDA GPU that torch sees"),
+        (args.warmup < 0 or args.steps is not None and args.steps <= LEARNING_STARTS + args.warmup and off_policy,
+         f"--warmup must be non-negative and --steps above {LEARNING_STARTS:,} + --warmup"),
     ] + [(git and not found, f"{PAIRS[p][1]} does not exist at {args.before}") for p, found in zip(args.pairs, git[1:])]
     return next((why for bad, why in problems if bad), None)
+
+
+def cuda_available() -> bool:
+    import torch
+    return torch.cuda.is_available()
 
 
 def pairs_markdown(args, command: str) -> str:
@@ -340,6 +382,9 @@ def main() -> None:
     parser.add_argument("--child", choices=["ours", "sb3", "before"], help=argparse.SUPPRESS)
     parser.add_argument("--floor", action="store_true", help="sac, td3: time the updates against the arithmetic floor")
     parser.add_argument("--measure", choices=["time", "count"], help=argparse.SUPPRESS)  # a --floor child's part
+    parser.add_argument("--gpu", action="store_true", help="sac, td3 on a CUDA GPU: eager, compiled, captured and SB3")
+    parser.add_argument("--warmup", type=int, default=0, help="env steps after learning starts left out of the timing")
+    parser.add_argument("--no-graphs", action="store_true", help=argparse.SUPPRESS)  # --gpu's compiled path
     parser.add_argument("--baton", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -347,7 +392,7 @@ def main() -> None:
     if problem := check(args):
         sys.exit(f"error: {problem}")
     command = shlex.join(["python", "benchmark/speed.py", *sys.argv[1:]])
-    text = floor_markdown(args, command) if args.floor else pairs_markdown(args, command)
+    text = (floor_markdown if args.floor else gpu_markdown if args.gpu else pairs_markdown)(args, command)
     print(text)
     if args.out:
         with open(args.out, "w") as f:

@@ -13,6 +13,7 @@ import time
 
 import numpy as np
 import pytest
+import torch
 from conftest import ROOT
 
 GRID = ["--script", "a2c", "--envs", "CartPole-v1", "--total-timesteps", "400",
@@ -301,6 +302,9 @@ def test_iqm_trims_a_quarter_from_each_end(values, expected):
     assert report.iqm(values) == expected
 
 
+CUDA = torch.cuda.is_available()
+
+
 def speed(*flags, cwd=None, env=None):
     return subprocess.run([sys.executable, str(cwd or ROOT) + "/benchmark/speed.py", *flags], capture_output=True,
                           text=True, timeout=600, env=env)
@@ -374,6 +378,10 @@ def test_speed_interleaved_reports_a_ratio_per_round(tmp_path):
     (["--pairs", "td3", "--steps", "999"], "--steps at least 1000"),
     (["--pairs", "td3", "--repeats", "0"], "--repeats and --threads must be at least 1"),
     (["--pairs", "sac_atari", "--steps", "2000"], "sac_atari need --steps above their learning starts (2,000)"),
+    (["--pairs", "a2c", "--gpu"], "--gpu works for --pairs sac td3 only"),
+    (["--pairs", "td3", "--warmup", "500", "--steps", "2500"], "--steps above 2,000 + --warmup"),
+    pytest.param(["--pairs", "td3", "--gpu"], "--gpu needs a CUDA GPU that torch sees",
+                 marks=pytest.mark.skipif(CUDA, reason="a CUDA GPU is present")),
 ])
 def test_speed_rejects_bad_flags_in_one_line(flags, message):
     done = speed(*flags)
