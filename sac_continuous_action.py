@@ -1299,7 +1299,8 @@ class Captured:
             torch.cuda.current_stream().wait_stream(side)
             return out
         if "graph" not in g:
-            g["graph"], g["inputs"] = torch.cuda.CUDAGraph(), [x.clone() if torch.is_tensor(x) else x for x in leaves]
+            g["graph"], g["inputs"] = torch.cuda.CUDAGraph(), [torch.empty_strided(x.shape, x.stride(), dtype=x.dtype,
+                device=x.device).copy_(x) if torch.is_tensor(x) else x for x in leaves]  # strides kept: no recompile
             with torch.cuda.graph(g["graph"]):
                 g["outputs"] = self.fn(*torch.utils._pytree.tree_unflatten(g["inputs"], spec))
         torch._foreach_copy_([x for x in g["inputs"] if torch.is_tensor(x)], [x for x in leaves if torch.is_tensor(x)])

@@ -616,10 +616,9 @@ def cli(argv=None) -> dict:
 
 
 # ======================================================================================================================
-# COMPILED UPDATES (--compile): `td3_update` as one compiled graph per env step, from the same losses: gradients from
-# torch.func.grad_and_value, then torch's functional Adam on the optimizers' own state (so checkpoints are alike); as it
-# is, with autograd and torch.optim.Adam, it runs slower than eager on the CPU. On a GPU the update and acting are also
-# recorded once as CUDA graphs, then replayed (`Captured`).
+# COMPILED UPDATES (--compile): `td3_update` as one compiled graph per env step on the same losses (torch.func gradients,
+# torch's functional Adam on the optimizers' own state, so checkpoints are alike; compiled as it is, with autograd, it
+# is slower than eager on the CPU). On a GPU the update and acting are also recorded as CUDA graphs (`Captured`).
 # The same update as above, only faster: a reader of the algorithm may stop above this banner.
 # ======================================================================================================================
 CUDA_GRAPHS = True  # on a GPU, capture the compiled functions (False: compiled only, as benchmark/speed.py times it)
@@ -643,7 +642,8 @@ class Captured:
             torch.cuda.current_stream().wait_stream(side)
             return out
         if "graph" not in g:
-            g["graph"], g["inputs"] = torch.cuda.CUDAGraph(), [x.clone() if torch.is_tensor(x) else x for x in leaves]
+            g["graph"], g["inputs"] = torch.cuda.CUDAGraph(), [torch.empty_strided(x.shape, x.stride(), dtype=x.dtype,
+                device=x.device).copy_(x) if torch.is_tensor(x) else x for x in leaves]  # strides kept: no recompile
             with torch.cuda.graph(g["graph"]):
                 g["outputs"] = self.fn(*torch.utils._pytree.tree_unflatten(g["inputs"], spec))
         torch._foreach_copy_([x for x in g["inputs"] if torch.is_tensor(x)], [x for x in leaves if torch.is_tensor(x)])
