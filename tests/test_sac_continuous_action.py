@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn as nn
-from conftest import HOST_SYNCS, TINY_CONTINUOUS, fake_envs, scalars, whole_graph_ops
+from conftest import HOST_SYNCS, TINY_CONTINUOUS, check_captured, fake_envs, scalars, whole_graph_ops
 from torch.distributions import AffineTransform, Normal, TanhTransform, TransformedDistribution
 
 import sac_continuous_action as sac
@@ -382,6 +382,10 @@ def test_compiled_functions_are_whole_graphs_with_no_host_sync(monkeypatch, case
         update_critic(batch, True), update_critic(batch, False), update_actor(batch[0])
     torch.compile(act)(obs)
     assert len(ops) > 100 and not set(ops) & set(HOST_SYNCS), set(ops) & set(HOST_SYNCS)
+
+
+def test_captured_warms_up_records_once_per_flag_and_replays_on_copies(monkeypatch):
+    check_captured(sac.Captured, monkeypatch)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")

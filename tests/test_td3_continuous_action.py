@@ -9,7 +9,7 @@ import os
 
 import pytest
 import torch
-from conftest import HOST_SYNCS, TINY_CONTINUOUS, fake_envs, scalars, whole_graph_ops
+from conftest import HOST_SYNCS, TINY_CONTINUOUS, check_captured, fake_envs, scalars, whole_graph_ops
 
 import td3_continuous_action as td3
 
@@ -209,6 +209,10 @@ def test_compiled_functions_are_whole_graphs_with_no_host_sync(monkeypatch):
         update(batch, True), update(batch, False)
     torch.compile(act)(batch[0])
     assert len(ops) > 50 and not set(ops) & set(HOST_SYNCS), set(ops) & set(HOST_SYNCS)
+
+
+def test_captured_warms_up_records_once_per_flag_and_replays_on_copies(monkeypatch):
+    check_captured(td3.Captured, monkeypatch)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
