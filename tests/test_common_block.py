@@ -201,6 +201,16 @@ def test_same_seed_is_identical_and_a_run_stopped_by_sigterm_resumes_exactly(tmp
                                   tags)
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("name", ["sac_continuous_action", "td3_continuous_action"])
+def test_a_captured_run_checkpoints_and_resumes_to_the_end_on_a_gpu(tmp_path, name):
+    """On a GPU, with --compile (the captured path): SIGTERM at the first checkpoint, then --resume finishes the run."""
+    flags, checkpoint_freq, total = RESUME[name][:3]
+    flags = [*flags, "--eval-episodes", "1", "--save-model", "--log-freq", "50", "--compile"]
+    stop_with_sigterm_and_resume(tmp_path, importlib.import_module(name), flags, checkpoint_freq, total, "captured")
+    assert glob.glob(f"{tmp_path}/captured/runs/*/model.pt") and glob.glob(f"{tmp_path}/captured/runs/*/finished")
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["sac_continuous_action", "td3_continuous_action"])
 def test_a_compiled_run_stopped_by_sigterm_resumes_exactly(tmp_path, name):
