@@ -310,9 +310,9 @@ def test_compile_without_a_cpp_compiler_is_one_line_from_the_shell(tmp_path, scr
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# --compile UNSET: COMPILED FOR LONG CPU RUNS ONLY
+# --compile UNSET: COMPILED FOR LONG RUNS ONLY
 # ---------------------------------------------------------------------------------------------------------------------
-def test_unset_compile_compiles_long_cpu_runs_only(monkeypatch, capsys):
+def test_unset_compile_compiles_long_runs_only(monkeypatch, capsys):
     import sac_atari
     import sac_continuous_action as sac
 
@@ -324,6 +324,10 @@ def test_unset_compile_compiles_long_cpu_runs_only(monkeypatch, capsys):
     assert not sac.setup(sac.Args(**long, compile=False))[0].compile
     assert sac.setup(sac.Args(**short, compile=True))[0].compile
     assert sac_atari.COMPILE_MIN_STEPS is None and not sac_atari.setup(sac_atari.Args(env_id="CartPole-v1"))[0].compile
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # on a GPU long runs compile too (and are captured)
+    gpu_long, _, device = sac.setup(sac.Args(**long))
+    assert device.type == "cuda" and gpu_long.compile and not sac.setup(sac.Args(**short))[0].compile
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setenv("CXX", "/no/such/c++")
     assert capsys.readouterr().err == ""
     assert not sac.setup(sac.Args(**long))[0].compile  # no compiler: eager, with a note
