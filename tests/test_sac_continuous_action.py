@@ -2,6 +2,7 @@
 reach updates, and a short learning run. The common block (episode ends, resume, bad input, ...) is specified in
 test_common_block.py."""
 
+import glob
 import math
 import os
 from types import SimpleNamespace
@@ -646,6 +647,15 @@ def test_frame_stack_holds_the_last_k_frames_oldest_first_and_pads_a_new_episode
 def test_smoke_pixel_options_reach_updates(in_tmp, flags):
     summary = sac.main(tiny(**PIXELS, **flags))
     assert summary["critic_updates"] == 201 and summary["actor_updates"] == 200
+
+
+def test_smoke_a_frozen_encoder_with_the_gripper_reaches_updates(in_tmp):
+    """The gripper's critic reads the critics' encoder: with --freeze-image-encoder, the replay's cached features."""
+    summary = sac.main(tiny(env_id="Reacher-v5", from_pixels=True, image_size=16, num_discrete_actions=3,
+                            freeze_image_encoder=True, save_model=True))
+    assert summary["critic_updates"] == 201 and summary["actor_updates"] == 200
+    model = torch.load(glob.glob("runs/*/model.pt")[0], weights_only=False)
+    assert "discrete_qf" in model and not any("encoder" in key for key in model["discrete_qf"])  # shared, not its own
 
 
 @pytest.mark.parametrize("pixels", [False, True])
