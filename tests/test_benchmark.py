@@ -3,6 +3,7 @@ stopped mid-grid finishes the rest when started again, failures are reported and
 is left alone, the report's PNG and table match values read straight from the event files; speed.py's table and notes
 against SB3 and against a git revision, and its one-line refusals."""
 
+import argparse
 import fcntl
 import glob
 import os
@@ -386,6 +387,29 @@ def test_speed_interleaved_reports_a_ratio_per_round(tmp_path):
 def test_speed_rejects_bad_flags_in_one_line(flags, message):
     done = speed(*flags)
     assert done.returncode == 1 and done.stderr.count("\n") == 1 and message in done.stderr, done.stderr
+
+
+def test_speed_gpu_runs_each_path_with_its_flags_and_leaves_sb3_out_under_ours_flags(monkeypatch):
+    """speed.py --gpu's runs and table, the runs stood in for: eager, compiled (CUDA_GRAPHS off) and captured, then SB3
+    as the ratio's base; with --ours-flags (another task than SB3's) no SB3 run and no ratio."""
+    sys.path.insert(0, str(ROOT / "benchmark"))
+    import speed
+
+    runs = []
+
+    def run_children(sides, pair, steps, seeds, args, batons=()):
+        runs.append((sides[0], args.ours_flags, args.no_graphs))
+        return [{"sps": 400.0 if sides[0] == "ours" else 100.0, "peak_mb": 1.0}]
+    monkeypatch.setattr(speed, "run_children", run_children)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda: "a GPU")
+    args = argparse.Namespace(pairs=["td3"], steps=3000, warmup=500, repeats=1, seed=1, threads=None, ours_flags="")
+    text = speed.gpu_markdown(args, "cmd")
+    assert runs == [("ours", "--no-compile", False), ("ours", "--compile", True), ("ours", "--compile", False),
+                    ("sb3", "", False)]
+    assert "| `td3_continuous_action.py` | Hopper-v5 | captured | 400.0 | 4.00 | 1 |" in text and "GPU: a GPU" in text
+    runs.clear()
+    text = speed.gpu_markdown(argparse.Namespace(**{**vars(args), "ours_flags": "--batch-size 512"}), "cmd")
+    assert [side for side, *_ in runs] == ["ours"] * 3 and "| SB3 |" not in text and "| captured | 400.0 | - |" in text
 
 
 def test_meter_alternates_turns_and_lets_the_last_side_run_on_alone():
