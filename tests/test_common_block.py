@@ -455,6 +455,17 @@ def test_a_diverging_run_stops_with_one_line_and_saves_nothing_non_finite(tmp_pa
         assert tensors and all(t.isfinite().all() for t in tensors)
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("name", ["sac_continuous_action", "td3_continuous_action"])
+def test_a_diverging_captured_run_stops_with_one_line_on_a_gpu(tmp_path, name):
+    """The NaN guard on the captured path, where the metrics it reads at --log-freq are the graphs' outputs."""
+    flags = [*DIVERGE[name], "--total-timesteps", "3200", "--checkpoint-freq", "400", "--log-freq", "40",
+             "--eval-freq", "0", "--eval-episodes", "1", "--save-model", "--compile"]
+    result = run_cli(importlib.import_module(name), flags, tmp_path)
+    assert result.returncode == 2 and result.stderr.count("\n") == 1 and "the run diverged" in result.stderr, result.stderr
+    assert not glob.glob(f"{tmp_path}/runs/*/model.pt")
+
+
 def test_a_failed_save_keeps_the_previous_checkpoint_and_no_temporary_file(in_tmp, monkeypatch, script):
     run = script.Run(tiny(script), None, torch.device("cpu"))
     try:
