@@ -138,7 +138,7 @@ class Args:
     image_pooling: Literal["flatten", "spatial"] = "flatten"
     """how the CNN's maps become a vector: flattened (DrQ), or each channel pooled by 8 learned maps (HIL-SERL)"""
     freeze_image_encoder: bool = False
-    """train no CNN weight (the pooling and later layers still train); the replay stores each frame's CNN features"""
+    """train no CNN weight (pooling and head still train); the replay keeps each frame's features, 157 kB at 84 px (DrQ)"""
     image_encoder_weights: str | None = None
     """the CNN is a ResNet-10 with this file's weights (HIL-SERL; the page shows how to make one from a ResNet-18)"""
     save_replay: str | None = None
