@@ -191,7 +191,8 @@ def child(args) -> None:
                 sys.path.insert(0, folder if args.child == "before" else ROOT)
                 hook_env_steps(meter)
                 module = __import__(script[: -len(".py")])
-                module.CUDA_GRAPHS = not args.no_graphs  # --gpu's compiled path: compiled, not captured
+                if args.no_graphs:  # --gpu's compiled path: compiled, not captured
+                    module.CUDA_GRAPHS = False
                 if args.measure:
                     measure_updates(module, args.measure, record)
                 module.cli([
