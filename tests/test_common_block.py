@@ -408,7 +408,9 @@ def check_capture_video(tmp_path, module, flags):
 def test_smoke_capture_video(tmp_path, name):
     video_env = "BreakoutNoFrameskip-v4" if name == "sac_atari" else "InvertedPendulum-v5"  # no pygame
     check_capture_video(tmp_path, importlib.import_module(name), ["--env-id", video_env, "--total-timesteps", "300",
-                                                                  "--learning-starts", "100", "--batch-size", "32"])
+                                                                  "--learning-starts", "100", "--batch-size", "32",
+                                                                  "--log-freq", "50"])
+    assert scalars(glob.glob(f"{tmp_path}/runs/*")[0])["losses/qf_loss"]  # the updates ran and logged their loss
 
 
 # ---------------------------------------------------------------------------------------------------------------------
