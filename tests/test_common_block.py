@@ -163,21 +163,21 @@ def stop_with_sigterm_and_resume(tmp_path, module, flags, checkpoint_freq: int, 
 
 
 def check_sigterm_resume_is_exact(tmp_path, module, flags, checkpoint_freq: int, total: int, model_keys, tags):
-    """Runs a and b with the same flags, and run c stopped by SIGTERM at its first checkpoint and resumed, end with equal
-    networks (model.pt's `model_keys`) and equal logged `tags`: determinism and exact resume in one."""
-    for d in "ab":
-        (tmp_path / d).mkdir()
-        result = run_cli(module, flags, tmp_path / d)
-        assert result.returncode == 0, result.stderr
+    """Run a, and run c with the same flags stopped by SIGTERM at its first checkpoint and resumed, end with equal
+    networks (model.pt's `model_keys`) and equal logged `tags`: determinism and exact resume in one, since a same-seed
+    run that differed anywhere, before the stop or after it, would end elsewhere."""
+    (tmp_path / "a").mkdir()
+    result = run_cli(module, flags, tmp_path / "a")
+    assert result.returncode == 0, result.stderr
     stop_with_sigterm_and_resume(tmp_path, module, flags, checkpoint_freq, total, "c")
-    models = [torch.load(glob.glob(f"{tmp_path}/{d}/runs/*/model.pt")[0], weights_only=False) for d in "abc"]
+    models = [torch.load(glob.glob(f"{tmp_path}/{d}/runs/*/model.pt")[0], weights_only=False) for d in "ac"]
     for key in model_keys:
         for name, tensor in (models[0][key].items() if isinstance(models[0][key], dict) else [("", models[0][key])]):
-            others = [m[key][name] if name else m[key] for m in models[1:]]
-            assert all(torch.equal(tensor, other) for other in others), (key, name)
-    logged = [scalars(glob.glob(f"{tmp_path}/{d}/runs/*")[0]) for d in "abc"]
+            other = models[1][key][name] if name else models[1][key]
+            assert torch.equal(tensor, other), (key, name)
+    logged = [scalars(glob.glob(f"{tmp_path}/{d}/runs/*")[0]) for d in "ac"]
     for tag in tags:
-        assert logged[0][tag] == logged[1][tag] == logged[2][tag], tag
+        assert logged[0][tag] == logged[1][tag], tag
 
 
 RESUME = {  # flags of a run that updates before and after its first checkpoint, its checkpoint interval, the model's

@@ -951,10 +951,10 @@ def test_smoke_a_gripper_run_logs_its_metrics_and_stores_commands_the_env_receiv
 def test_a_gripper_run_resumes_exactly(tmp_path):
     from test_common_block import check_sigterm_resume_is_exact
 
-    flags = ["--env-id", GRASP["env_id"], "--num-discrete-actions", "3", "--total-timesteps", "1500",
+    flags = ["--env-id", GRASP["env_id"], "--num-discrete-actions", "3", "--total-timesteps", "800",
              "--learning-starts", "300", "--batch-size", "64", "--eval-freq", "500", "--eval-episodes", "1",
              "--save-model", "--log-freq", "50", "--no-cuda"]
-    check_sigterm_resume_is_exact(tmp_path, sac, flags, 400, 1500, ("actor", "qf", "log_alpha", "discrete_qf"),
+    check_sigterm_resume_is_exact(tmp_path, sac, flags, 400, 800, ("actor", "qf", "log_alpha", "discrete_qf"),
                                   ("losses/qf_loss", "losses/discrete_qf_loss", "eval/episodic_return"))
 
 
