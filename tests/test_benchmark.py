@@ -68,7 +68,7 @@ def test_dry_run_prints_the_commands_and_runs_nothing(tmp_path):
 
 def test_a_runner_stopped_mid_grid_finishes_the_rest_when_started_again(tmp_path):
     args = [sys.executable, str(ROOT / "benchmark" / "run.py"), "--script", "a2c", "--envs", "CartPole-v1",
-            "--seeds", "1", "2", "3", "--total-timesteps", "60000", "--checkpoint-freq", "2000", "--out",
+            "--seeds", "1", "2", "3", "--total-timesteps", "20000", "--checkpoint-freq", "2000", "--out",
             str(tmp_path / "grid"), "--extra", "--eval-freq 0 --eval-episodes 1"]
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 300
@@ -84,7 +84,7 @@ def test_a_runner_stopped_mid_grid_finishes_the_rest_when_started_again(tmp_path
     assert "3 to run" in resumed.stdout and "[3/3]" in resumed.stdout
     assert len(glob.glob(f"{tmp_path}/grid/a2c/CartPole-v1/seed_*/DONE")) == 3
     log = (tmp_path / "grid" / "a2c" / "CartPole-v1" / "seed_1" / "log.txt").read_text()
-    assert "--resume" in log and "resumed" in log and "step 60,000: final eval" in log
+    assert "--resume" in log and "resumed" in log and "step 20,000: final eval" in log
     assert len(glob.glob(f"{tmp_path}/grid/a2c/CartPole-v1/seed_1/runs/*")) == 1  # the same run continued
 
 
