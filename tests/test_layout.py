@@ -6,6 +6,7 @@ import ast
 
 import pytest
 from conftest import ROOT, SCRIPTS
+from test_common_block import BLOCK_START
 
 # script: (first loss function by line, main() ends by line, main() at most, lines above the compiled section at most)
 BUDGETS = {
@@ -17,14 +18,14 @@ BUDGETS = {
 }
 COMPILED_AT_MOST = {"sac_continuous_action": 110, "td3_continuous_action": 80}  # the banner to the end of the file
 SAC_SPAN_AT_MOST = 450  # from the end of main() to the common block: validation, then the robot-learning section
-BANNERS = {"robot": "# ROBOT-LEARNING OPTIONS", "common": "# COMMON BLOCK:", "compiled": "# COMPILED UPDATES"}
+BANNERS = {"robot": "# ROBOT-LEARNING OPTIONS", "common": BLOCK_START, "compiled": "# COMPILED UPDATES"}
 
 
 def layout(name: str) -> dict:
     """Line numbers (1-based) of a script's landmarks: Args, the first loss function, main()'s first and last lines,
     check_args, check_spaces, each fence's banner (its first `# ===` line), `if __name__`, and the file's length."""
-    lines = (ROOT / f"{name}.py").read_text().splitlines()
-    tree = ast.parse("\n".join(lines))
+    text = (ROOT / f"{name}.py").read_text()
+    lines, tree = text.splitlines(), ast.parse(text)
     top = {node.name: node for node in tree.body if isinstance(node, (ast.FunctionDef, ast.ClassDef))}
     losses = [node.lineno for node in top.values() if isinstance(node, ast.FunctionDef) and "loss" in node.name]
     found = {"args": top["Args"].lineno, "first_loss": min(losses), "main": top["main"].lineno,
