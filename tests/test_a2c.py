@@ -224,7 +224,8 @@ def test_saved_model_loads_and_evaluates_as_the_readme_shows(in_tmp):
 
 
 def test_smoke_capture_video(tmp_path):
-    check_capture_video(tmp_path, a2c, ["--env-id", "InvertedPendulum-v5", "--total-timesteps", "80", "--num-envs", "2"])
+    check_capture_video(tmp_path, a2c, ["--env-id", "InvertedPendulum-v5", "--total-timesteps", "80", "--num-envs", "2"],
+                        "losses/policy_loss")
 
 
 # ---------------------------------------------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ import gymnasium as gym
 import pytest
 import torch
 from conftest import scalars
-from test_common_block import check_sigterm_resume_is_exact, run_cli
+from test_common_block import check_capture_video, check_sigterm_resume_is_exact, run_cli
 
 import acer
 
@@ -365,12 +365,9 @@ def test_continuous_env_from_the_shell_points_to_the_right_scripts(tmp_path):
 
 
 def test_smoke_capture_video(tmp_path):
-    result = run_cli(acer, ["--env-id", "BreakoutNoFrameskip-v4", "--total-timesteps", "40", "--num-envs", "2",
-                            "--num-steps", "5", "--buffer-size", "20", "--replay-start", "10", "--eval-episodes", "1",
-                            "--capture-video", "--no-cuda"], tmp_path)
-    assert result.returncode == 0, result.stderr
-    assert glob.glob(f"{tmp_path}/runs/*/videos/step_*/*.mp4")
-
+    check_capture_video(tmp_path, acer, ["--env-id", "BreakoutNoFrameskip-v4", "--total-timesteps", "40", "--num-envs",
+                                         "2", "--num-steps", "5", "--buffer-size", "20", "--replay-start", "10"],
+                        "losses/q_loss")
 
 # ---------------------------------------------------------------------------------------------------------------------
 # LEARNING
