@@ -536,7 +536,7 @@ class Run:
                  for key, obj in self.stateful.items()}
         rng = torch.get_rng_state(), np.random.get_state(), random.getstate()
         state.update(args=asdict(self.args), run_name=self.name, counters=counters, obs=obs, last_return=self.last_return,
-                     rng=(*rng, torch.cuda.get_rng_state_all() if self.device.type == "cuda" else None),
+                     rng=(*rng, torch.cuda.get_rng_state_all() if self.device.type == "cuda" else []),
                      envs=pickle_envs(self.envs.envs, states))
         return self.save(state, "checkpoint.pt", counters[0], "the previous checkpoint, if any, is kept")
 

@@ -12,7 +12,8 @@ Example:
 
 Deviations from the papers (each marked `# DEVIATION(n)` in the code):
     1. Clipped double-Q and no V network, the SAC-v2 form (arXiv:1812.05905), generalised to an ensemble of N critics
-       whose target takes the min over a random subset of M (REDQ).
+       whose target takes the min over a random subset of M (REDQ); the actor's loss, the min over all N (HIL-SERL's),
+       where REDQ's takes their mean.
     2. The critic loss is the squared error summed over critics, without eq. 5's 1/2 (CleanRL); Adam ignores the factor.
     3. log_std is squashed into [LOG_STD_MIN, LOG_STD_MAX] = [-5, 2] by a tanh rescale (SpinningUp, D. Yarats).
     4. The actor is updated `policy_frequency` times every `policy_frequency` update steps (TD3's delay, made up for;
@@ -104,7 +105,7 @@ class Args:
     q_lr: float = 1e-3
     """learning rate of the critics' and of the temperature's Adam (CleanRL; the SAC paper uses 3e-4)"""
     policy_frequency: int = 2
-    """update the actor this many times every this many critic updates (CleanRL; TD3's delayed updates)"""
+    """update the actor this many times every this many update steps, each of --utd-ratio critic updates (CleanRL)"""
     target_network_frequency: int = 1
     """move the target critics every this many critic updates (SAC paper: 1)"""
     alpha: float = 0.2
@@ -323,7 +324,7 @@ def compute_loss_pi(actor, qf, obs, alpha):
     """J_pi = E_s[alpha * log pi(a|s) - min_i Q_i(s, a)], a ~ pi(.|s) reparameterized   [arXiv:1801.01290 eq. 12]; the
     critics' parameters enter detached, so gradients reach the actor only. Returns (loss, detached log_prob (B,))."""
     actions, log_prob, _ = actor.get_action(obs)
-    q = qf(obs, actions, detach_params=True).min(dim=0).values
+    q = qf(obs, actions, detach_params=True).min(dim=0).values  # DEVIATION(1): REDQ's actor takes the mean over N
     log_prob = log_prob.squeeze(-1)
     return (alpha * log_prob - q).mean(), log_prob.detach()
 
@@ -489,7 +490,8 @@ def main(args: Args) -> dict:
 def check_args(args: Args) -> None:
     """Raise ConfigError for this script's out-of-range or contradictory flags."""
     replay_dir = os.path.dirname(os.path.abspath(args.save_replay or "."))
-    check([(args.buffer_size < args.batch_size, f"--buffer-size must be at least --batch-size ({args.batch_size})"),
+    check([(args.buffer_size < max(args.batch_size, 2 * args.num_envs), f"--buffer-size must be at least --batch-size "
+            f"({args.batch_size}) and twice --num-envs ({args.num_envs})"),
            (args.learning_starts >= args.total_timesteps and not args.offline_steps,
             f"--learning-starts {args.learning_starts} >= "
             f"--total-timesteps {args.total_timesteps}: no update would run; lower one or raise the other"),
@@ -500,7 +502,7 @@ def check_args(args: Args) -> None:
            (not (0 < args.tau <= 1 and 0 < args.gamma <= 1), "--tau and --gamma must lie in (0, 1]"),
            (not args.alpha >= 0, "--alpha must be non-negative"),
            (args.num_critics < 2, "--num-critics must be at least 2"),
-           (not 1 <= (args.num_subsample_critics or 1) <= args.num_critics,
+           (args.num_subsample_critics not in (None, *range(1, args.num_critics + 1)),
             f"--num-subsample-critics must lie in [1, --num-critics={args.num_critics}]"),
            (min(args.utd_ratio, args.policy_frequency, args.target_network_frequency) < 1,
             "--utd-ratio, --policy-frequency and --target-network-frequency must be at least 1"),
@@ -716,8 +718,8 @@ class ImageReplayBuffer(ReplayBuffer):
             self.last[key][idx[self.ended[idx]]] = next_obs[key][torch.as_tensor(dones)]
         return idx
 
-    def stale(self) -> int:  # how many of a full buffer's oldest rows have lost their s image to the newest rows' s'
-        return self.num_envs if self.images and self.size == self.capacity else 0
+    def stale(self) -> int:  # how many of the oldest rows have lost their s image to the newest rows' s'
+        return min(max(self.size + self.num_envs - self.capacity, 0), self.num_envs) if self.images else 0
 
     def observations(self, flat, idx, next_obs: bool, keys):
         """Rows idx's s (or s') as stored: a Dict of flattened vectors and `keys` of `frames`."""
@@ -730,7 +732,7 @@ class ImageReplayBuffer(ReplayBuffer):
 
     def sample(self, batch_size: int):
         idx = torch.randint(0, self.size - self.stale(), (batch_size,), device=self.device)
-        idx = (idx + self.pos + self.stale()) % self.capacity if self.stale() else idx
+        idx = (idx + self.pos * (self.size == self.capacity) + self.stale()) % self.capacity if self.stale() else idx
         obs, actions, rewards, next_obs, terminations = self.rows(idx)
         obs, next_obs = (to_tensors(self.observations(part, idx.cpu(), nxt, self.sampled), self.device) for part, nxt in
                          ((obs, False), (next_obs, True)))
@@ -876,13 +878,13 @@ def robot_learning_setup(args):
     except Exception as e:  # missing, truncated, or no .npz at all
         raise ConfigError(f"--offline-data {args.offline_data}: not a readable .npz ({type(e).__name__}: {e}); pass a "
                           "file written by --save-replay") from None
-    n, fields = len(data.get("actions", ())), {"actions": (act_dim,), "rewards": (), "terminations": ()}
+    n, fields = len(np.atleast_1d(data.get("actions", ()))), {"actions": (act_dim,), "rewards": (), "terminations": ()}
     fields.update({f"{name}/{key}" if spaces else name: space.shape for name in ("obs", "next_obs")
                    for key, space in (spaces or {None: obs_space}).items()})
     bad = sorted({*data} ^ {*fields}) + [f"{key} of shape {data[key].shape}" for key in {*data} & {*fields}
                                           if data[key].shape != (n, *fields[key])]
-    bad += [f"{key} of dtype {data[key].dtype}" for key in {*data} & {*fields}
-            if (data[key].dtype == np.uint8) != (len(fields[key]) == 3)]  # images, and only images, are uint8
+    bad += [f"{key} of dtype {data[key].dtype}" for key in {*data} & {*fields}  # numbers; images, and only images, uint8
+            if (data[key].dtype == np.uint8) != (len(fields[key]) == 3) or data[key].dtype.kind not in "biuf"]
     check([(bad or not n, f"--offline-data {args.offline_data} does not fit {args.env_id}: "
             f"{', '.join(bad) or 'no transitions'}; it needs these (N, ...) arrays: {fields}")])
     levels, actions = gripper_levels(action_space, args.num_discrete_actions), data["actions"]
@@ -1155,7 +1157,7 @@ class Run:
                  for key, obj in self.stateful.items()}
         rng = torch.get_rng_state(), np.random.get_state(), random.getstate()
         state.update(args=asdict(self.args), run_name=self.name, counters=counters, obs=obs, last_return=self.last_return,
-                     rng=(*rng, torch.cuda.get_rng_state_all() if self.device.type == "cuda" else None),
+                     rng=(*rng, torch.cuda.get_rng_state_all() if self.device.type == "cuda" else []),
                      envs=pickle_envs(self.envs.envs, states))
         return self.save(state, "checkpoint.pt", counters[0], "the previous checkpoint, if any, is kept")
 

@@ -131,6 +131,22 @@ def test_checkpointed_envs_continue_exactly(in_tmp):
         restored_run.close()
 
 
+def test_a_checkpoint_written_on_the_cpu_resumes_on_a_gpu(in_tmp, script):
+    """A CPU run's checkpoint holds an empty list of CUDA RNG states; resuming it where CUDA is present restores the rest
+    and sets no CUDA state (the device is only named here: the restore is all that reads it)."""
+    run = script.Run(tiny(script), None, torch.device("cpu"))
+    counters, obs = run.resume({}, (0,))
+    path = run.save_checkpoint(counters, obs)
+    run.close()
+    checkpoint = torch.load(path, weights_only=False)
+    assert checkpoint["rng"][3] == []
+    torch.manual_seed(12345)
+    resumed = script.Run(script.Args(**{**checkpoint["args"], "resume": path}), checkpoint, torch.device("cuda"))
+    resumed.resume({}, (0,))
+    resumed.close()
+    assert torch.equal(torch.get_rng_state(), checkpoint["rng"][0])
+
+
 def test_crossed_finds_every_multiple_once():
     import a2c
 

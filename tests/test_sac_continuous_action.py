@@ -596,6 +596,26 @@ def test_image_replay_returns_what_the_env_gave_across_episode_ends_and_wrap_aro
                                            zip(data["obs/pixels"], data["next_obs/pixels"], data["actions"][:, 0])} <= seen
 
 
+def test_image_replay_never_pairs_a_row_with_a_later_frame_when_its_size_is_no_multiple_of_num_envs():
+    """3 sub-envs in 10 rows: the rows' s' frames reach slots 0 and 1 before the buffer is full; what is sampled or saved
+    of every row, at every fill, is its own s and s' (each frame holds its transition's number, as the state does)."""
+    space = gym.spaces.Dict(pixels=gym.spaces.Box(0, 255, (4, 4, 3), np.uint8), state=gym.spaces.Box(-1, 300, (1,)))
+    rb = sac.ImageReplayBuffer(10, space, 1, 3, "cpu", augment=False)
+    obs = lambda ids: {"pixels": np.broadcast_to(ids[:, None, None, None], (3, 4, 4, 3)).astype(np.uint8),  # noqa: E731
+                       "state": ids[:, None].astype(np.float32)}
+    torch.manual_seed(0)
+    for t in range(8):
+        ids = np.arange(3 * t, 3 * t + 3)
+        rb.add(obs(ids), np.zeros((3, 1)), np.zeros(3), obs(ids + 3), np.zeros(3), np.zeros(3, dtype=bool))
+        o, _, _, o2, _ = rb.sample(200)
+        data = sac.replay_arrays(rb)
+        for pixels, state in ((o["pixels"] * 255, o["state"]), (o2["pixels"] * 255, o2["state"]),
+                              (data["obs/pixels"], data["obs/state"]), (data["next_obs/pixels"], data["next_obs/state"])):
+            assert (torch.as_tensor(pixels, dtype=torch.float32).round().flatten(1).T == torch.as_tensor(state)[:, 0]).all(), t
+        size = min(3 * t + 3, 10)
+        assert len(data["actions"]) == size - min(max(size + 3 - 10, 0), 3)  # all but the rows that lost their s
+
+
 def test_image_replay_holds_about_one_frame_per_transition():
     """Memory per image transition, measured as resident memory: about one frame, not two."""
     space = gym.spaces.Dict({"pixels": gym.spaces.Box(0, 255, (84, 84, 3), np.uint8)})
@@ -788,6 +808,11 @@ BAD_INPUT = {  # this script's flags; the common ones are in test_common_block.p
     "save replay as a directory": (["--save-replay", "."], "is a directory"),
     "learning never starts": (["--learning-starts", "1000", "--total-timesteps", "1000"], "--learning-starts"),
     "too few critics": (["--num-critics", "1"], "--num-critics"),
+    "no subsampled critics": (["--num-subsample-critics", "0"], "--num-subsample-critics must lie in [1, "),
+    "a buffer of fewer rows than twice the envs": (["--num-envs", "3", "--buffer-size", "5", "--batch-size", "2",
+                                                   "--learning-starts", "2"], "twice --num-envs (3)"),
+    "offline actions of no shape": (["--offline-data", "scalar.npz"], "actions of shape ()"),
+    "offline rewards that are no numbers": (["--offline-data", "text.npz"], "rewards of dtype <U1"),
     "a frozen encoder with no images": (["--freeze-image-encoder"], "need image observations"),
     "spatial pooling without a shared encoder": (["--env-id", "InvertedPendulum-v5", "--from-pixels", "--image-pooling",
                                                   "spatial", "--no-shared-encoder"], "need --shared-encoder"),
@@ -811,6 +836,8 @@ def test_bad_input_one_line_exit_2_nothing_written(in_tmp, capsys, case):
     np.savez(in_tmp / "nan.npz", **{**data, "rewards": np.array([0, np.nan, 0])})
     np.savez(in_tmp / "far.npz", **{**data, "actions": np.array([[0], [2], [200]], np.float32)})  # bounds [-2, 2]
     np.savez(in_tmp / "half.npz", **{**data, "terminations": np.array([0.5, 0, 1])})
+    np.savez(in_tmp / "scalar.npz", **{**data, "actions": np.array(0.0)})
+    np.savez(in_tmp / "text.npz", **{**data, "rewards": np.array(["a", "b", "c"])})
     torch.save(sac.ResNet10(6).state_dict(), in_tmp / "six.pt")  # for 6-channel images: 2 stacked frames
     before = sorted(os.listdir(in_tmp))
     argv, needle = BAD_INPUT[case]
