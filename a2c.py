@@ -66,7 +66,7 @@ class Args:
     env_id: str = "CartPole-v1"
     """environment to train on: any with Discrete or Box actions and 1-D observations, or an Atari id"""
     total_timesteps: int = 500_000
-    """environment steps to train for, counted over all --num-envs environments together"""
+    """environment steps to train for, counted over all --num-envs environments; rounded down to whole rollouts"""
     num_envs: int = 8
     """number of environments stepped in lockstep in one process (SB3 zoo; OpenAI baselines uses 16 for Atari)"""
     eval_freq: int = 50_000
@@ -261,7 +261,8 @@ def main(args: Args) -> dict:
                     if truncations.any():  # bootstrap through truncations, never terminations (DEVIATION(2))
                         final_obs = torch.as_tensor(final_observations(obs, infos), device=device)
                         final_values = agent(final_obs)[1].cpu().numpy()
-                        rewards = bootstrap_truncations(rewards, truncations, final_values, args.gamma)
+                        # a step the time limit truncates as the episode terminates is a termination
+                        rewards = bootstrap_truncations(rewards, truncations & ~terminations, final_values, args.gamma)
                     rollout_rewards[t], rollout_dones[t] = rewards, terminations | truncations
 
                 # ADVANTAGES from V(s_T)
@@ -273,7 +274,7 @@ def main(args: Args) -> dict:
                 else:
                     advantages = gae_advantages(rewards, rollout_values, dones, last_values, args.gamma, args.gae_lambda)
                     value_targets = advantages + rollout_values
-                    if args.norm_adv:  # DEVIATION(3)
+                    if args.norm_adv and advantages.numel() > 1:  # DEVIATION(3); one advantage has no std (SB3)
                         advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
 
             # UPDATE: one gradient step on the whole rollout; --anneal-lr decays the learning rate linearly to 0

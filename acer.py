@@ -302,7 +302,7 @@ def main(args: Args) -> dict:
                 obs, rewards, terminations, truncations, infos = run.envs.step(segment["actions"][t].cpu().numpy())
                 global_step += N  # SAME_STEP autoreset: every step a transition, no reset step enters a segment
                 run.log(infos, None, global_step - N, global_step)
-                for n in np.flatnonzero(truncations):  # keep a truncation's final obs (DEVIATION(2))
+                for n in np.flatnonzero(truncations & ~terminations):  # a truncation's final obs, not a termination's: DEVIATION(2)
                     segment["final_obs"][(t, int(n))] = segment["obs"].new_tensor(infos["final_obs"][n])
                 segment["rewards"][t] = torch.from_numpy(rewards)
                 segment["dones"][t] = torch.from_numpy(terminations | truncations)
@@ -338,8 +338,8 @@ def check_args(args: Args) -> None:
            (args.buffer_size < segment, f"--buffer-size must be at least --num-envs x --num-steps = {segment}"),
            *((not getattr(args, name) >= 0, f"--{name.replace('_', '-')} must be non-negative")
              for name in ("replay_ratio", "replay_start", "q_coef", "ent_coef")),
-           (args.replay_ratio > 0 and args.replay_start > args.buffer_size, f"--replay-start {args.replay_start} "
-            f"exceeds --buffer-size {args.buffer_size}, so replay would never start: lower one or raise the other"),
+           (args.replay_ratio > 0 and args.replay_start > args.buffer_size // segment * segment, f"--replay-start "
+            f"{args.replay_start} exceeds the {args.buffer_size // segment * segment} transitions --buffer-size holds: lower it"),
            *((not getattr(args, name) > 0, f"--{name.replace('_', '-')} must be positive")
              for name in ("num_steps", "learning_rate", "truncation_c", "max_kl", "max_grad_norm", "rms_eps")),
            (not (0 < args.gamma <= 1 and 0 <= args.avg_decay < 1), "--gamma must be in (0, 1], --avg-decay in [0, 1)"),

@@ -8,12 +8,13 @@ Papers:
 Example:
     python sac_atari.py --env-id BreakoutNoFrameskip-v4 --seed 1
 
-Deviations from the papers (each marked `# DEVIATION(n)` in the code):
-    1. The actor and alpha losses sum over actions (eq. 10, 11's expectations); CleanRL averages, dividing both by |A|.
+Deviations from the papers and from CleanRL (each marked `# DEVIATION(n)` in the code):
+    1. The actor and alpha losses sum over actions (eq. 12, 11's expectations); CleanRL averages, dividing both by |A|.
     2. The target entropy is 0.89 * log|A| (CleanRL, more stable past 100k steps); the paper uses 0.98 * log|A|.
-    3. Updates every `update_frequency`, target copies every `target_network_frequency` env steps (CleanRL), not Polyak.
+    3. Updates every `update_frequency`, target copies every `target_network_frequency` env steps (Table 1, CleanRL),
+       where Algorithm 1 updates every step and averages the targets (Polyak).
     4. The critic loss is the plain mean squared error summed over the two critics, without the 1/2 (as CleanRL).
-    5. Training starts with `learning_starts` env steps of uniformly random actions (as CleanRL).
+    5. Training starts with `learning_starts` env steps of uniformly random actions (Table 1, CleanRL; not in Alg. 1).
     6. The replay buffer stores each frame once (CleanRL's SB3 buffer: 8 per transition) and rebuilds stacks exactly.
 """
 
@@ -77,7 +78,7 @@ class Args:
     log_freq: int = 100
     """write the losses to TensorBoard every this many env steps"""
     buffer_size: int = 1_000_000
-    """number of transitions the replay buffer holds, the oldest overwritten first (CleanRL)"""
+    """replay slots: one per transition and one more per episode end, the oldest overwritten first (CleanRL: 1M)"""
     checkpoint_buffer: bool = True
     """save the replay buffer in checkpoints (7 GB at 1M Atari frames); if not, a resumed run refills it first"""
     gamma: float = 0.99
@@ -353,8 +354,8 @@ def main(args: Args) -> dict:
 # VALIDATION AND ATARI OBSERVATIONS ------------------------------------------------------------------------------------
 def check_args(args: Args) -> None:
     """Raise ConfigError for this script's out-of-range or contradictory flags."""
-    check([(args.buffer_size < max(args.batch_size, args.num_envs),
-            f"--buffer-size must be at least --batch-size ({args.batch_size}) and --num-envs ({args.num_envs})"),
+    check([(args.buffer_size < max(args.batch_size, 6 * args.num_envs), f"--buffer-size must be at least --batch-size "
+            f"({args.batch_size}) and 6 x --num-envs ({args.num_envs}): each sub-env's share holds a 4-frame stack and s'"),
            (args.learning_starts >= args.total_timesteps, f"--learning-starts {args.learning_starts} >= "
             f"--total-timesteps {args.total_timesteps}: no update would run; lower one or raise the other"),
            (args.learning_starts < args.batch_size, "--learning-starts must be at least --batch-size"),

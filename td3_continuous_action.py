@@ -7,8 +7,8 @@ Example:
     python td3_continuous_action.py --env-id Hopper-v5 --seed 1
 
 Deviations from the paper (each marked `# DEVIATION(n)` in the code):
-    1. 256-256 networks (CleanRL, SB3; the paper: 400-300), the critics taking (s, a) at the first layer (the
-       authors' later code; the paper injects a at the second).
+    1. 256-256 networks (CleanRL, SB3; the paper: 400-300); the critics take (s, a) at the first layer, as the code
+       the authors published with the paper does.
     2. The critic loss is the plain mean squared error summed over the two critics (as the authors' code and CleanRL).
     3. Minibatch 256 and learning rate 3e-4 (the authors' updated code and CleanRL; the paper: 100 and 1e-3).
     4. `learning_starts` = 25,000 env steps of uniformly random actions first (the authors' updated code and CleanRL;

@@ -110,3 +110,21 @@ def check_captured(captured_class, monkeypatch):
     recorded = {key[1]: graph["inputs"] for key, graph in captured.graphs.items()}
     assert recorded[True][0].stride() == (6, 1) and torch.equal(recorded[True][0], (rows + 10)[:, :3])
     assert recorded[False][1] == 11.0
+
+
+class EndsAtTimeLimit(gym.Env):
+    """Each episode terminates at its 5th step, where its time limit also truncates it: both flags are set."""
+
+    observation_space, action_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32), gym.spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return np.zeros(2, np.float32), {}
+
+    def step(self, action):
+        self.t += 1
+        return np.full(2, self.t / 5, np.float32), 1.0, self.t == 5, False, {}
+
+
+gym.register("EndsAtTimeLimit-v0", entry_point=EndsAtTimeLimit, max_episode_steps=5)

@@ -1,6 +1,7 @@
 """a2c.py: n-step returns and GAE against brute-force loops and SB3's RolloutBuffer, truncation bootstrapping, smoke
 runs of every flag that reach updates, resume, bad input, and short CartPole learning runs with both advantages."""
 
+import math
 import os
 
 import gymnasium as gym
@@ -88,6 +89,22 @@ def test_truncation_bootstraps_from_the_final_value_and_termination_does_not():
     returns = a2c.nstep_returns(torch.stack([bootstrapped, torch.full((3,), 100.0)]), dones, torch.full((3,), 1000.0),
                                 0.9)
     torch.testing.assert_close(returns[0], torch.tensor([1.0 + 0.9 * (100 + 0.9 * 1000), 10.0, 1.0]))
+
+
+def test_a_step_that_terminates_as_its_time_limit_truncates_is_not_bootstrapped(in_tmp, monkeypatch):
+    """Gymnasium's TimeLimit sets truncated on the last allowed step even when the env terminates there (every 5th step
+    of EndsAtTimeLimit-v0): such a step is a termination, and gets no gamma * V(final obs)."""
+    bootstrapped = []
+    monkeypatch.setattr(a2c, "bootstrap_truncations", lambda r, tr, *rest: bootstrapped.append(int(tr.sum())) or r)
+    assert a2c.main(tiny(env_id="EndsAtTimeLimit-v0", total_timesteps=100))["global_step"] == 100
+    assert bootstrapped == [0] * 5  # each 5th of the 25 steps of the 4 envs: no truncation is left to bootstrap
+
+
+def test_gae_of_a_one_step_one_env_rollout_trains_without_standardizing(in_tmp):
+    """One advantage a rollout has no standard deviation: it is left as it is (SB3), not made nan."""
+    summary = a2c.main(tiny(num_envs=1, num_steps=1, advantage="gae", total_timesteps=40, log_freq=1))
+    losses = [value for _, value in scalars(summary["run_dir"])["losses/policy_loss"]]
+    assert len(losses) == 40 and all(math.isfinite(value) for value in losses)
 
 
 def test_continuous_policy_log_prob_is_of_the_unclipped_sample():

@@ -238,6 +238,16 @@ def tiny(**overrides):
                                eval_freq=0, eval_episodes=1, cuda=False, log_freq=20), **overrides})
 
 
+def test_a_step_that_terminates_as_its_time_limit_truncates_keeps_no_final_observation(in_tmp, monkeypatch):
+    """Gymnasium's TimeLimit sets truncated on the last allowed step even when the env terminates there (every 5th step
+    of EndsAtTimeLimit-v0): such a step is a termination, and no final observation is kept to bootstrap from."""
+    segments, add = [], acer.SegmentBuffer.add
+    monkeypatch.setattr(acer.SegmentBuffer, "add", lambda self, segment: segments.append(segment) or add(self, segment))
+    acer.main(tiny(env_id="EndsAtTimeLimit-v0", total_timesteps=200))
+    assert len(segments) == 10 and all(segment["dones"].sum() == 4 for segment in segments)  # 4 envs end once each
+    assert all(segment["final_obs"] == {} for segment in segments)
+
+
 @pytest.mark.parametrize("flags", [
     dict(), dict(trust_region=False), dict(replay_ratio_poisson=True), dict(anneal_lr=True, optimizer="adam"),
     dict(replay_ratio=0), dict(num_envs=2, save_model=True),
@@ -334,6 +344,8 @@ BAD_INPUT = {
     "unknown env id": (["--env-id", "NoSuchEnv-v0"], "unknown env id"),
     "buffer below one segment": (["--buffer-size", "100"], "--buffer-size"),
     "replay never starts": (["--replay-start", "60000"], "--replay-start"),
+    "replay start beyond the whole segments the buffer holds": (["--num-envs", "3", "--num-steps", "7", "--buffer-size",
+                                                                 "100", "--replay-start", "100"], "exceeds the 84 "),
     "negative replay ratio": (["--replay-ratio", "-1"], "--replay-ratio"),
     "average decay of one": (["--avg-decay", "1"], "--avg-decay"),
     "zero max kl": (["--max-kl", "0"], "--max-kl"),

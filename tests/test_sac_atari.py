@@ -3,6 +3,7 @@ what the env returned, the Atari wrappers and the ALE snapshot of a checkpoint, 
 short CartPole learning run."""
 
 import glob
+import os
 
 import gymnasium as gym
 import numpy as np
@@ -147,6 +148,17 @@ def test_buffer_rebuilds_exactly_what_the_env_returned_across_episodes_and_wrap_
     assert obs.dtype == (torch.uint8 if env_id != "CartPole-v1" else torch.float32)
     for o, a, o2 in zip(obs.numpy(), actions.tolist(), next_obs.numpy()):
         assert (o.tobytes(), a, o2.tobytes()) in known
+
+
+@pytest.mark.parametrize("argv", [["--buffer-size", "2", "--batch-size", "1", "--learning-starts", "1"],
+                                  ["--num-envs", "4", "--buffer-size", "20", "--batch-size", "4", "--learning-starts", "8"]])
+def test_a_buffer_too_small_for_a_stack_and_a_transition_per_sub_env_is_one_line(in_tmp, capsys, argv):
+    """Such a buffer can hold no transition to sample (an episode's end takes two slots), and sampling would not end."""
+    with pytest.raises(SystemExit) as exit_info:
+        sa.cli(["--env-id", "CartPole-v1", "--total-timesteps", "100", *argv])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and err.count("\n") == 1 and "6 x --num-envs" in err, err
+    assert os.listdir(in_tmp) == []
 
 
 def test_buffer_state_round_trips():
