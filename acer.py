@@ -234,22 +234,22 @@ def acer_loss(agent: Agent, avg_agent: Agent, segment: dict, args: Args):
         pi_avg = avg_agent(segment["obs"][:T].flatten(0, 1))[0].view(T, N, -1).softmax(-1)
         avg_kl = (pi_avg * (pi_avg.clamp(min=1e-12).log() - pi[:T].clamp(min=1e-12).log())).sum(-1).mean()
 
-    # g = d objective / dz on a leaf copy z of the logits, per sample                                          [eq. 9]
+    # g = d objective / df on a leaf copy f of pi(.|s_t), the statistics phi of Sec. 3.3, per sample          [eq. 9]
     #   = min(c, rho_t) grad log pi(a_t|s_t) (Q_ret - V(s_t)) + E_{a~pi}[relu(1 - c / rho_t(a)) grad log pi(a|s_t)
     #     (Q(s_t, a) - V(s_t))] + beta grad H(pi(.|s_t)),   rho_t(a) = pi(a|s_t) / mu(a|s_t)
-    z = logits[:T].detach().requires_grad_()
-    log_pi = z.log_softmax(-1)
+    f = pi[:T].detach().requires_grad_()
+    log_pi = f.clamp(min=1e-12).log()
     truncated_term = rho.clamp(max=args.truncation_c) * log_pi.gather(-1, actions).squeeze(-1) * (q_ret - values[:T])
     bias_weights = (1.0 - args.truncation_c / rho_all).clamp(min=0.0) * pi[:T]  # relu(1 - c / rho(a)) pi(a|s)
     bias_correction = (bias_weights * log_pi * (q[:T].detach() - values[:T].unsqueeze(-1))).sum(-1)
-    entropy = -(log_pi.exp() * log_pi).sum(-1)
+    entropy = -(f * log_pi).sum(-1)
     objective = truncated_term + bias_correction + args.ent_coef * entropy
-    g = torch.autograd.grad(objective.sum(), z)[0]
-    if args.trust_region:  # g' from k = d KL(pi_avg || pi) / dz = pi - pi_avg for softmax logits z           [eq. 12]
-        g = trust_region_project(g, pi[:T] - pi_avg, args.max_kl)
+    g = torch.autograd.grad(objective.sum(), f)[0]
+    if args.trust_region:  # g' from k = d KL(pi_avg || pi) / df = -pi_avg / pi                                [eq. 12]
+        g = trust_region_project(g, -pi_avg / f.detach().clamp(min=1e-12), args.max_kl)
     q_loss = (q_ret - q_taken).pow(2).mean()  # DEVIATION(3): the loss has q_coef times this, not half of it
-    # the policy part -(z * g').sum(-1).mean(), z the logits with their gradient, carries g' into the network [eq. 12]
-    loss = -(logits[:T] * g).sum(-1).mean() + args.q_coef * q_loss
+    # the policy part -(f * g').sum(-1).mean(), f = pi with its gradient, carries g' into the network        [eq. 12]
+    loss = -(logits[:T].softmax(-1) * g).sum(-1).mean() + args.q_coef * q_loss
     metrics = -(truncated_term + bias_correction).mean(), q_loss, entropy.mean(), avg_kl, rho.mean()
     return loss, {key: value.detach() for key, value in zip(METRICS, metrics)}
 

@@ -11,8 +11,7 @@ Example:
 Deviations from the papers and from CleanRL (each marked `# DEVIATION(n)` in the code):
     1. The actor and alpha losses sum over actions (eq. 12, 11's expectations); CleanRL averages, dividing both by |A|.
     2. The target entropy is 0.89 * log|A| (CleanRL, more stable past 100k steps); the paper uses 0.98 * log|A|.
-    3. Updates every `update_frequency`, target copies every `target_network_frequency` env steps (Table 1, CleanRL),
-       where Algorithm 1 updates every step and averages the targets (Polyak).
+    3. Every `update_frequency` env steps an update, every `target_network_frequency` a target copy (Table 1; Alg. 1: Polyak).
     4. The critic loss is the plain mean squared error summed over the two critics, without the 1/2 (as CleanRL).
     5. Training starts with `learning_starts` env steps of uniformly random actions (Table 1, CleanRL; not in Alg. 1).
     6. The replay buffer stores each frame once (CleanRL's SB3 buffer: 8 per transition) and rebuilds stacks exactly.
@@ -311,8 +310,8 @@ def main(args: Args) -> dict:
         stateful = dict(actor=actor, qf1=qf1, qf2=qf2, qf1_target=qf1_target, qf2_target=qf2_target,
                         q_optimizer=q_optimizer, actor_optimizer=actor_optimizer, log_alpha=log_alpha)
         (global_step, updates), obs = run.resume(stateful | ({"rb": rb} if args.checkpoint_buffer else {}), (0, 0))
-        if not (run.exact and args.checkpoint_buffer):
-            rb.start(obs)  # a fresh stream starts here: the stack history before it is not in the buffer
+        for i in range(rb.stack) if not (run.exact and args.checkpoint_buffer) else ():  # a fresh stream: each frame
+            rb.start(obs[:, : i + 1] if rb.stack > 1 else obs, first=i == 0)  # of the first stack, oldest first
         update = sac_update(actor, qf1, qf2, qf1_target, qf2_target, log_alpha, q_optimizer, actor_optimizer, args)
 
         def policy(obs):  # the greedy action argmax_a pi(a|s), for evaluation

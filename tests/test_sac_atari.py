@@ -240,6 +240,27 @@ def test_smoke_boolean_flags_cartpole(in_tmp, autotune, checkpoint_buffer):
     assert (alpha != pytest.approx(1.0)) if autotune else alpha == pytest.approx(0.2)
 
 
+def test_an_exact_resume_without_the_buffer_stores_the_true_frame_stacks(in_tmp, monkeypatch):
+    """Resumed mid-episode with --no-checkpoint-buffer, the new stream starts with every frame of the current stack, so
+    each stored s' stack (and s, the stack before it) is the one the env returned, not one padded with the newest frame."""
+    stored, add = [], sa.ReplayBuffer.add
+
+    def checked_add(rb, actions, rewards, real_next_obs, terminations, dones, next_obs):
+        add(rb, actions, rewards, real_next_obs, terminations, dones, next_obs)
+        slots = torch.as_tensor([(p - 1 - int(d)) % rb.slots for p, d in zip(rb.pos, dones)])  # s' slots
+        stored.append(np.array_equal(rb.observations(torch.arange(rb.num_envs), slots).numpy(), real_next_obs))
+    monkeypatch.setattr(sa.ReplayBuffer, "add", checked_add)
+    args = dict(env_id="BreakoutNoFrameskip-v4", num_envs=2, batch_size=16, buffer_size=600, learning_starts=100,
+                eval_freq=0, eval_episodes=1, cuda=False, checkpoint_buffer=False)
+    sa.main(sa.Args(total_timesteps=120, checkpoint_freq=120, **args))
+    checkpoint = glob.glob("runs/*/checkpoint.pt")[0]
+    saved = torch.load(checkpoint, weights_only=False)
+    saved["args"]["total_timesteps"] = 160
+    torch.save(saved, checkpoint)
+    assert sa.main(sa.Args(resume=checkpoint, resume_anyway=True))["global_step"] == 160
+    assert len(stored) == 80 and all(stored)
+
+
 def test_resume_without_the_buffer_refills_it_before_updating(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     args = dict(env_id="CartPole-v1", batch_size=32, buffer_size=1_000, update_frequency=1, eval_freq=0,
