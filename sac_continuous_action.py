@@ -746,12 +746,16 @@ class ImageReplayBuffer(ReplayBuffer):
                 **{f"frames/{key}": self.frames[key][:written].clone() for key in self.frames},
                 **{f"last/{key}": self.last[key][: self.size][self.ended[: self.size]] for key in self.frames}}
 
-    def load_state_dict(self, state):
+    def load_state_dict(self, state):  # the newest rows end: a resume that cannot restore its envs starts new episodes
         super().load_state_dict(state)
         self.ended[: self.size] = state["ended"]
+        newest = (self.pos - self.num_envs + torch.arange(self.num_envs)) % self.capacity
+        newest = newest[~self.ended[newest]]  # their s' moves from the next row's s to `last`
         for key in self.frames:
             self.frames[key][: len(state[f"frames/{key}"])] = state[f"frames/{key}"]
             self.last[key][: self.size][self.ended[: self.size]] = state[f"last/{key}"]
+            self.last[key][newest] = self.frames[key][(newest + self.num_envs) % self.capacity]
+        self.ended[newest] = True
 
 
 def replay_buffer(args, capacity: int, obs_space, act_dim: int, device, encoder, num_envs=None) -> ReplayBuffer:

@@ -616,6 +616,24 @@ def test_image_replay_never_pairs_a_row_with_a_later_frame_when_its_size_is_no_m
         assert len(data["actions"]) == size - min(max(size + 3 - 10, 0), 3)  # all but the rows that lost their s
 
 
+def test_image_replay_restored_lets_the_next_rows_start_new_episodes():
+    """A resume that cannot restore its envs resets them: the first rows after it hold the new s, not the s' before."""
+    space = gym.spaces.Dict(pixels=gym.spaces.Box(0, 255, (4, 4, 3), np.uint8), state=gym.spaces.Box(-1, 300, (1,)))
+    obs = lambda ids: {"pixels": np.broadcast_to(ids[:, None, None, None], (2, 4, 4, 3)).astype(np.uint8),  # noqa: E731
+                       "state": ids[:, None].astype(np.float32)}
+    rb, restored = (sac.ImageReplayBuffer(20, space, 1, 2, "cpu", augment=False) for _ in range(2))
+    for t in range(3):
+        rb.add(obs(np.array([2 * t, 2 * t + 1])), np.zeros((2, 1)), np.zeros(2), obs(np.array([2 * t + 2, 2 * t + 3])),
+               np.zeros(2), np.array([False, t == 1]))
+    restored.load_state_dict(rb.state_dict())
+    restored.add(obs(np.array([100, 101])), np.zeros((2, 1)), np.zeros(2), obs(np.array([102, 103])), np.zeros(2),
+                 np.zeros(2, dtype=bool))  # the envs were reset: s is 100, 101, not the s' 6, 7 stored before
+    data = sac.replay_arrays(restored)
+    np.testing.assert_array_equal(data["obs/pixels"][:, 0, 0, 0], data["obs/state"][:, 0])
+    np.testing.assert_array_equal(data["next_obs/pixels"][:, 0, 0, 0], data["next_obs/state"][:, 0])
+    np.testing.assert_array_equal(data["obs/state"][:, 0], [0, 1, 2, 3, 4, 5, 100, 101])
+
+
 def test_image_replay_holds_about_one_frame_per_transition():
     """Memory per image transition, measured as resident memory: about one frame, not two."""
     space = gym.spaces.Dict({"pixels": gym.spaces.Box(0, 255, (84, 84, 3), np.uint8)})
