@@ -626,7 +626,7 @@ class Run:
 
     def finish(self, counters: tuple, obs, policy, model: dict) -> dict:
         """On a signal a checkpoint and the command to continue; else the last evaluation, --save-model and `finished`."""
-        if self.stop_signal:
+        if stopped := self.stop_signal[:1]:  # a signal in the final evaluation below comes too late: the run finishes
             path = self.save_checkpoint(counters, obs)
             command = shlex.join(["python", os.path.abspath(__file__), "--resume", os.path.abspath(path)])
             print(f"\nstopped by signal {self.stop_signal[0]} at step {counters[0]:,}; checkpoint written to {path}; "
@@ -640,7 +640,7 @@ class Run:
                 print(f"model saved to {self.dir}/model.pt")
             self.save(f"finished at step {counters[0]:,}\n".encode(), "finished", counters[0], "its checkpoint is kept")
         return {"run_dir": self.dir, "global_step": counters[0], "eval_return": self.eval_return,
-                "stopped_by": self.stop_signal[0] if self.stop_signal else None}
+                "stopped_by": stopped[0] if stopped else None}
 
     def close(self) -> None:
         for sig, handler in self.handlers.items():

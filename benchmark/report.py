@@ -20,7 +20,8 @@ runs by script and env across seeds, and writes:
                 --reference beside them.
 <env> is the env id with ':' and '/' replaced by '_'. A curve of one point is drawn as a marker. It warns, one line
 each, about two or more runs of one script, env and seed, and keeps the newest by the unix time that ends the run name
-(of equal times, the last path); and about a run without evaluations, which it leaves out.
+(of equal times, the last path); about a run without evaluations, which it leaves out; and about a seed whose last
+evaluation comes before the others', whose final return is then of that earlier step.
 With --speed it reads instead the Markdown tables that benchmark/speed.py --out wrote into ROOT and draws speed.png: a
 bar per row with a peer, the median ratio of our env steps/s to the peer's over the rounds or measurements, a whisker
 from the least to the greatest, labelled with the script and the flags of our runs.
@@ -199,6 +200,9 @@ def main(argv=None) -> int:
             continue
         finals = [curve[-1][1] for curve in curves.values()]
         steps = max(curve[-1][0] for curve in curves.values())
+        for seed in [seed for seed, curve in curves.items() if curve[-1][0] < steps]:  # stopped, crashed or running
+            print(f"warning: {script} {env_id} seed {seed} ends at step {curves[seed][-1][0]:,}, before the others' "
+                  f"{steps:,}: its final return is of that step", file=sys.stderr)
         train = [read_scalars(seeds[seed], TRAIN_TAG)[-args.last_episodes:] for seed in curves]
         train = [np.mean([value for _, value in episodes]) for episodes in train if episodes]
         train = f"{np.mean(train):.1f} ± {np.std(train):.1f}" if train else "-"

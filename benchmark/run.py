@@ -71,6 +71,9 @@ class Run:
         self.name, self.directory, self.started = name, directory, time.time()
         self.lock = open(os.path.join(directory, ".lock"), "w")
         fcntl.flock(self.lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # raises BlockingIOError if another runner has it
+        if os.path.exists(os.path.join(directory, "DONE")):  # another runner finished it since this one looked
+            self.lock.close()
+            raise FileExistsError(directory)
         env = dict(os.environ)
         if threads:
             env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
@@ -109,6 +112,9 @@ def run_one(args, env_id: str, seed: int) -> int:
     except BlockingIOError:
         print(f"error: another runner holds {directory}", file=sys.stderr)
         return 1
+    except FileExistsError:
+        print(f"{env_id} seed {seed} finished by another runner", flush=True)
+        return 0
     previous = signal.signal(signal.SIGTERM, lambda signum, frame: run.proc.send_signal(signal.SIGTERM))
     try:
         code = run.finish()
@@ -255,6 +261,8 @@ def main(argv=None) -> int:
                 except BlockingIOError:
                     failed.append(f"{env_id} seed {seed}")
                     print(f"skipped {env_id} seed {seed}: another runner holds {directory}", flush=True)
+                except FileExistsError:
+                    print(f"{env_id} seed {seed} finished by another runner", flush=True)
             if stop:
                 for run in running:
                     if run.proc.poll() is None:

@@ -109,6 +109,20 @@ def test_a_run_locked_by_another_runner_is_left_alone(tmp_path):
     assert not (directory / "log.txt").exists() and (directory.parent / "seed_2" / "DONE").exists()
 
 
+def test_a_cell_another_runner_finished_after_this_one_looked_is_not_run_again(tmp_path, monkeypatch):
+    """Between a runner's list of cells to run and its lock on one, another runner may finish that cell: the lock taken,
+    DONE is looked for again, and the cell is left alone (resuming its finished run would be refused)."""
+    monkeypatch.syspath_prepend(str(ROOT / "benchmark"))
+    import run as grid_runner
+
+    (tmp_path / "DONE").touch()
+    with pytest.raises(FileExistsError):
+        grid_runner.Run("a2c CartPole-v1 seed 1", str(tmp_path), [sys.executable, "-c", "raise SystemExit(3)"], None)
+    assert not (tmp_path / "log.txt").exists()
+    with open(tmp_path / ".lock", "w") as lock:  # released
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+
+
 def values_from_the_event_files(root, tag) -> list:
     """Each run's [(step, value)] of `tag` in the order written, read record by record with tensorboard's raw event
     file loader."""
@@ -200,6 +214,15 @@ def test_report_warns_about_each_run_it_leaves_out_for_want_of_evaluations(tmp_p
         f"warning: {empty} has neither eval/episodic_return nor charts/episodic_return: left out",
         f"warning: {unevaluated} has no eval/episodic_return: left out"]
     assert "| `a2c` | CartPole-v1 | 1 | 300 |" in results_row(tmp_path / "out", "a2c")
+
+
+def test_report_warns_about_a_seed_that_ends_before_the_others(tmp_path, capsys):
+    """A seed stopped, crashed or still running ends before the others: its final return is of an earlier step."""
+    fake_run(tmp_path / "runs", "CartPole-v1__a2c__1__1000", evals=EVALS)
+    fake_run(tmp_path / "runs", "CartPole-v1__a2c__2__1000", evals=EVALS[:2])
+    assert report_main(tmp_path / "runs", "--out", tmp_path / "out") == 0
+    assert f"warning: a2c CartPole-v1 seed 2 ends at step {EVALS[1][0]:,}, before the others' {EVALS[-1][0]:,}" in \
+        capsys.readouterr().err
 
 
 def test_report_draws_a_one_point_curve_with_a_marker(tmp_path, monkeypatch):

@@ -147,6 +147,22 @@ def test_a_checkpoint_written_on_the_cpu_resumes_on_a_gpu(in_tmp, script):
     assert torch.equal(torch.get_rng_state(), checkpoint["rng"][0])
 
 
+def test_a_signal_during_the_final_evaluation_lets_the_run_finish(in_tmp, monkeypatch):
+    """The run is done once its last step is: a SIGTERM that lands in the final evaluation neither leaves a run marked
+    finished that reports a stop (a grid runner would resume it and be refused) nor skips `finished`."""
+    import a2c
+
+    evaluate = a2c.Run.evaluate
+
+    def signalled(run, policy, global_step):
+        run.stop_signal.append(signal.SIGTERM)
+        evaluate(run, policy, global_step)
+    monkeypatch.setattr(a2c.Run, "evaluate", signalled)
+    summary = a2c.main(tiny(a2c, total_timesteps=200))
+    assert summary["stopped_by"] is None and summary["global_step"] == 200
+    assert os.path.exists(f"{summary['run_dir']}/finished") and not os.path.exists(f"{summary['run_dir']}/checkpoint.pt")
+
+
 def test_crossed_finds_every_multiple_once():
     import a2c
 
