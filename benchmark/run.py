@@ -230,7 +230,13 @@ def main(argv=None) -> int:
                   "again with these, or choose another --out", file=sys.stderr)
             return 2
         if difference and not args.dry_run:
-            shutil.rmtree(directory)
+            with open(os.path.join(directory, ".lock"), "w") as lock:
+                try:  # a run another runner is still training is not deleted under it
+                    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    print(f"error: --rerun: another runner holds {directory}; wait for it, or stop it", file=sys.stderr)
+                    return 2
+                shutil.rmtree(directory)
     todo = [(env_id, seed) for env_id, seed in grid
             if not os.path.exists(os.path.join(run_dir(args.out, args.script, env_id, seed), "DONE"))]
     if args.backend == "slurm":

@@ -53,6 +53,10 @@ def test_a_grid_whose_flags_differ_from_a_recorded_run_is_refused_unless_told_to
     refused = runner(tmp_path, *other)
     assert refused.returncode == 2 and refused.stdout == "" and refused.stderr.count("\n") == 1, refused.stderr
     assert "--ent-coef (unset) -> 0; --eval-episodes 2 -> 3" in refused.stderr and "--rerun" in refused.stderr
+    with open(recorded.parent / ".lock", "w") as lock:  # another runner holds the cell: nothing is deleted
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        held = runner(tmp_path, *other, "--rerun")
+    assert held.returncode == 2 and "another runner holds" in held.stderr and (recorded.parent / "DONE").exists()
     rerun = runner(tmp_path, *other, "--rerun")
     assert rerun.returncode == 0 and "1 to run" in rerun.stdout, rerun.stdout + rerun.stderr
     assert "--eval-episodes 3 --num-envs 4 --ent-coef 0" in recorded.read_text()
