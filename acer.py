@@ -221,8 +221,8 @@ def acer_loss(agent: Agent, avg_agent: Agent, segment: dict, args: Args):
     logits, q = (x.view(T + 1, N, -1) for x in agent(segment["obs"].flatten(0, 1)))
     actions = segment["actions"].unsqueeze(-1)
     q_taken = q[:T].gather(-1, actions).squeeze(-1)  # Q(s_t, a_t), with the Q head's gradient
+    pi = logits.softmax(-1)  # with the policy head's gradient, which only the loss's last line uses
     with torch.no_grad():
-        pi = logits.softmax(-1)
         values = (pi * q).sum(-1)  # V(s) = sum_a pi(a|s) Q(s, a), (T + 1, N)
         rewards = segment["rewards"].clone()
         if segment["final_obs"]:  # DEVIATION(2): r + gamma * V(final obs) at a truncation, V from this network
@@ -240,7 +240,7 @@ def acer_loss(agent: Agent, avg_agent: Agent, segment: dict, args: Args):
     f = pi[:T].detach().requires_grad_()
     log_pi = f.clamp(min=1e-12).log()
     truncated_term = rho.clamp(max=args.truncation_c) * log_pi.gather(-1, actions).squeeze(-1) * (q_ret - values[:T])
-    bias_weights = (1.0 - args.truncation_c / rho_all).clamp(min=0.0) * pi[:T]  # relu(1 - c / rho(a)) pi(a|s)
+    bias_weights = (1.0 - args.truncation_c / rho_all).clamp(min=0.0) * f.detach()  # relu(1 - c / rho(a)) pi(a|s)
     bias_correction = (bias_weights * log_pi * (q[:T].detach() - values[:T].unsqueeze(-1))).sum(-1)
     entropy = -(f * log_pi).sum(-1)
     objective = truncated_term + bias_correction + args.ent_coef * entropy
@@ -249,7 +249,7 @@ def acer_loss(agent: Agent, avg_agent: Agent, segment: dict, args: Args):
         g = trust_region_project(g, -pi_avg / f.detach().clamp(min=1e-12), args.max_kl)
     q_loss = (q_ret - q_taken).pow(2).mean()  # DEVIATION(3): the loss has q_coef times this, not half of it
     # the policy part -(f * g').sum(-1).mean(), f = pi with its gradient, carries g' into the network        [eq. 12]
-    loss = -(logits[:T].softmax(-1) * g).sum(-1).mean() + args.q_coef * q_loss
+    loss = -(pi[:T] * g).sum(-1).mean() + args.q_coef * q_loss
     metrics = -(truncated_term + bias_correction).mean(), q_loss, entropy.mean(), avg_kl, rho.mean()
     return loss, {key: value.detach() for key, value in zip(METRICS, metrics)}
 

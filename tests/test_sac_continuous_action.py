@@ -596,17 +596,24 @@ def test_image_replay_returns_what_the_env_gave_across_episode_ends_and_wrap_aro
                                            zip(data["obs/pixels"], data["next_obs/pixels"], data["actions"][:, 0])} <= seen
 
 
+NUMBERED = gym.spaces.Dict(pixels=gym.spaces.Box(0, 255, (4, 4, 3), np.uint8), state=gym.spaces.Box(-1, 300, (1,)))
+
+
+def numbered(ids) -> dict:
+    """Observations of NUMBERED whose every pixel and whose state hold the observation's number, one per sub-env."""
+    ids = np.asarray(ids)
+    return {"pixels": np.broadcast_to(ids[:, None, None, None], (len(ids), 4, 4, 3)).astype(np.uint8),
+            "state": ids[:, None].astype(np.float32)}
+
+
 def test_image_replay_never_pairs_a_row_with_a_later_frame_when_its_size_is_no_multiple_of_num_envs():
     """3 sub-envs in 10 rows: the rows' s' frames reach slots 0 and 1 before the buffer is full; what is sampled or saved
     of every row, at every fill, is its own s and s' (each frame holds its transition's number, as the state does)."""
-    space = gym.spaces.Dict(pixels=gym.spaces.Box(0, 255, (4, 4, 3), np.uint8), state=gym.spaces.Box(-1, 300, (1,)))
-    rb = sac.ImageReplayBuffer(10, space, 1, 3, "cpu", augment=False)
-    obs = lambda ids: {"pixels": np.broadcast_to(ids[:, None, None, None], (3, 4, 4, 3)).astype(np.uint8),  # noqa: E731
-                       "state": ids[:, None].astype(np.float32)}
+    rb = sac.ImageReplayBuffer(10, NUMBERED, 1, 3, "cpu", augment=False)
     torch.manual_seed(0)
     for t in range(8):
         ids = np.arange(3 * t, 3 * t + 3)
-        rb.add(obs(ids), np.zeros((3, 1)), np.zeros(3), obs(ids + 3), np.zeros(3), np.zeros(3, dtype=bool))
+        rb.add(numbered(ids), np.zeros((3, 1)), np.zeros(3), numbered(ids + 3), np.zeros(3), np.zeros(3, dtype=bool))
         o, _, _, o2, _ = rb.sample(200)
         data = sac.replay_arrays(rb)
         for pixels, state in ((o["pixels"] * 255, o["state"]), (o2["pixels"] * 255, o2["state"]),
@@ -618,15 +625,12 @@ def test_image_replay_never_pairs_a_row_with_a_later_frame_when_its_size_is_no_m
 
 def test_image_replay_restored_lets_the_next_rows_start_new_episodes():
     """A resume that cannot restore its envs resets them: the first rows after it hold the new s, not the s' before."""
-    space = gym.spaces.Dict(pixels=gym.spaces.Box(0, 255, (4, 4, 3), np.uint8), state=gym.spaces.Box(-1, 300, (1,)))
-    obs = lambda ids: {"pixels": np.broadcast_to(ids[:, None, None, None], (2, 4, 4, 3)).astype(np.uint8),  # noqa: E731
-                       "state": ids[:, None].astype(np.float32)}
-    rb, restored = (sac.ImageReplayBuffer(20, space, 1, 2, "cpu", augment=False) for _ in range(2))
+    rb, restored = (sac.ImageReplayBuffer(20, NUMBERED, 1, 2, "cpu", augment=False) for _ in range(2))
     for t in range(3):
-        rb.add(obs(np.array([2 * t, 2 * t + 1])), np.zeros((2, 1)), np.zeros(2), obs(np.array([2 * t + 2, 2 * t + 3])),
-               np.zeros(2), np.array([False, t == 1]))
+        rb.add(numbered([2 * t, 2 * t + 1]), np.zeros((2, 1)), np.zeros(2), numbered([2 * t + 2, 2 * t + 3]), np.zeros(2),
+               np.array([False, t == 1]))
     restored.load_state_dict(rb.state_dict())
-    restored.add(obs(np.array([100, 101])), np.zeros((2, 1)), np.zeros(2), obs(np.array([102, 103])), np.zeros(2),
+    restored.add(numbered([100, 101]), np.zeros((2, 1)), np.zeros(2), numbered([102, 103]), np.zeros(2),
                  np.zeros(2, dtype=bool))  # the envs were reset: s is 100, 101, not the s' 6, 7 stored before
     data = sac.replay_arrays(restored)
     np.testing.assert_array_equal(data["obs/pixels"][:, 0, 0, 0], data["obs/state"][:, 0])
