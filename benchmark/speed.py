@@ -290,7 +290,11 @@ def gpu_markdown(args, command: str) -> str:
         for path, (side, flags, no_graphs) in paths.items():
             pinned = argparse.Namespace(**{**vars(args), "threads": args.threads or PAIRS[pair][4], "no_graphs": no_graphs,
                                            "ours_flags": f"{flags} {args.ours_flags}".strip()})
-            found = [run_children([side], pair, steps, [args.seed + k], pinned)[0] for k in range(args.repeats)]
+            try:
+                found = [run_children([side], pair, steps, [args.seed + k], pinned)[0] for k in range(args.repeats)]
+            except SystemExit as failure:  # one path failing (say, its capture) leaves the others' rows
+                print(failure, file=sys.stderr, flush=True)
+                continue
             measured[path] = (statistics.median(r["sps"] for r in found), max(r["peak_mb"] for r in found))
             print(f"{pair} {path}: {measured[path][0]:,.1f} SPS", file=sys.stderr, flush=True)
         for path, (sps, peak) in measured.items():
