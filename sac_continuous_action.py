@@ -1277,10 +1277,9 @@ def cli(argv=None) -> dict:
 
 
 # ======================================================================================================================
-# COMPILED UPDATES (--compile): `sac_updates` as two compiled graphs, forward, backward and Adam step each, on the same
-# losses: gradients from torch.func.grad_and_value, the step by torch's functional Adam on the optimizers' own state (so
-# checkpoints are alike). `sac_updates` compiled as it is, with autograd and torch.optim.Adam, is slower on the CPU. On
-# a GPU each compiled function, acting too, is recorded once as a CUDA graph, then replayed (`Captured`).
+# COMPILED UPDATES (--compile): `sac_updates` as two compiled graphs of the same losses, gradients by torch.func and the
+# step by torch's functional Adam on the optimizers' own state (checkpoints are alike), faster on the CPU than compiling
+# `sac_updates` as it is. On a GPU each compiled function, acting too, is recorded as a CUDA graph and replayed.
 # The same update as above, only faster: a reader of the algorithm may stop above this banner.
 # ======================================================================================================================
 CUDA_GRAPHS = True  # on a GPU, capture the compiled functions (False: compiled only, as benchmark/speed.py times it)
@@ -1339,7 +1338,8 @@ def adam_step(optimizer, params: dict, grads: dict, max_norm: float | None, clip
         group_names, states = [next(names) for _ in group["params"]], [optimizer.state[p] for p in group["params"]]
         adam([params[n] for n in group_names], [grads[n] for n in group_names], [s["exp_avg"] for s in states],
              [s["exp_avg_sq"] for s in states], [], [s["step"] for s in states], foreach=False, amsgrad=False,
-             beta1=beta1, beta2=beta2, lr=group["lr"], weight_decay=0.0, eps=group["eps"], maximize=False)
+             beta1=beta1, beta2=beta2, lr=group["lr"], weight_decay=0.0, eps=group["eps"], maximize=False,
+             capturable=states[0]["step"].is_cuda)  # on CUDA no .item(): the step stays on the GPU
 
 
 def compiled_updates(actor, qf, qf_target, log_alpha, q_optimizer, actor_optimizer, args, target_entropy: float):

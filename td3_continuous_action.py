@@ -675,7 +675,7 @@ def compiled_update(actor, actor_target, qf, qf_target, q_optimizer, actor_optim
         state = {key: [optimizer.state[p][key] for p in group["params"]] for key in ("exp_avg", "exp_avg_sq", "step")}
         adam(list(params.values()), list(grads.values()), state["exp_avg"], state["exp_avg_sq"], [], state["step"],
              foreach=False, amsgrad=False, beta1=group["betas"][0], beta2=group["betas"][1], lr=group["lr"],
-             weight_decay=0.0, eps=group["eps"], maximize=False)
+             weight_decay=0.0, eps=group["eps"], maximize=False, capturable=state["step"][0].is_cuda)  # no .item()
 
     @torch.compile
     def update(batch, actor_step: bool):
