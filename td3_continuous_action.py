@@ -51,7 +51,7 @@ class Args:
     cuda: bool = True
     """train on a CUDA GPU when one is present, else on the CPU (--no-cuda: always on the CPU)"""
     compile: Annotated[bool | None, tyro.conf.DisallowNone] = None
-    """torch.compile the updates (on a GPU, as CUDA graphs too); unset: only SAC's and TD3's runs of 100k+ training steps"""
+    """torch.compile the updates (on a GPU, as CUDA graphs too); unset: SAC's and TD3's CPU runs of 100k+ training steps"""
     capture_video: bool = False
     """save a video of the first episode of each evaluation to runs/<run_name>/videos/step_<env step> (needs moviepy)"""
     save_model: bool = False
@@ -99,7 +99,7 @@ class Args:
 
 
 HIDDEN = 256  # units per hidden layer (DEVIATION(1))
-COMPILE_MIN_STEPS = 100_000  # unset --compile compiles runs of this many env steps after learning starts
+COMPILE_MIN_STEPS = 100_000  # unset --compile compiles CPU runs of this many env steps after learning starts
 
 
 # PURE MATH ------------------------------------------------------------------------------------------------------------
@@ -433,8 +433,8 @@ def setup(args):
     device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
     compiler = device.type != "cpu" or shutil.which(os.environ.get("CXX", "g++"))  # torch.compile's on the CPU
     check([(args.compile and not compiler, "--compile needs a C++ compiler (g++, or $CXX): install one, or drop it")])
-    train_steps = args.total_timesteps - getattr(args, "learning_starts", 0)  # unset --compile: where 20-70 s pay back
-    long_run = args.compile is None and train_steps >= (COMPILE_MIN_STEPS or math.inf)  # on a GPU too: captured
+    train_steps = args.total_timesteps - getattr(args, "learning_starts", 0)  # unset --compile: CPU runs that pay back
+    long_run = args.compile is None and device.type == "cpu" and train_steps >= (COMPILE_MIN_STEPS or math.inf)
     if long_run and not compiler:
         print("note: no C++ compiler (g++, or $CXX) found, so the updates run eagerly", file=sys.stderr)
     return replace(args, compile=bool(args.compile or long_run and compiler)), checkpoint, device

@@ -354,9 +354,9 @@ def test_unset_compile_compiles_long_runs_only(monkeypatch, capsys):
     assert not sac.setup(sac.Args(**long, compile=False))[0].compile
     assert sac.setup(sac.Args(**short, compile=True))[0].compile
     assert sac_atari.COMPILE_MIN_STEPS is None and not sac_atari.setup(sac_atari.Args(env_id="CartPole-v1"))[0].compile
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # on a GPU long runs compile too (and are captured)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # on a GPU runs stay eager unless --compile is set
     gpu_long, _, device = sac.setup(sac.Args(**long))
-    assert device.type == "cuda" and gpu_long.compile and not sac.setup(sac.Args(**short))[0].compile
+    assert device.type == "cuda" and not gpu_long.compile and sac.setup(sac.Args(**long, compile=True))[0].compile
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setenv("CXX", "/no/such/c++")
     assert capsys.readouterr().err == ""

@@ -316,7 +316,7 @@ def run_updates(update_critic, update_actor, batches):
         metrics = update_critic(batch, i % 2 == 0)
         if i % 2 == 1:
             metrics = {**metrics, **update_actor(batch[0])}
-        logged.append(metrics)
+        logged.append({k: v.clone() for k, v in metrics.items()})  # a captured graph's next replay overwrites them
     return logged
 
 
@@ -409,7 +409,7 @@ def test_captured_updates_match_the_eager_ones_on_a_gpu(monkeypatch, case):
             log_alpha.data.fill_(math.log(args.alpha))
         update_critic, update_actor, act = (sac.sac_updates if path == "eager" else sac.compiled_updates)(
             *nets, log_alpha, *optimizers, args, -3.0)
-        logged = [{k: v.clone() for k, v in m.items()} for m in run_updates(update_critic, update_actor, batches)]
+        logged = run_updates(update_critic, update_actor, batches)
         torch.manual_seed(0)
         actions = torch.stack([act(batches[0][0]).clone() for _ in range(5)])
         results.append((nets, logged, actions))

@@ -108,7 +108,8 @@ def run_updates(update, batches, policy_frequency=2):
     logged = []
     for i, batch in enumerate(batches):
         torch.manual_seed(100 + i)
-        logged.append(dict(update(batch, (i + 1) % policy_frequency == 0)))
+        metrics = update(batch, (i + 1) % policy_frequency == 0)
+        logged.append({k: v.clone() for k, v in metrics.items()})  # a captured graph's next replay overwrites them
     return logged
 
 
@@ -227,7 +228,7 @@ def test_captured_update_matches_the_eager_one_on_a_gpu(monkeypatch):
         nets = [net.cuda() for net in td3_nets()]
         optimizers = [torch.optim.Adam(net.parameters(), lr=args.learning_rate, fused=True) for net in nets[2::-2]]
         update, act = (td3.td3_update if path == "eager" else td3.compiled_update)(*nets, *optimizers, args)
-        logged = [{k: v.clone() for k, v in m.items()} for m in run_updates(update, batches)]
+        logged = run_updates(update, batches)
         torch.manual_seed(0)
         results.append((nets, logged, torch.stack([act(batches[0][0]).clone() for _ in range(5)])))
     (eager, eager_logged, eager_actions), (compiled, compiled_logged, compiled_actions), captured = results
