@@ -28,6 +28,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPTS = ("sac_continuous_action", "td3_continuous_action", "sac_atari", "a2c", "acer")
+SQUEUE_PATIENCE = 600  # --wait: seconds of failing squeue calls (a busy or restarting controller) before giving up
 
 
 def run_dir(out: str, script: str, env_id: str, seed: int) -> str:
@@ -169,9 +170,19 @@ def submit_slurm(args, grid: list, todo: list, argv: list) -> int:
     print(f"submitted job array {job}: {len(todo)} tasks; follow with squeue -j {job}", flush=True)
     if not args.wait:
         return 0
-    last = None
+    last, failed_since = None, None
     while True:
-        queue = subprocess.run(["squeue", "-h", "-j", job, "-o", "%i %T"], capture_output=True, text=True).stdout
+        result = subprocess.run(["squeue", "-h", "-j", job, "-o", "%i %T"], capture_output=True, text=True)
+        if result.returncode and "Invalid job id" not in result.stderr:  # the controller busy or restarting: ask again
+            failed_since = failed_since or time.monotonic()
+            if time.monotonic() - failed_since > SQUEUE_PATIENCE:
+                print(f"error: squeue failed for {SQUEUE_PATIENCE} s ({' '.join(result.stderr.split())}); job array "
+                      f"{job} may still run: follow it with squeue -j {job}, then run this command again",
+                      file=sys.stderr)
+                return 1
+            time.sleep(2)
+            continue
+        failed_since, queue = None, "" if result.returncode else result.stdout  # an unknown job id: it has ended
         if queue != last:
             shell(["squeue", "-j", job])
             last = queue

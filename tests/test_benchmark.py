@@ -559,3 +559,32 @@ def test_speed_before_a_revision_without_the_script_is_refused_in_one_line():
     done = speed("--pairs", "td3", "--interleave", "500", "--before", first)
     assert done.returncode == 1 and done.stderr.count("\n") == 1
     assert f"td3_continuous_action.py does not exist at {first}" in done.stderr
+
+
+def test_slurm_wait_asks_squeue_again_when_it_fails(tmp_path, monkeypatch, capsys):
+    """--wait follows the job array while squeue fails (a busy or restarting controller) instead of reporting the runs
+    unfinished at the first failure; an unknown job id ends the wait; failing past SQUEUE_PATIENCE gives one line."""
+    monkeypatch.syspath_prepend(str(ROOT / "benchmark"))
+    import run
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "sbatch").write_text("#!/bin/sh\necho 77\n")
+    calls = tmp_path / "calls"
+    (bin_dir / "squeue").write_text(  # fails twice, lists the job once, then no longer knows it
+        f'#!/bin/sh\ncase "$*" in *-h*) echo x >> {calls};; esac\nn=$(wc -l < {calls})\n'
+        'if [ "$n" -le 2 ]; then echo "slurm_load_jobs error: Socket timed out" >&2; exit 1; fi\n'
+        'if [ "$n" -eq 3 ]; then echo "77_0 RUNNING"; exit 0; fi\n'
+        'echo "slurm_load_jobs error: Invalid job id specified" >&2; exit 1\n')
+    for tool in ("sbatch", "squeue"):
+        (bin_dir / tool).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setattr(run.time, "sleep", lambda seconds: None)
+    monkeypatch.chdir(tmp_path)
+    argv = [*GRID, "--seeds", "1", "--out", str(tmp_path / "grid"), "--backend", "slurm", "--wait"]
+    assert run.main(argv) == 1  # the stand-in job ran nothing: the run is reported unfinished once the job has ended
+    assert calls.read_text().count("x") == 4 and "did not finish" in capsys.readouterr().out
+    calls.write_text("")
+    monkeypatch.setattr(run, "SQUEUE_PATIENCE", -1)
+    assert run.main(argv) == 1 and calls.read_text().count("x") == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: squeue failed") and "Socket timed out" in err, err
