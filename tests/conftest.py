@@ -95,6 +95,15 @@ def fake_cuda_graphs(monkeypatch) -> list:
     return replays
 
 
+class ReportsCuda(torch.Tensor):
+    """A CPU tensor that says it is on CUDA: where torch's functional adam sees a CUDA step, it leaves the compiled
+    graph and reads the step with .item() (which CUDA graph capture refuses) unless it is told capturable=True."""
+
+    @property
+    def is_cuda(self):
+        return True
+
+
 def check_captured(captured_class, monkeypatch):
     """`Captured`: 3 warm-up calls and a recording for each value of the non-tensor input, then replays, each on the
     latest inputs copied into the recorded ones, whose strides are the first inputs' (a column block of a row)."""

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn as nn
-from conftest import HOST_SYNCS, TINY_CONTINUOUS, check_captured, fake_envs, scalars, whole_graph_ops
+from conftest import HOST_SYNCS, TINY_CONTINUOUS, ReportsCuda, check_captured, fake_envs, scalars, whole_graph_ops
 from torch.distributions import AffineTransform, Normal, TanhTransform, TransformedDistribution
 
 import sac_continuous_action as sac
@@ -387,6 +387,19 @@ def test_compiled_functions_are_whole_graphs_with_no_host_sync(monkeypatch, case
 
 def test_captured_warms_up_records_once_per_flag_and_replays_on_copies(monkeypatch):
     check_captured(sac.Captured, monkeypatch)
+
+
+def test_adam_step_keeps_a_cuda_step_count_on_the_gpu(monkeypatch):
+    """adam_step asks torch's functional adam for capturable=True where the step count is on CUDA (the graph keeps it
+    there), and leaves the CPU's arithmetic as torch.optim.Adam's (capturable=False)."""
+    calls, net = [], nn.Linear(2, 2)
+    monkeypatch.setattr(sac, "adam", lambda *a, **k: calls.append(k["capturable"]))
+    optimizer, params = torch.optim.Adam(net.parameters()), dict(net.named_parameters())
+    for step in (torch.zeros(()), torch.zeros(()).as_subclass(ReportsCuda)):
+        for p in net.parameters():
+            optimizer.state[p].update(step=step, exp_avg=torch.zeros_like(p), exp_avg_sq=torch.zeros_like(p))
+        sac.adam_step(optimizer, params, {n: torch.zeros_like(p) for n, p in params.items()}, None, [])
+    assert calls == [False, True]
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")

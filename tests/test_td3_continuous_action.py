@@ -9,7 +9,7 @@ import os
 
 import pytest
 import torch
-from conftest import HOST_SYNCS, TINY_CONTINUOUS, check_captured, fake_envs, scalars, whole_graph_ops
+from conftest import HOST_SYNCS, TINY_CONTINUOUS, ReportsCuda, check_captured, fake_envs, scalars, whole_graph_ops
 
 import td3_continuous_action as td3
 
@@ -214,6 +214,21 @@ def test_compiled_functions_are_whole_graphs_with_no_host_sync(monkeypatch):
 
 def test_captured_warms_up_records_once_per_flag_and_replays_on_copies(monkeypatch):
     check_captured(td3.Captured, monkeypatch)
+
+
+def test_the_compiled_adam_step_keeps_a_cuda_step_count_on_the_gpu(monkeypatch):
+    """The compiled update asks torch's functional adam for capturable=True where the step count is on CUDA (the graph
+    keeps it there), and leaves the CPU's arithmetic as torch.optim.Adam's (capturable=False)."""
+    calls = []
+    monkeypatch.setattr(torch, "compile", lambda function: function)
+    monkeypatch.setattr(td3, "adam", lambda *a, **k: calls.append(k["capturable"]))
+    for step in (torch.zeros(()), torch.zeros(()).as_subclass(ReportsCuda)):
+        nets = td3_nets()
+        optimizers = [torch.optim.Adam(net.parameters()) for net in nets[2::-2]]  # the critics', the actor's
+        for p in nets[2].parameters():
+            optimizers[0].state[p].update(step=step, exp_avg=torch.zeros_like(p), exp_avg_sq=torch.zeros_like(p))
+        td3.compiled_update(*nets, *optimizers, td3.Args())[0](random_batches(1)[0], False)
+    assert calls == [False, True]
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
