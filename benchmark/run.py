@@ -293,7 +293,7 @@ def main(argv=None) -> int:
                     eta = (time.time() - start) / done * left  # at the rate runs have finished so far
                     print(f"[{done + len(grid) - len(todo)}/{len(grid)}] {run.name} finished in "
                           f"{time.time() - run.started:.0f} s; about {eta / 60:.1f} min left", flush=True)
-                elif stop:
+                elif stop and code in (128 + signal.SIGTERM, 128 + signal.SIGINT, -signal.SIGTERM, -signal.SIGINT):
                     print(f"{run.name} stopped (exit {code}); it resumes from its checkpoint next time", flush=True)
                 else:
                     failed.append(run.name)

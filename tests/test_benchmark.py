@@ -588,3 +588,27 @@ def test_slurm_wait_asks_squeue_again_when_it_fails(tmp_path, monkeypatch, capsy
     assert run.main(argv) == 1 and calls.read_text().count("x") == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("error: squeue failed") and "Socket timed out" in err, err
+
+
+def test_a_run_that_crashes_while_the_runner_stops_is_reported_failed(tmp_path, monkeypatch, capsys):
+    """A stopping runner calls a run "stopped" (to resume from its checkpoint) only when it exits as a signal ends it;
+    one that crashes instead is reported FAILED, with its log."""
+    import threading
+    monkeypatch.syspath_prepend(str(ROOT / "benchmark"))
+    import run as grid_runner
+
+    def command(args, env_id, seed, directory):  # seed 1 stops as SIGTERM asks, seed 2 crashes on it
+        return [sys.executable, "-c", "import pathlib, signal, sys, time\n"
+                f"signal.signal(signal.SIGTERM, lambda *a: sys.exit({143 if seed == 1 else 1}))\n"
+                "pathlib.Path('started').touch()\ntime.sleep(60)"]
+
+    def stop_once_both_run():  # the runner's handler is in place before it starts any run
+        deadline = time.time() + 60
+        while len(glob.glob(f"{tmp_path}/grid/**/started", recursive=True)) < 2 and time.time() < deadline:
+            time.sleep(0.05)
+        os.kill(os.getpid(), signal.SIGTERM)
+    monkeypatch.setattr(grid_runner, "command", command)
+    threading.Thread(target=stop_once_both_run, daemon=True).start()
+    assert grid_runner.main([*GRID, "--seeds", "1", "2", "--workers", "2", "--out", str(tmp_path / "grid")]) == 143
+    out = capsys.readouterr().out
+    assert "seed 1 stopped (exit 143)" in out and "FAILED a2c CartPole-v1 seed 2 (exit 1)" in out, out
