@@ -48,7 +48,7 @@ class Args:
     cuda: bool = True
     """train on a CUDA GPU when one is present, else on the CPU (--no-cuda: always on the CPU)"""
     compile: Annotated[bool | None, tyro.conf.DisallowNone] = None
-    """torch.compile the updates (on a GPU, as CUDA graphs too); unset: SAC's and TD3's CPU runs of 100k+ training steps"""
+    """torch.compile the updates (on a GPU, CUDA graphs too); unset: SAC's and TD3's CPU runs of 100k+ training steps"""
     capture_video: bool = False
     """save a video of the first episode of each evaluation to runs/<run_name>/videos/step_<env step> (needs moviepy)"""
     save_model: bool = False

@@ -22,12 +22,15 @@ learn_steps=${LEARN_STEPS:-100000} learn_seeds=${LEARN_SEEDS:-1} stages=" ${STAG
 mkdir -p "$out"
 python3 -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 'error: no CUDA GPU that torch sees')" || exit 2
 
+status=0 pids=()
+trap '[ ${#pids[@]} -gt 0 ] && kill "${pids[@]}" 2>/dev/null' EXIT  # no learning run outlives the script
 stage() {  # stage NAME LIMIT COMMAND...: the command's output in NAME.log, and its last lines here
-  local name=$1 limit=$2; shift 2
+  local name=$1 limit=$2 code; shift 2
   [[ $stages == *" $name "* ]] || return 0
   echo "== $name, at $((SECONDS - start)) s, for at most $limit s"
-  timeout "$limit" "$@" > "$out/$name.log" 2>&1
-  echo "== $name: exit $?, at $((SECONDS - start)) s"; tail -n 12 "$out/$name.log"
+  timeout "$limit" "$@" > "$out/$name.log" 2>&1; code=$?
+  echo "== $name: exit $code, at $((SECONDS - start)) s"; tail -n 12 "$out/$name.log"
+  [ "$code" -eq 0 ] || status=1
 }
 
 stage hopper 420 python3 benchmark/speed.py --gpu --repeats 1 --steps "$steps" --warmup "$warmup" \
@@ -38,7 +41,6 @@ stage redq 150 python3 benchmark/speed.py --gpu --repeats 1 --pairs sac --steps 
   --ours-flags="--num-critics 10 --num-subsample-critics 2 --utd-ratio 20" --out "$out/gpu_redq.md"
 stage sac_atari 45 python3 benchmark/speed.py --pairs sac_atari --repeats 1 --out "$out/gpu_sac_atari.md"
 
-pids=()
 [[ $stages == *" tests "* ]] || learn_seeds=""
 for seed in $learn_seeds; do
   for script in sac_continuous_action td3_continuous_action; do
@@ -49,10 +51,16 @@ for seed in $learn_seeds; do
   done
 done
 left=$((deadline - (SECONDS - start)))
-[ "$left" -gt 30 ] && stage tests $((left - 10)) python3 -m pytest -o addopts="" -p no:cacheprovider -v \
-  --durations=0 tests/test_sac_continuous_action.py tests/test_td3_continuous_action.py tests/test_common_block.py \
-  -k on_a_gpu
+if [ "$left" -gt 30 ]; then
+  stage tests $((left - 10)) python3 -m pytest -o addopts="" -p no:cacheprovider -v --durations=0 \
+    tests/test_sac_continuous_action.py tests/test_td3_continuous_action.py tests/test_common_block.py -k on_a_gpu
+elif [[ $stages == *" tests "* ]]; then
+  echo "== tests skipped: $left s left of DEADLINE"; status=1
+fi
 while [ ${#pids[@]} -gt 0 ] && [ $((SECONDS - start)) -lt "$deadline" ] && kill -0 "${pids[@]}" 2>/dev/null; do sleep 2; done
-[ ${#pids[@]} -gt 0 ] && kill "${pids[@]}" 2>/dev/null
-for log in "$out"/learn_*.log; do [ -e "$log" ] || continue; echo "== $log"; grep -a "eval/episodic_return\|SPS\|error" "$log" | tail -n 12; done
+if [ ${#pids[@]} -gt 0 ]; then kill "${pids[@]}" 2>/dev/null; wait "${pids[@]}"; fi  # stopped runs write checkpoints
+for log in "$out"/learn_*.log; do
+  [ -e "$log" ] || continue; echo "== $log"; tr '\r' '\n' < "$log" | grep -a "eval/episodic_return\|SPS\|error" | tail -n 12
+done
 echo "== done at $((SECONDS - start)) s"
+exit $status

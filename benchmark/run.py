@@ -84,7 +84,8 @@ class Run:
             with open(os.path.join(directory, "flags.txt"), "w") as f:
                 f.write(shlex.join(cmd[2:]) + "\n")
         self.log.flush()
-        self.proc = subprocess.Popen(cmd, cwd=directory, stdout=self.log, stderr=subprocess.STDOUT, env=env)
+        self.proc = subprocess.Popen(cmd, cwd=directory, stdout=self.log, stderr=subprocess.STDOUT, env=env,
+                                     start_new_session=True)  # Ctrl-C reaches the runner alone, which stops each run
 
     def finish(self) -> int:
         code = self.proc.wait()

@@ -280,31 +280,43 @@ def markdown(args, names: tuple, measured: dict, command: str, machine: str) -> 
 def gpu_markdown(args, command: str) -> str:
     """--gpu: per script, ours eager, compiled and captured, then SB3 (not with --ours-flags, which change the task),
     each in a process of its own on the GPU; a row per script and path: the median SPS of --repeats runs, and its ratio
-    to SB3's."""
+    to SB3's. --out is rewritten after each path, so a run stopped midway keeps the rows it measured."""
     import torch
-    rows = ["| script | env | path | SPS | ratio to SB3 | peak host MB |", "|---|---|---|---|---|---|"]
     paths = {"eager": ("ours", "--no-compile", False), "compiled": ("ours", "--compile", True),
              "captured": ("ours", "--compile", False), **({} if args.ours_flags else {"SB3": ("sb3", "", False)})}
+    measured, failed = {pair: {} for pair in args.pairs}, []
+
+    def text() -> str:
+        rows = ["| script | env | path | SPS | ratio to SB3 | peak host MB |", "|---|---|---|---|---|---|"]
+        for pair, found in measured.items():
+            for path, (sps, peak) in found.items():
+                ratio = f"{sps / found['SB3'][0]:.2f}" if "SB3" in found else "-"
+                rows.append(f"| `{PAIRS[pair][1]}` | {PAIRS[pair][0]} | {path} | {sps:,.1f} | {ratio} | {peak:.0f} |")
+        runs = ", ".join(f"{p} {args.steps or PAIRS[p][5]:,}" for p in args.pairs)
+        note = (f"{args.repeats} run(s) a path, of {runs} env steps, timed from {LEARNING_STARTS + args.warmup:,}."
+                + (f" Our runs add `{args.ours_flags}`." if args.ours_flags else "")
+                + (f" Failed: {', '.join(failed)}." if failed else ""))
+        gpu = f"Machine: {machine()}; GPU: {torch.cuda.get_device_name()}."
+        return "\n".join([f"`{command}`", "", gpu, "", *rows, "", note]) + "\n"
     for pair in args.pairs:
-        steps, measured = args.steps or PAIRS[pair][5], {}
         for path, (side, flags, no_graphs) in paths.items():
             pinned = argparse.Namespace(**{**vars(args), "threads": args.threads or PAIRS[pair][4], "no_graphs": no_graphs,
                                            "ours_flags": f"{flags} {args.ours_flags}".strip()})
+            steps = args.steps or PAIRS[pair][5]
             try:
                 found = [run_children([side], pair, steps, [args.seed + k], pinned)[0] for k in range(args.repeats)]
             except SystemExit as failure:  # one path failing (say, its capture) leaves the others' rows
                 print(failure, file=sys.stderr, flush=True)
-                continue
-            measured[path] = (statistics.median(r["sps"] for r in found), max(r["peak_mb"] for r in found))
-            print(f"{pair} {path}: {measured[path][0]:,.1f} SPS", file=sys.stderr, flush=True)
-        for path, (sps, peak) in measured.items():
-            ratio = f"{sps / measured['SB3'][0]:.2f}" if "SB3" in measured else "-"
-            rows.append(f"| `{PAIRS[pair][1]}` | {PAIRS[pair][0]} | {path} | {sps:,.1f} | {ratio} | {peak:.0f} |")
-    text = [f"`{command}`", "", f"Machine: {machine()}; GPU: {torch.cuda.get_device_name()}.", "", *rows, "",
-            f"{args.repeats} run(s) a path, of {', '.join(f'{p} {args.steps or PAIRS[p][5]:,}' for p in args.pairs)} env "
-            f"steps, timed from {LEARNING_STARTS + args.warmup:,}." + (f" Our runs add `{args.ours_flags}`."
-                                                                      if args.ours_flags else "")]
-    return "\n".join(text) + "\n"
+                failed.append(f"{pair} {path}")
+            else:
+                measured[pair][path] = (statistics.median(r["sps"] for r in found), max(r["peak_mb"] for r in found))
+                print(f"{pair} {path}: {measured[pair][path][0]:,.1f} SPS", file=sys.stderr, flush=True)
+            if args.out:
+                with open(args.out, "w") as f:
+                    f.write(text())
+    if not any(measured.values()):
+        sys.exit(f"error: every path failed ({', '.join(failed)}); the errors are above")
+    return text()
 
 
 def machine() -> str:

@@ -429,7 +429,8 @@ def test_speed_gpu_runs_each_path_with_its_flags_and_leaves_sb3_out_under_ours_f
         return [{"sps": 400.0 if sides[0] == "ours" else 100.0, "peak_mb": 1.0}]
     monkeypatch.setattr(speed, "run_children", run_children)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda: "a GPU")
-    args = argparse.Namespace(pairs=["td3"], steps=3000, warmup=500, repeats=1, seed=1, threads=None, ours_flags="")
+    args = argparse.Namespace(pairs=["td3"], steps=3000, warmup=500, repeats=1, seed=1, threads=None, ours_flags="",
+                              out=None)
     text = speed.gpu_markdown(args, "cmd")
     assert runs == [("ours", "--no-compile", False), ("ours", "--compile", True), ("ours", "--compile", False),
                     ("sb3", "", False)]
@@ -437,6 +438,32 @@ def test_speed_gpu_runs_each_path_with_its_flags_and_leaves_sb3_out_under_ours_f
     runs.clear()
     text = speed.gpu_markdown(argparse.Namespace(**{**vars(args), "ours_flags": "--batch-size 512"}), "cmd")
     assert [side for side, *_ in runs] == ["ours"] * 3 and "| SB3 |" not in text and "| captured | 400.0 | - |" in text
+
+
+def test_speed_gpu_keeps_the_rows_of_the_paths_that_ran(monkeypatch, tmp_path):
+    """A path that fails (say, its capture) is named under the table and the others keep their rows; --out holds the
+    rows measured so far after each path; when every path fails, one line and exit 1."""
+    sys.path.insert(0, str(ROOT / "benchmark"))
+    import speed
+
+    written = []
+
+    def run_children(sides, pair, steps, seeds, args, batons=()):
+        written.append(open(out).read() if os.path.exists(out) else "")
+        if args.ours_flags == "--compile" and not args.no_graphs or fail_all:
+            sys.exit("error: ours td3 failed (exit 1)")
+        return [{"sps": 400.0 if sides[0] == "ours" else 100.0, "peak_mb": 1.0}]
+    out, fail_all = str(tmp_path / "gpu.md"), False
+    monkeypatch.setattr(speed, "run_children", run_children)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda: "a GPU")
+    args = argparse.Namespace(pairs=["td3"], steps=3000, warmup=500, repeats=1, seed=1, threads=None, ours_flags="",
+                              out=out)
+    text = speed.gpu_markdown(args, "cmd")
+    assert "| compiled | 400.0 | 4.00 |" in text and "| captured |" not in text and "Failed: td3 captured." in text
+    assert "| eager | 400.0 | - |" in written[1] and "| compiled |" in written[3] and "Failed" in written[3]
+    fail_all = True
+    with pytest.raises(SystemExit, match="every path failed"):
+        speed.gpu_markdown(args, "cmd")
 
 
 def test_meter_alternates_turns_and_lets_the_last_side_run_on_alone():
