@@ -66,9 +66,10 @@ def changed_flags(args, env_id: str, seed: int) -> str:
 
 
 class Run:
-    """One grid cell going in a subprocess, holding its directory's lock."""
+    """One grid cell going in a subprocess, holding its directory's lock. own_session (the local runner's runs): Ctrl-C
+    reaches the runner alone, which stops each run; a Slurm task's run stays in the task's group, which Slurm kills."""
 
-    def __init__(self, name: str, directory: str, cmd: list, threads: int | None):
+    def __init__(self, name: str, directory: str, cmd: list, threads: int | None, own_session: bool = False):
         self.name, self.directory, self.started = name, directory, time.time()
         self.lock = open(os.path.join(directory, ".lock"), "w")
         fcntl.flock(self.lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # raises BlockingIOError if another runner has it
@@ -85,7 +86,7 @@ class Run:
                 f.write(shlex.join(cmd[2:]) + "\n")
         self.log.flush()
         self.proc = subprocess.Popen(cmd, cwd=directory, stdout=self.log, stderr=subprocess.STDOUT, env=env,
-                                     start_new_session=True)  # Ctrl-C reaches the runner alone, which stops each run
+                                     start_new_session=own_session)
 
     def finish(self) -> int:
         code = self.proc.wait()
@@ -275,7 +276,7 @@ def main(argv=None) -> int:
                 os.makedirs(directory, exist_ok=True)
                 try:
                     running.append(Run(f"{args.script} {env_id} seed {seed}", directory,
-                                       command(args, env_id, seed, directory), threads))
+                                       command(args, env_id, seed, directory), threads, own_session=True))
                 except BlockingIOError:
                     failed.append(f"{env_id} seed {seed}")
                     print(f"skipped {env_id} seed {seed}: another runner holds {directory}", flush=True)
