@@ -65,14 +65,24 @@ def changed_flags(args, env_id: str, seed: int) -> str:
                      for key in sorted(old[0].keys() | old[1].keys()) if old[0].get(key) != old[1].get(key))
 
 
+def lock(directory: str):
+    """The directory's lock file, locked, or BlockingIOError if another runner holds it."""
+    f = open(os.path.join(directory, ".lock"), "w")
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        f.close()
+        raise
+    return f
+
+
 class Run:
     """One grid cell going in a subprocess, holding its directory's lock. own_session (the local runner's runs): Ctrl-C
     reaches the runner alone, which stops each run; a Slurm task's run stays in the task's group, which Slurm kills."""
 
     def __init__(self, name: str, directory: str, cmd: list, threads: int | None, own_session: bool = False):
         self.name, self.directory, self.started = name, directory, time.time()
-        self.lock = open(os.path.join(directory, ".lock"), "w")
-        fcntl.flock(self.lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # raises BlockingIOError if another runner has it
+        self.lock = lock(directory)
         if os.path.exists(os.path.join(directory, "DONE")):  # another runner finished it since this one looked
             self.lock.close()
             raise FileExistsError(directory)
@@ -243,13 +253,12 @@ def main(argv=None) -> int:
                   "again with these, or choose another --out", file=sys.stderr)
             return 2
         if difference and not args.dry_run:
-            with open(os.path.join(directory, ".lock"), "w") as lock:
-                try:  # a run another runner is still training is not deleted under it
-                    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except BlockingIOError:
-                    print(f"error: --rerun: another runner holds {directory}; wait for it, or stop it", file=sys.stderr)
-                    return 2
-                shutil.rmtree(directory)
+            try:  # a run another runner is still training is not deleted under it
+                with lock(directory):
+                    shutil.rmtree(directory)
+            except BlockingIOError:
+                print(f"error: --rerun: another runner holds {directory}; wait for it, or stop it", file=sys.stderr)
+                return 2
     todo = [(env_id, seed) for env_id, seed in grid
             if not os.path.exists(os.path.join(run_dir(args.out, args.script, env_id, seed), "DONE"))]
     if args.backend == "slurm":

@@ -285,6 +285,7 @@ def gpu_markdown(args, command: str) -> str:
     paths = {"eager": ("ours", "--no-compile", False), "compiled": ("ours", "--compile", True),
              "captured": ("ours", "--compile", False), **({} if args.ours_flags else {"SB3": ("sb3", "", False)})}
     measured, failed = {pair: {} for pair in args.pairs}, []
+    gpu = f"Machine: {machine()}; GPU: {torch.cuda.get_device_name()}."
 
     def text() -> str:
         rows = ["| script | env | path | SPS | ratio to SB3 | peak host MB |", "|---|---|---|---|---|---|"]
@@ -296,13 +297,12 @@ def gpu_markdown(args, command: str) -> str:
         note = (f"{args.repeats} run(s) a path, of {runs} env steps, timed from {LEARNING_STARTS + args.warmup:,}."
                 + (f" Our runs add `{args.ours_flags}`." if args.ours_flags else "")
                 + (f" Failed: {', '.join(failed)}." if failed else ""))
-        gpu = f"Machine: {machine()}; GPU: {torch.cuda.get_device_name()}."
         return "\n".join([f"`{command}`", "", gpu, "", *rows, "", note]) + "\n"
     for pair in args.pairs:
+        steps = args.steps or PAIRS[pair][5]
         for path, (side, flags, no_graphs) in paths.items():
             pinned = argparse.Namespace(**{**vars(args), "threads": args.threads or PAIRS[pair][4], "no_graphs": no_graphs,
                                            "ours_flags": f"{flags} {args.ours_flags}".strip()})
-            steps = args.steps or PAIRS[pair][5]
             try:
                 found = [run_children([side], pair, steps, [args.seed + k], pinned)[0] for k in range(args.repeats)]
             except SystemExit as failure:  # one path failing (say, its capture) leaves the others' rows
