@@ -516,12 +516,11 @@ def check_args(args: Args) -> None:
            (not 0 <= args.gripper_epsilon <= 1, "--gripper-epsilon must lie in [0, 1]"),
            ((args.offline_ratio or args.offline_steps) and not args.offline_data,
             "--offline-ratio and --offline-steps need --offline-data PATH, an .npz written by --save-replay"),
-           (args.save_replay and os.path.isdir(args.save_replay), f"--save-replay {args.save_replay} is a directory; "
-            "pass a file name, such as replay.npz"),
            (args.save_replay and args.offline_data and os.path.abspath(args.save_replay) == os.path.abspath(
                args.offline_data), "--save-replay would overwrite the --offline-data file; pass another file name"),
-           (args.save_replay and not os.access(replay_dir, os.W_OK | os.X_OK), f"--save-replay {args.save_replay}: its "
-            "directory is missing or not writable; make it, or pass a path in a writable one")])
+           (args.save_replay and (os.path.isdir(args.save_replay) or not os.access(replay_dir, os.W_OK | os.X_OK)),
+            f"--save-replay {args.save_replay} is a directory, or its directory is missing or read-only; pass a file "
+            "name, such as replay.npz, in a writable directory")])
 
 
 def check_spaces(env_id: str, obs_space, action_space) -> None:
@@ -959,16 +958,13 @@ def observation_wrappers(args, make):
     observation} (by a function that pickles, as checkpoints need), the last --frame-stack frames stacked, oldest first."""
     if not args.from_pixels:
         return make()
-    try:
+    try:  # gym.make's keywords go to the env's constructor
         env = make(render_mode="rgb_array", width=args.image_size, height=args.image_size)
-    except TypeError as e:  # gym.make's keywords go to the env's constructor
-        raise ConfigError(f"--from-pixels: {args.env_id} takes no frame size when made ({e}); use an env that does, "
-                          "such as MuJoCo's, or drop --from-pixels") from None
-    try:
         env.unwrapped.render()  # MuJoCo aims the camera at its first frame's geoms: those of gym.make's state
     except Exception as e:
         raise ConfigError(f"--from-pixels: {args.env_id} cannot render {args.image_size} x {args.image_size} frames "
-                          f"({type(e).__name__}: {e}); lower --image-size, or set MUJOCO_GL=egl on a headless machine")
+                          f"({type(e).__name__}: {e}); use an env that takes a frame size when made, such as MuJoCo's, "
+                          "lower --image-size, or set MUJOCO_GL=egl on a headless machine") from None
     space = gym.spaces.Box(0, 255, (args.image_size, args.image_size, 3), np.uint8)
     env = gym.wrappers.TransformObservation(env, functools.partial(pixels_and_state, env),
                                             gym.spaces.Dict(pixels=space, state=env.observation_space))

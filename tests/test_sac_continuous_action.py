@@ -799,7 +799,8 @@ def test_an_error_from_the_shell_is_one_line_where_a_library_warns_first(tmp_pat
 
     result = run_cli(sac, ["--env-id", "grasp_env:PointGrasp-v0", "--from-pixels"], tmp_path)
     assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
-    assert result.stderr.startswith("error: --from-pixels: grasp_env:PointGrasp-v0 takes no frame size")
+    assert result.stderr.startswith("error: --from-pixels: grasp_env:PointGrasp-v0 cannot render 84 x 84 frames "
+                                    "(TypeError")
     assert os.listdir(tmp_path) == []
 
 
@@ -834,7 +835,7 @@ BAD_INPUT = {  # this script's flags; the common ones are in test_common_block.p
     "images beyond the renderer": (["--env-id", "InvertedPendulum-v5", "--from-pixels", "--image-size", "100000"],
                                    "--image-size"),
     "pixels from an env that takes no frame size": (["--env-id", "grasp_env:PointGrasp-v0", "--from-pixels"],
-                                                    "--from-pixels: grasp_env:PointGrasp-v0 takes no frame size"),
+                                                    "PointGrasp-v0 cannot render 84 x 84 frames (TypeError"),
     "offline data with a NaN reward": (["--offline-data", "nan.npz"], "rewards row 1 holds nan"),
     "offline actions outside the bounds": (["--offline-data", "far.npz"], "actions row 2 holds [200.]"),
     "offline terminations neither 0 nor 1": (["--offline-data", "half.npz"], "terminations row 0 holds 0.5"),
