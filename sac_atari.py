@@ -505,14 +505,6 @@ class Run:
         self.dir = os.path.dirname(os.path.abspath(args.resume)) if checkpoint else f"runs/{self.name}"
         check([(len(self.name.encode()) > 255, f"the run name {self.name[:40]}... is longer than a file name may be "
                 "(255 bytes): shorten --exp-name")])
-        try:  # the run directory, made or found writable before anything is written to it
-            os.makedirs(self.dir, exist_ok=True)
-            check([(not os.access(self.dir, os.W_OK | os.X_OK), f"{self.dir} is not writable: run from elsewhere")])
-            with contextlib.suppress(FileNotFoundError):
-                os.remove(f"{self.dir}/finished")  # a finished run resumed with --resume-anyway: running again
-        except OSError as e:
-            raise ConfigError(f"cannot make the run directory {self.dir} ({e.strerror}): is runs/ a file, or read-only? "
-                              "nothing is written") from None
         saved = checkpoint and unpickle_envs(checkpoint["envs"], args)  # the sub-envs, their RNG and simulator state
         for env, (np_random, state) in zip(*saved) if saved else []:
             env.unwrapped.np_random = np_random
@@ -525,9 +517,6 @@ class Run:
         self.envs = gym.vector.SyncVectorEnv(thunks, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
         self.exact = saved and all(state is not None or not isinstance(env.unwrapped, gym.utils.EzPickle)
                                    for env, (_, state) in zip(*saved))  # else make_env made a new env
-        # purge_step drops what a killed run logged after its last checkpoint
-        self.writer = SummaryWriter(self.dir, purge_step=checkpoint["counters"][0] + 1 if checkpoint else None)
-        self.writer.add_text("hyperparameters", "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items()))
         self.last_return = checkpoint["last_return"] if checkpoint else None
         self.eval_return, self.eval_step, self.stop_signal = None, None, []
         self.handlers = {sig: signal.signal(sig, lambda signum, frame: self.stop_signal.append(signum))
@@ -536,6 +525,17 @@ class Run:
     def resume(self, stateful: dict, counters: tuple):
         """(counters, obs): these counters and a first observation, or the checkpoint's, its `stateful` loaded."""
         self.stateful, checkpoint, obs = stateful, self.checkpoint, None
+        try:  # the run directory, made now that main() has built all it needs: a failure before leaves nothing on disk
+            os.makedirs(self.dir, exist_ok=True)
+            check([(not os.access(self.dir, os.W_OK | os.X_OK), f"{self.dir} is not writable: run from elsewhere")])
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(f"{self.dir}/finished")  # a finished run resumed with --resume-anyway: running again
+        except OSError as e:
+            raise ConfigError(f"cannot make the run directory {self.dir} ({e.strerror}): is runs/ a file, or read-only? "
+                              "nothing is written") from None
+        # purge_step drops what a killed run logged after its last checkpoint
+        self.writer = SummaryWriter(self.dir, purge_step=checkpoint["counters"][0] + 1 if checkpoint else None)
+        self.writer.add_text("hyperparameters", "\n".join(f"|{k}|{v}|" for k, v in asdict(self.args).items()))
         if checkpoint:
             for key, obj in stateful.items():
                 obj.data.copy_(checkpoint[key]) if isinstance(obj, torch.Tensor) else obj.load_state_dict(checkpoint[key])
@@ -646,7 +646,8 @@ class Run:
         for sig, handler in self.handlers.items():
             signal.signal(sig, handler)
         self.envs.close()
-        self.writer.close()
+        if hasattr(self, "writer"):  # none where main() failed before resume(): nothing was written
+            self.writer.close()
 
 
 def cli(argv=None) -> dict:
@@ -657,13 +658,12 @@ def cli(argv=None) -> dict:
             args, unknown = tyro.cli(Args, args=argv, return_unknown_args=True, description=__doc__.split("\n\n")[0])
         check([(unknown, f"unrecognized flag {' '.join(unknown)} in `{' '.join(argv)}`; see --help")])
         summary = main(args)
-    except SystemExit as e:
-        if not e.code:
-            raise
-        print(f"error: a flag's value is missing or does not parse in `{' '.join(argv)}`; see --help", file=sys.stderr)
-        raise SystemExit(2) from None
-    except ConfigError as e:
-        print("error: " + " ".join(str(e).split()), file=sys.stderr)  # one line, whatever a library's message holds
+    except (SystemExit, ConfigError, RuntimeError) as e:  # bad input: one line on stderr, whatever it says, exit code 2
+        if isinstance(e, SystemExit) and not e.code or isinstance(e, RuntimeError) and "allocate memory" not in str(e):
+            raise  # --help, or a RuntimeError other than torch's failure to allocate a buffer
+        message = {SystemExit: f"a flag's value is missing or does not parse in `{' '.join(argv)}`; see --help",
+                   RuntimeError: f"too little memory for these flags ({e}): lower --buffer-size"}.get(type(e), str(e))
+        print("error: " + " ".join(message.split()), file=sys.stderr)
         raise SystemExit(2) from None
     if summary["stopped_by"]:
         raise SystemExit(128 + summary["stopped_by"])

@@ -550,6 +550,23 @@ def test_a_run_directory_that_cannot_be_written_is_one_line_and_nothing_is_writt
     assert os.listdir(in_tmp) == (["runs"] if case == "runs is a file" else [])
 
 
+@pytest.mark.parametrize("name", ["sac_continuous_action", "td3_continuous_action", "sac_atari", "acer"])
+def test_a_buffer_beyond_the_machine_s_memory_is_one_line_and_nothing_is_written(in_tmp, capsys, name):
+    """Torch cannot allocate a replay of 10^12 transitions: one line naming --buffer-size, after the envs and networks
+    are built but before the run directory is made, so nothing is on disk."""
+    try:
+        torch.empty(4 * 10**12, dtype=torch.uint8)
+        pytest.skip("this OS grants a 4 TB allocation (overcommit): a replay that big would not fail at once")
+    except RuntimeError:
+        pass
+    script = importlib.import_module(name)
+    with pytest.raises(SystemExit) as exit_info:
+        script.cli(tiny_argv(script, buffer_size=10**12, total_timesteps=10**13))
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and err.count("\n") == 1 and "too little memory" in err, err
+    assert "lower --buffer-size" in err and os.listdir(in_tmp) == []
+
+
 def test_a_finished_run_refuses_resume_unless_told_and_then_runs_again(in_tmp, capsys, script):
     summary = script.cli(tiny_argv(script, checkpoint_freq=250, total_timesteps=600))
     checkpoint = f"{summary['run_dir']}/checkpoint.pt"
