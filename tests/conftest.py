@@ -51,6 +51,16 @@ def scalars(run_dir) -> dict:
     return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
 
 
+LONG = ("test_learns_pendulum", "_on_slurm_", "test_learns_", "resumes")  # tests of 35 s to 140 s, longest first
+
+
+def pytest_collection_modifyitems(items):
+    """The long tests first, longest first (a stable sort keeps the rest in file order). With --maxschedchunk 2
+    (pyproject's addopts) pytest-xdist hands each worker two tests at a time, so the two workers start on the long ones
+    and share the short ones at the end, and neither runs a learning test alone while the other idles."""
+    items.sort(key=lambda item: next((i for i, part in enumerate(LONG) if part in item.name), len(LONG)))
+
+
 def pytest_terminal_summary(terminalreporter):
     """Print what a passing test recorded with record_property("shown_in_summary", text): the Slurm test's sbatch and
     squeue output, which would otherwise stay in the captured output of a pytest-xdist worker."""
