@@ -398,10 +398,12 @@ def target_of(source: nn.Module, target: nn.Module) -> nn.Module:
 def main(args: Args) -> dict:
     """Train; returns a summary. Raises ConfigError, before writing anything, on bad flags, envs or checkpoints."""
     args, checkpoint, device = setup(args)
-    args, data = robot_learning_setup(args)  # file flags made absolute; --offline-data loaded and checked
+    files = ("offline_data", "save_replay", "image_encoder_weights")  # made absolute: a resume runs from anywhere
+    args = replace(args, **{key: os.path.abspath(path) for key in files if (path := getattr(args, key))})
     run = Run(args, checkpoint, device)
     try:
         obs_space, action_space = run.envs.single_observation_space, run.envs.single_action_space
+        data = robot_learning_setup(args, obs_space, action_space)  # the robot-learning flags checked; --offline-data
         gripper, share = args.num_discrete_actions > 0, args.shared_encoder and isinstance(obs_space, gym.spaces.Dict)
         act_dim = action_space.shape[0] - gripper  # |A|: the arm's dimensions, without a gripper's
         actor = None if share else Actor(run.envs, gripper=gripper).to(device)  # first, as the seed's draws have gone
@@ -479,8 +481,9 @@ def main(args: Args) -> dict:
         model = {"actor": actor.state_dict(), "qf": qf.state_dict(), "log_alpha": log_alpha.detach().cpu(),
                  **({"discrete_qf": grip.dq.state_dict()} if grip else {})}
         summary = run.finish(counters(), obs, policy, model)
-        if args.save_replay:
-            save_replay(run, rb, global_step)
+        if args.save_replay:  # durably, whole or not at all
+            run.save(lambda f: np.savez(f, **replay_arrays(rb)), args.save_replay, global_step, "other files are kept")
+            print(f"replay buffer saved to {args.save_replay}")
     finally:
         run.close()
     return {**summary, "critic_updates": critic_updates, "actor_updates": actor_updates}
@@ -492,9 +495,8 @@ def check_args(args: Args) -> None:
     replay_dir = os.path.dirname(os.path.abspath(args.save_replay or "."))
     check([(args.buffer_size < max(args.batch_size, 2 * args.num_envs), f"--buffer-size must be at least --batch-size "
             f"({args.batch_size}) and twice --num-envs ({args.num_envs})"),
-           (args.learning_starts >= args.total_timesteps and not args.offline_steps,
-            f"--learning-starts {args.learning_starts} >= "
-            f"--total-timesteps {args.total_timesteps}: no update would run; lower one or raise the other"),
+           (args.learning_starts >= args.total_timesteps and not args.offline_steps, f"--learning-starts must lie "
+            f"below --total-timesteps ({args.total_timesteps}), or no update runs"),
            (not 1 <= args.batch_size <= (args.buffer_size if args.offline_data else args.learning_starts),
             "--batch-size must lie in [1, --learning-starts] ([1, --buffer-size] with --offline-data)"),
            (not min(x for x in (args.policy_lr, args.q_lr, args.discrete_q_lr, args.grad_clip_norm) if x is not None) > 0,
@@ -506,7 +508,7 @@ def check_args(args: Args) -> None:
             f"--num-subsample-critics must lie in [1, --num-critics={args.num_critics}]"),
            (min(args.utd_ratio, args.policy_frequency, args.target_network_frequency) < 1,
             "--utd-ratio, --policy-frequency and --target-network-frequency must be at least 1"),
-           (not 16 <= args.image_size <= MAX_IMAGE_SIZE, f"--image-size must lie in [16, {MAX_IMAGE_SIZE}] pixels"),
+           (not 16 <= args.image_size <= 512, "--image-size must lie in [16, 512] pixels"),  # 512: 99M weights a head
            (not 1 <= args.frame_stack < args.image_size / 3 or args.frame_stack > 1 and not args.from_pixels,
             "--frame-stack must lie in [1, --image-size / 3) and above 1 needs --from-pixels"),
            (not 0 <= (args.offline_ratio or 0) <= 1 or args.offline_steps < 0,
@@ -524,8 +526,7 @@ def check_args(args: Args) -> None:
 
 
 def check_spaces(env_id: str, obs_space, action_space) -> None:
-    """Raise ConfigError unless the env has 1-D Box observations, or a Dict of Box vectors and 3-d uint8 images, and a
-    bounded Box action space."""
+    """Raise ConfigError unless observations are a 1-D Box or a Dict of vectors and uint8 images; actions a Box."""
     box = isinstance(action_space, gym.spaces.Box)  # the bounds are read only from a Box
     spaces = obs_space.spaces if isinstance(obs_space, gym.spaces.Dict) else {}
     bad = [key for key, space in spaces.items()
@@ -540,19 +541,15 @@ def check_spaces(env_id: str, obs_space, action_space) -> None:
 
 
 # ======================================================================================================================
-# ROBOT-LEARNING OPTIONS (HIL-SERL): image observations (--from-pixels, Dict envs) with their encoder, DrQ's shift and
-# replay; the discrete gripper (--num-discrete-actions); offline data (--offline-data, --save-replay). main() calls in
-# here only where one of them is on: a reader of plain, state-based SAC may stop above.
+# ROBOT-LEARNING OPTIONS (HIL-SERL): images with their encoder and replay, gripper, offline data. SAC readers may stop.
 # ======================================================================================================================
 IMAGE_FEATURES = 50  # an image's encoding width (DrQ, SAC-AE)
 SPATIAL_FEATURES = 8  # SpatialEmbedding's K, learned maps per channel (HIL-SERL's image_embedding_pooling_dim)
 IMAGENET = torch.tensor([0.485, 0.456, 0.406]), torch.tensor([0.229, 0.224, 0.225])  # mean and std of each colour
-MAX_IMAGE_SIZE = 512  # --image-size's bound: at 512 px the DrQ encoder's linear layer holds 99M weights (84 px: 2M)
 
 
 def to_tensors(obs, device):
-    """The networks' input from observations (B, ...): float32; a Dict's keys flattened, its uint8 images (B, H, W, C)
-    or (B, C, H, W) made (B, C, H, W) floats in [0, 1]."""
+    """Observations (B, ...) as float32: a Dict's vectors flattened, its uint8 images made (B, C, H, W) in [0, 1]."""
     if not isinstance(obs, dict):
         return torch.as_tensor(obs, dtype=torch.float32, device=device)
     out = {}
@@ -564,39 +561,32 @@ def to_tensors(obs, device):
 
 
 class Encoder(nn.Module):
-    """An observation's features: a flat Box passes through; of a Dict, each image goes through a CNN, a pooling and a
-    head (Linear, LayerNorm, Tanh), and the vector keys, concatenated, through Linear, LayerNorm, Tanh (HIL-SERL's
-    SACObservationEncoder); the parts are concatenated. The CNN is DrQ's or, given `weights`, a ResNet-10; `frozen`, it
-    takes no gradient. The pooling flattens the CNN's maps (DrQ) or is `SpatialEmbedding` (HIL-SERL)."""
+    """HIL-SERL's SACObservationEncoder: a flat Box passes; a Dict's images each through a CNN (DrQ's or ResNet-10;
+    `frozen`: no gradient), a pooling (flatten or spatial) and a head, its vectors through theirs; all concatenated."""
 
     def __init__(self, obs_space, pooling: str = "flatten", weights: str | None = None, frozen: bool = False):
         super().__init__()
         spaces = obs_space.spaces if isinstance(obs_space, gym.spaces.Dict) else {}
         self.images = [key for key, space in spaces.items() if space.dtype == np.uint8]
         self.vectors = [key for key in spaces if key not in self.images]
-        self.cnns, self.maps, self.state, self.out_dim = nn.ModuleDict(), {}, None, 0 if spaces else obs_space.shape[0]
+        self.cnns, self.heads, self.maps = nn.ModuleDict(), nn.ModuleDict(), {}  # of each image
         for key in self.images:
             shape = spaces[key].shape if spaces[key].shape[0] < spaces[key].shape[-1] else np.roll(spaces[key].shape, 1)
             # DrQ's CNN (arXiv:2004.13649 App. B, from SAC-AE, arXiv:1910.01741), each convolution with a ReLU: conv1
             # C -> 32 channels, 3x3, stride 2; conv2, conv3, conv4 32 -> 32, 3x3, stride 1 (84 px: 41, 39, 37, 35)
-            cnn = [ResNet10(int(shape[0]), weights)] if weights else [
+            self.cnns[key] = ResNet10(int(shape[0]), weights) if weights else nn.Sequential(
                 nn.Conv2d(int(shape[0]), 32, 3, stride=2), nn.ReLU(),
-                *(m for _ in range(3) for m in (nn.Conv2d(32, 32, 3), nn.ReLU()))]
+                *(m for _ in range(3) for m in (nn.Conv2d(32, 32, 3), nn.ReLU())))
             with torch.no_grad():
-                maps = nn.Sequential(*cnn).requires_grad_(not frozen)(torch.zeros(1, *map(int, shape))).shape[1:]
+                maps = self.cnns[key].requires_grad_(not frozen)(torch.zeros(1, *map(int, shape))).shape[1:]
             pool = SpatialEmbedding(*maps) if pooling == "spatial" else nn.Flatten()
             # the head: Linear to IMAGE_FEATURES = 50 (DrQ), LayerNorm and Tanh
             head = (nn.Linear(maps[0] * SPATIAL_FEATURES if pooling == "spatial" else maps.numel(), IMAGE_FEATURES),
                     nn.LayerNorm(IMAGE_FEATURES), nn.Tanh())
-            self.cnns[key], self.maps[key], self.split = nn.Sequential(*cnn, pool, *head), maps, len(cnn)
-            self.out_dim += IMAGE_FEATURES
-        if self.vectors:
-            state_dim = sum(int(np.prod(spaces[key].shape)) for key in self.vectors)
-            self.state, self.out_dim = nn.Sequential(nn.Linear(state_dim, HIDDEN), nn.LayerNorm(HIDDEN), nn.Tanh()), \
-                self.out_dim + HIDDEN
-
-    def cnn(self, key: str, images: torch.Tensor) -> torch.Tensor:  # the maps (B, C', H', W') of images (B, C, H, W)
-        return self.cnns[key][: self.split](images)
+            self.heads[key], self.maps[key] = nn.Sequential(pool, *head), maps
+        state_dim = sum(int(np.prod(spaces[key].shape)) for key in self.vectors)  # the vectors: Linear, LayerNorm, Tanh
+        self.state = nn.Sequential(nn.Linear(state_dim, HIDDEN), nn.LayerNorm(HIDDEN), nn.Tanh()) if state_dim else None
+        self.out_dim = IMAGE_FEATURES * len(self.images) + HIDDEN * bool(state_dim) if spaces else obs_space.shape[0]
 
     def forward(self, obs):
         if not isinstance(obs, dict):
@@ -604,8 +594,8 @@ class Encoder(nn.Module):
         parts = []
         for key in self.images:  # with --freeze-image-encoder the replay gives the CNN's features it stored of a frame
             cached = obs.get(f"{key}/features")
-            maps = self.cnn(key, obs[key]) if cached is None else cached.unflatten(1, self.maps[key])
-            parts.append(self.cnns[key][self.split:](maps))
+            maps = self.cnns[key](obs[key]) if cached is None else cached.unflatten(1, self.maps[key])
+            parts.append(self.heads[key](maps))
         vectors = [self.state(torch.cat([obs[key] for key in self.vectors], dim=-1))] if self.vectors else []
         return torch.cat(parts + vectors, dim=-1)
 
@@ -624,8 +614,7 @@ class SpatialEmbedding(nn.Module):
 
 
 class BasicBlock(nn.Module):
-    """ResNet's block (arXiv:1512.03385): relu(bn2(conv2(relu(bn1(conv1(x))))) + downsample(x)), 3x3 convolutions;
-    downsample is the identity or, where the block halves the size, a strided 1x1 convolution and a BatchNorm."""
+    """ResNet's basic block (arXiv:1512.03385): relu(bn2(conv2(relu(bn1(conv1(x))))) + downsample(x))."""
 
     def __init__(self, c_in: int, c: int, stride: int):
         super().__init__()
@@ -639,9 +628,7 @@ class BasicBlock(nn.Module):
 
 
 class ResNet10(nn.Sequential):
-    """HIL-SERL's pretrained encoder: ResNet-18 with one basic block a stage and no pooling or fc, 512 maps at 1/32 of the
-    image's size, loaded from `weights` (torchvision's names: the page shows how to make the file from a ResNet-18).
-    Images are normalised by ImageNet's mean and std; the BatchNorms use their running statistics in training too."""
+    """HIL-SERL's pretrained encoder: ResNet-18 with one block a stage, no pooling or fc; torchvision's names."""
 
     def __init__(self, channels: int, weights: str | None = None):
         stages = {f"layer{i}": nn.Sequential(BasicBlock(max(64, c // 2), c, 1 if c == 64 else 2))
@@ -649,10 +636,8 @@ class ResNet10(nn.Sequential):
         super().__init__(OrderedDict(conv1=nn.Conv2d(channels, 64, 7, 2, 3, bias=False), bn1=nn.BatchNorm2d(64),
                                      relu=nn.ReLU(), maxpool=nn.MaxPool2d(3, 2, 1), **stages))
         self.train()
-        if weights is None:
-            return
-        try:
-            self.load_state_dict(torch.load(weights, map_location="cpu", weights_only=True))
+        try:  # without a file, its own random weights (as tests write them)
+            self.load_state_dict(torch.load(weights, "cpu", weights_only=True) if weights else self.state_dict())
         except Exception as e:  # missing, no state dict, or of other shapes
             raise ConfigError(f"--image-encoder-weights {weights}: no ResNet-10 for {channels}-channel images ("
                               f"{type(e).__name__}: {' '.join(str(e).split())[:160]}); see the page for making one") from None
@@ -666,8 +651,7 @@ class ResNet10(nn.Sequential):
 
 
 def random_shift(images: torch.Tensor, pad: int = 4) -> torch.Tensor:
-    """DrQ's image augmentation (arXiv:2004.13649, Sec. 3.1): each image (B, C, H, W) padded by `pad` pixels that repeat
-    its border, then cropped back to H x W at an offset drawn uniformly from {0, ..., 2 pad}^2."""
+    """DrQ's shift (arXiv:2004.13649, Sec. 3.1): images (B, C, H, W) edge-padded by `pad`, cropped at uniform offsets."""
     n, _, h, w = images.shape
     padded = F.pad(images, (pad,) * 4, mode="replicate")
     dy, dx = torch.randint(0, 2 * pad + 1, (2, n, 1, 1), device=images.device)
@@ -676,10 +660,8 @@ def random_shift(images: torch.Tensor, pad: int = 4) -> torch.Tensor:
 
 
 class ImageReplayBuffer(ReplayBuffer):
-    """A ReplayBuffer of Dict observations: the vector keys, flattened, in the rows; each uint8 image stored once, on the
-    CPU: frames[i] is row i's s and frames[i + num_envs] (its sub-env's next row's s) its s', unless row i ended an
-    episode: then last[i] is (torch.empty commits memory only where written). With `augment`, sampled images are shifted
-    (DrQ). Given the critics' frozen `encoder`, each frame's CNN features, computed once, are stored and sampled."""
+    """Dict observations: vectors in the rows; each image once, on the CPU: frames[i] is row i's s, frames[i + num_envs]
+    its s' or, if row i ended an episode, last[i]. `augment`: DrQ's shift; a frozen `encoder`: CNN features stored."""
 
     def __init__(self, capacity: int, obs_space, act_dim: int, num_envs: int, device, augment: bool, encoder=None):
         self.spaces, self.num_envs, self.encoder = obs_space.spaces, num_envs, encoder
@@ -697,12 +679,11 @@ class ImageReplayBuffer(ReplayBuffer):
         n = len(next(iter(obs.values())))
         return np.concatenate([np.zeros((n, 0))] + [obs[key].reshape(n, -1) for key in self.vectors], 1)
 
-    def stored(self, obs) -> dict:
-        """What the buffer keeps of observations: the frames, and with an encoder their CNN features (by 256 frames)."""
+    def stored(self, obs) -> dict:  # the frames and, with an encoder, their CNN features (by 256 frames)
         out = {key: torch.as_tensor(obs[key]) for key in self.images}
         with torch.no_grad():
             for key in self.images if self.encoder else ():
-                out[f"{key}/features"] = torch.cat([self.encoder.cnn(key, to_tensors({key: x}, self.device)[key])
+                out[f"{key}/features"] = torch.cat([self.encoder.cnns[key](to_tensors({key: x}, self.device)[key])
                                                     .flatten(1).cpu() for x in out[key].split(256)])
         return out
 
@@ -720,8 +701,7 @@ class ImageReplayBuffer(ReplayBuffer):
     def stale(self) -> int:  # how many of the oldest rows have lost their s image to the newest rows' s'
         return min(max(self.size + self.num_envs - self.capacity, 0), self.num_envs) if self.images else 0
 
-    def observations(self, flat, idx, next_obs: bool, keys):
-        """Rows idx's s (or s') as stored: a Dict of flattened vectors and `keys` of `frames`."""
+    def observations(self, flat, idx, next_obs: bool, keys):  # rows idx's s (or s'): vectors, and `keys` of frames
         obs = dict(zip(self.vectors, flat.split([int(np.prod(shape)) for shape in self.vectors.values()], dim=-1)))
         for key in keys:
             frames = self.frames[key][(idx + self.num_envs) % self.capacity if next_obs else idx]
@@ -766,8 +746,7 @@ def replay_buffer(args, capacity: int, obs_space, act_dim: int, device, encoder,
 
 
 def replay_arrays(rb: ReplayBuffer) -> dict:
-    """The stored transitions, oldest first, as --save-replay writes them: obs, actions, rewards, next_obs and
-    terminations, a Dict's observations as obs/<key> and next_obs/<key> arrays shaped as the space's."""
+    """--save-replay's arrays: obs, actions, rewards, next_obs, terminations (a Dict's as obs/<key>), oldest first."""
     images = isinstance(rb, ImageReplayBuffer)
     idx = (torch.arange(rb.stale() if images else 0, rb.size) + (rb.pos if rb.size == rb.capacity else 0)) % rb.capacity
     obs, actions, rewards, next_obs, terminations = rb.storage[idx.to(rb.device)].cpu().split(rb.widths, -1)
@@ -791,8 +770,7 @@ def gripper_levels(action_space, k: int) -> np.ndarray:
 
 
 class DiscreteQ(nn.Module):
-    """Q_d(s, .), the values of the gripper's K commands (HIL-SERL's discrete critic): 256-256-K with ReLU on the
-    features of s, no arm action. Its encoder is its own, or the critics' read detached, as the Actor's."""
+    """HIL-SERL's discrete critic Q_d(s, .) of the gripper's K commands: 256-256-K with ReLU on features of s."""
 
     def __init__(self, envs, k: int, shared_encoder=None):
         super().__init__()
@@ -819,9 +797,8 @@ def compute_loss_discrete_q(dq, dq_target, batch, levels, gamma: float):
 
 
 class Gripper:
-    """--num-discrete-actions K: the last action dimension takes one of K commands (`gripper_levels`), chosen by a
-    discrete critic Q_d (HIL-SERL's) with its own Adam and Polyak target; its update runs eagerly, also under --compile.
-    With a shared encoder it reads the critics' features detached, and its target the target critics': DEVIATION(7)."""
+    """--num-discrete-actions K: the last action dimension is one of K commands chosen by Q_d, with its own Adam and
+    Polyak target, updated eagerly; its encoder is its own, or the critics' read detached (target's: DEVIATION(7))."""
 
     def __init__(self, args, envs, qf, qf_target, share: bool, device):
         k, fused = args.num_discrete_actions, {"fused": True} if device.type in ("cpu", "cuda") else {}
@@ -832,13 +809,11 @@ class Gripper:
         self.stateful, self.args = dict(dq=self.dq, dq_target=self.dq_target, dq_optimizer=self.optimizer), args
 
     def act(self, x, global_step: int | None = None):
-        """(B, 1) values of g = argmax_a Q_d(s, a); in training (given a global_step), uniform with probability epsilon:
-        1 for the first learning_starts steps, then --gripper-epsilon."""
+        """(B, 1) values of g = argmax_a Q_d(s, a); in training (at a global_step), uniform with probability epsilon."""
         with torch.no_grad():
             g = self.dq(x).argmax(dim=-1)
-        epsilon = 0.0 if global_step is None else 1.0 if global_step < self.args.learning_starts else \
-            self.args.gripper_epsilon
-        if epsilon > 0:
+        if global_step is not None:  # epsilon: 1 for the first learning_starts steps, then --gripper-epsilon
+            epsilon = 1.0 if global_step < self.args.learning_starts else self.args.gripper_epsilon
             g = torch.where(torch.rand(len(g), device=g.device) < epsilon, torch.randint_like(g, len(self.levels)), g)
         return self.levels[g, None]
 
@@ -850,27 +825,17 @@ class Gripper:
         return metrics
 
 
-def robot_learning_setup(args):
-    """(args, --offline-data's arrays or None), before anything is written: the file flags made absolute (a resume runs
-    from anywhere); the image and gripper flags checked against the env, and the offline data, in full (RLPD, HIL-SERL)."""
-    files = ("offline_data", "save_replay", "image_encoder_weights")
-    args = replace(args, **{key: os.path.abspath(path) for key in files if (path := getattr(args, key))})
+def robot_learning_setup(args, obs_space, action_space) -> dict | None:
+    """The image and gripper flags checked against the env; --offline-data's arrays, checked in full (RLPD, HIL-SERL)."""
     images = args.freeze_image_encoder or args.image_encoder_weights or args.image_pooling != "flatten"
-    if not (args.offline_data or args.num_discrete_actions or images):
-        return args, None
-    with contextlib.closing(make_env(args)()) as env:
-        obs_space, action_space, act_dim = env.observation_space, env.action_space, env.action_space.shape[0]
-    spaces = getattr(obs_space, "spaces", {})
+    spaces, act_dim = getattr(obs_space, "spaces", {}), action_space.shape[0]
     check([(args.num_discrete_actions and act_dim < 2, f"--num-discrete-actions: {args.env_id} has one action "
             "dimension; the gripper is the last of at least two"),
-           (images and not any(space.dtype == np.uint8 for space in spaces.values()), "--image-pooling spatial, "
-            "--freeze-image-encoder and --image-encoder-weights need image observations: add --from-pixels"),
-           (images and not args.shared_encoder, "--image-pooling spatial, --freeze-image-encoder and "
-            "--image-encoder-weights need --shared-encoder (HIL-SERL's): the actor reads the critics' image features")])
-    for space in (space for space in spaces.values() if space.dtype == np.uint8 and args.image_encoder_weights):
-        ResNet10(min(space.shape[0], space.shape[-1]), args.image_encoder_weights)  # ConfigError if it doesn't fit
+           (images and not (args.shared_encoder and any(x.dtype == np.uint8 for x in spaces.values())), "--image-"
+            "pooling spatial, --freeze-image-encoder and --image-encoder-weights need images (--from-pixels) and "
+            "--shared-encoder (HIL-SERL's: the actor reads the critics' image features)")])
     if not args.offline_data:
-        return args, None
+        return None
     try:
         with np.load(args.offline_data) as f:
             data = dict(f)
@@ -887,17 +852,16 @@ def robot_learning_setup(args):
     check([(bad or not n, f"--offline-data {args.offline_data} does not fit {args.env_id}: "
             f"{', '.join(bad) or 'no transitions'}; it needs these (N, ...) arrays: {fields}")])
     levels, actions = gripper_levels(action_space, args.num_discrete_actions), data["actions"]
-    off = np.unique(actions[:, -1][~np.isin(actions[:, -1], levels)]) if len(levels) else []
-    check([(len(off), f"--offline-data {args.offline_data}: gripper values {off[:3]} are none of the "
-            f"--num-discrete-actions {args.num_discrete_actions} commands {levels}; save it with the same K")])
     slack = 1e-5 * (action_space.high - action_space.low)  # float rounding of tanh(u) * scale + bias
     rows = {key: ~np.isfinite(x).reshape(n, -1).all(1) for key, x in data.items() if x.dtype != np.uint8}
     rows["actions"] |= ((actions < action_space.low - slack) | (actions > action_space.high + slack)).any(1)
+    rows["actions"] |= (len(levels) > 0) & ~np.isin(actions[:, -1], levels)  # the gripper's: one of its K commands
     rows["terminations"] |= ~np.isin(data["terminations"], (0, 1))
+    grip = f", the last one of the {len(levels)} gripper commands {levels} (save with the same K)" if len(levels) else ""
     check([(bad.any(), f"--offline-data {args.offline_data}: {key} row {bad.argmax():,} holds {data[key][bad.argmax()]}"
-            f"; values must be finite, actions within {args.env_id}'s bounds, terminations 0 or 1")
+            f"; values must be finite, actions within {args.env_id}'s bounds{grip}, terminations 0 or 1")
            for key, bad in rows.items()])
-    return args, data
+    return data
 
 
 def offline_replay(args, data: dict, obs_space, device, encoder) -> ReplayBuffer:
@@ -928,39 +892,28 @@ class MixedReplay:
 
 
 def offline_phase(run, update, offline, metrics: dict, counters, args) -> None:
-    """--offline-steps: update steps on the offline data alone (HIL-SERL's offline learner), logged at steps
-    -offline_steps + 1, ..., 0 (SPS counts update steps); a stop here says which offline update it reached."""
-    if counters()[3] >= args.offline_steps:
-        return
+    """--offline-steps: updates on the offline data alone (HIL-SERL's offline learner), logged at steps 1 - N, ..., 0."""
     run.last_log = time.time(), counters()[3] - args.offline_steps  # the step of the first SPS count
     while counters()[3] < args.offline_steps and not run.stop_signal:
         update(offline)
         run.log({}, metrics, counters()[3] - 1 - args.offline_steps, counters()[3] - args.offline_steps)
-    if run.stop_signal:
+    if counters()[3] < args.offline_steps:
         print(f"\nstopped in the offline phase after offline update {counters()[3]:,} of {args.offline_steps:,}")
     metrics.clear()
     run.last_log = time.time(), counters()[0]
 
 
-def save_replay(run, rb: ReplayBuffer, global_step: int) -> None:
-    """--save-replay: `replay_arrays` as an .npz, written whole or not at all."""
-    run.save(lambda f: np.savez(f, **replay_arrays(rb)), run.args.save_replay, global_step, "the run's other files are "
-             "kept")
-    print(f"replay buffer saved to {run.args.save_replay}")
-
-
 def observation_wrappers(args, make):
-    """The env `make` returns or, with --from-pixels, {"pixels": a frame rendered at --image-size, "state": the env's
-    observation} (by a function that pickles, as checkpoints need), the last --frame-stack frames stacked, oldest first."""
+    """`make()`'s env or, with --from-pixels, {"pixels": its frame, "state": its observation}, --frame-stack frames."""
     if not args.from_pixels:
         return make()
     try:  # gym.make's keywords go to the env's constructor
         env = make(render_mode="rgb_array", width=args.image_size, height=args.image_size)
         env.unwrapped.render()  # MuJoCo aims the camera at its first frame's geoms: those of gym.make's state
     except Exception as e:
-        raise ConfigError(f"--from-pixels: {args.env_id} cannot render {args.image_size} x {args.image_size} frames "
-                          f"({type(e).__name__}: {e}); use an env that takes a frame size when made, such as MuJoCo's, "
-                          "lower --image-size, or set MUJOCO_GL=egl on a headless machine") from None
+        raise ConfigError(f"--from-pixels: {args.env_id} cannot render {args.image_size} x {args.image_size} frames ("
+                          f"{type(e).__name__}: {e}); use an env made with a frame size (MuJoCo's), lower --image-size, "
+                          "or set MUJOCO_GL=egl on a headless machine") from None
     space = gym.spaces.Box(0, 255, (args.image_size, args.image_size, 3), np.uint8)
     env = gym.wrappers.TransformObservation(env, functools.partial(pixels_and_state, env),
                                             gym.spaces.Dict(pixels=space, state=env.observation_space))
@@ -972,8 +925,7 @@ def observation_wrappers(args, make):
 
 
 def pixels_and_state(env, obs) -> dict:
-    """--from-pixels' observation: the frame `env` renders beside its own. Its GL context is made current first: gymnasium
-    switches only between one env's viewers, and another env's closed renderer would leave none current."""
+    """--from-pixels' observation, `env`'s frame beside its own, its GL context made current (another env's may be)."""
     if viewer := getattr(getattr(env.unwrapped, "mujoco_renderer", None), "viewer", None):
         viewer.make_context_current()
     return {"pixels": env.render(), "state": obs}

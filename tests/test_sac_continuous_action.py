@@ -24,8 +24,9 @@ def tiny(**overrides) -> sac.Args:
 
 def offline_buffer(args: sac.Args, encoder=None):
     """The replay buffer a run with these flags makes of its --offline-data."""
-    args, data = sac.robot_learning_setup(args)
-    return sac.offline_replay(args, data, sac.make_env(args)().observation_space, "cpu", encoder)
+    env = sac.make_env(args)()
+    data = sac.robot_learning_setup(args, env.observation_space, env.action_space)
+    return sac.offline_replay(args, data, env.observation_space, "cpu", encoder)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -534,7 +535,7 @@ def test_a_frozen_cnn_gets_no_gradient_and_its_pooling_and_head_do(tmp_path, wei
     qf_target = sac.QEnsemble(dict_envs(), pooling="spatial", frozen=True, weights=path if weights else None)
     actor = sac.Actor(dict_envs(), qf.encoder)
     sac.compute_loss_q(actor, qf, qf_target, dict_batch(), torch.tensor(0.2), 0.99, True, 2)[0].backward()
-    cnn, rest = qf.encoder.cnns["pixels"][: qf.encoder.split], qf.encoder.cnns["pixels"][qf.encoder.split:]
+    cnn, rest = qf.encoder.cnns["pixels"], qf.encoder.heads["pixels"]
     assert all(p.grad is None and not p.requires_grad for p in cnn.parameters())
     assert all(p.grad is not None and float(p.grad.abs().sum()) > 0 for p in rest.parameters())
 
@@ -546,9 +547,9 @@ def test_resnet10_loads_a_state_dict_file_and_refuses_one_of_other_shapes(tmp_pa
     weights = {key: torch.randn_like(v) if v.is_floating_point() else v for key, v in sac.ResNet10(3).state_dict().items()}
     torch.save(weights, tmp_path / "resnet10.pt")
     encoder = sac.Encoder(DICT_SPACE, weights=str(tmp_path / "resnet10.pt"))
-    loaded = encoder.cnns["pixels"][0].state_dict()
+    loaded = encoder.cnns["pixels"].state_dict()
     assert loaded.keys() == weights.keys() and all(torch.equal(loaded[k], weights[k]) for k in weights)
-    assert "layer4.0.downsample.0.weight" in loaded and not encoder.cnns["pixels"][0].training  # BatchNorm: eval mode
+    assert "layer4.0.downsample.0.weight" in loaded and not encoder.cnns["pixels"].training  # BatchNorm: eval mode
     torch.save(sac.ResNet10(6).state_dict(), tmp_path / "six.pt")
     with pytest.raises(sac.ConfigError, match="--image-encoder-weights .*six.pt: no ResNet-10 for 3-channel images"):
         sac.Encoder(DICT_SPACE, weights=str(tmp_path / "six.pt"))
@@ -558,8 +559,8 @@ def test_cached_features_equal_the_frozen_cnn_on_the_stored_frames():
     """Stored once per frame, s and s' alike, across episode ends; sampled in place of the images."""
     torch.manual_seed(0)
     encoder, encoded = sac.Encoder(DICT_SPACE, frozen=True), []
-    cnn = encoder.cnn
-    encoder.cnn = lambda key, images: encoded.append(len(images)) or cnn(key, images)
+    cnn = encoder.cnns["pixels"]
+    cnn.register_forward_hook(lambda module, inputs, output: encoded.append(len(inputs[0])))
     rb = sac.ImageReplayBuffer(40, DICT_SPACE, 2, 1, "cpu", augment=True, encoder=encoder)
     frames = np.random.default_rng(0).integers(0, 256, (31, 1, 16, 16, 3), dtype=np.uint8)
     for t in range(30):
@@ -567,7 +568,7 @@ def test_cached_features_equal_the_frozen_cnn_on_the_stored_frames():
                {"pixels": frames[t + 1], "state": np.zeros((1, 3))}, np.zeros(1), np.array([t % 10 == 9]))
     assert sum(encoded) == 30 + 3  # each row's s', and the s of the rows that begin an episode (0, 10, 20)
     with torch.no_grad():
-        expected = cnn("pixels", sac.to_tensors({"pixels": frames[:, 0]}, "cpu")["pixels"]).flatten(1)
+        expected = cnn(sac.to_tensors({"pixels": frames[:, 0]}, "cpu")["pixels"]).flatten(1)
     torch.testing.assert_close(rb.frames["pixels/features"][:31], expected, rtol=1e-5, atol=1e-6)
     obs, _, _, next_obs, _ = rb.sample(64)
     assert "pixels" not in obs and obs["pixels/features"].shape == (64, expected.shape[1])
@@ -733,7 +734,7 @@ def test_a_replay_that_cannot_be_written_leaves_no_partial_file(in_tmp, monkeypa
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(sac.np, "savez", disk_full)
-    with pytest.raises(sac.ConfigError, match="cannot write .*replay.npz .*No space left.*the run's other files are kept"):
+    with pytest.raises(sac.ConfigError, match="cannot write .*replay.npz .*No space left.*other files are kept"):
         sac.main(tiny(save_replay=str(in_tmp / "replay.npz")))
     assert not (in_tmp / "replay.npz").exists() and not (in_tmp / "replay.npz.tmp").exists()
 
@@ -830,7 +831,7 @@ BAD_INPUT = {  # this script's flags; the common ones are in test_common_block.p
                                  "--num-discrete-actions"),
     "a gripper on a one-dimensional action space": (["--num-discrete-actions", "3"], "one action dimension"),
     "offline gripper values off the grid": (["--env-id", "grasp_env:PointGrasp-v0", "--offline-data", "grasp.npz",
-                                             "--num-discrete-actions", "3"], "gripper values [0.5]"),
+                                             "--num-discrete-actions", "3"], "one of the 3 gripper commands"),
     "tiny images": (["--env-id", "InvertedPendulum-v5", "--from-pixels", "--image-size", "8"], "--image-size"),
     "images beyond the renderer": (["--env-id", "InvertedPendulum-v5", "--from-pixels", "--image-size", "100000"],
                                    "--image-size"),
@@ -849,9 +850,9 @@ BAD_INPUT = {  # this script's flags; the common ones are in test_common_block.p
                                                    "--learning-starts", "2"], "twice --num-envs (3)"),
     "offline actions of no shape": (["--offline-data", "scalar.npz"], "actions of shape ()"),
     "offline rewards that are no numbers": (["--offline-data", "text.npz"], "rewards of dtype <U1"),
-    "a frozen encoder with no images": (["--freeze-image-encoder"], "need image observations"),
+    "a frozen encoder with no images": (["--freeze-image-encoder"], "need images (--from-pixels)"),
     "spatial pooling without a shared encoder": (["--env-id", "InvertedPendulum-v5", "--from-pixels", "--image-pooling",
-                                                  "spatial", "--no-shared-encoder"], "need --shared-encoder"),
+                                                  "spatial", "--no-shared-encoder"], "and --shared-encoder"),
     "encoder weights of other shapes": (["--env-id", "InvertedPendulum-v5", "--from-pixels", "--image-encoder-weights",
                                          "six.pt"], "six.pt: no ResNet-10 for 3-channel images"),
     "missing encoder weights": (["--env-id", "InvertedPendulum-v5", "--from-pixels", "--image-encoder-weights",
