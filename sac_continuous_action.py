@@ -580,9 +580,8 @@ class Encoder(nn.Module):
             with torch.no_grad():
                 maps = self.cnns[key].requires_grad_(not frozen)(torch.zeros(1, *map(int, shape))).shape[1:]
             pool = SpatialEmbedding(*maps) if pooling == "spatial" else nn.Flatten()
-            # the head: Linear to IMAGE_FEATURES = 50 (DrQ), LayerNorm and Tanh
             head = (nn.Linear(maps[0] * SPATIAL_FEATURES if pooling == "spatial" else maps.numel(), IMAGE_FEATURES),
-                    nn.LayerNorm(IMAGE_FEATURES), nn.Tanh())
+                    nn.LayerNorm(IMAGE_FEATURES), nn.Tanh())  # the head: Linear to 50 features (DrQ), LayerNorm, Tanh
             self.heads[key], self.maps[key] = nn.Sequential(pool, *head), maps
         state_dim = sum(int(np.prod(spaces[key].shape)) for key in self.vectors)  # the vectors: Linear, LayerNorm, Tanh
         self.state = nn.Sequential(nn.Linear(state_dim, HIDDEN), nn.LayerNorm(HIDDEN), nn.Tanh()) if state_dim else None
@@ -661,7 +660,8 @@ def random_shift(images: torch.Tensor, pad: int = 4) -> torch.Tensor:
 
 class ImageReplayBuffer(ReplayBuffer):
     """Dict observations: vectors in the rows; each image once, on the CPU: frames[i] is row i's s, frames[i + num_envs]
-    its s' or, if row i ended an episode, last[i]. `augment`: DrQ's shift; a frozen `encoder`: CNN features stored."""
+    its s' or, if row i ended an episode, last[i] (torch.empty commits memory only where written). `augment`: DrQ's
+    shift of sampled images; given a frozen `encoder`, each frame's CNN features are stored too, computed once."""
 
     def __init__(self, capacity: int, obs_space, act_dim: int, num_envs: int, device, augment: bool, encoder=None):
         self.spaces, self.num_envs, self.encoder = obs_space.spaces, num_envs, encoder
@@ -925,7 +925,8 @@ def observation_wrappers(args, make):
 
 
 def pixels_and_state(env, obs) -> dict:
-    """--from-pixels' observation, `env`'s frame beside its own, its GL context made current (another env's may be)."""
+    """--from-pixels' observation: `env`'s frame beside its own, its GL context made current first (gymnasium switches
+    only between one env's viewers, and another env's closed renderer would leave none current)."""
     if viewer := getattr(getattr(env.unwrapped, "mujoco_renderer", None), "viewer", None):
         viewer.make_context_current()
     return {"pixels": env.render(), "state": obs}
