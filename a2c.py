@@ -600,10 +600,10 @@ def cli(argv=None) -> dict:
         check([(unknown, f"unrecognized flag {' '.join(unknown)} in `{' '.join(argv)}`; see --help")])
         summary = main(args)
     except (SystemExit, ConfigError, RuntimeError) as e:  # bad input: one line on stderr, whatever it says, exit code 2
-        if isinstance(e, SystemExit) and not e.code or isinstance(e, RuntimeError) and "allocate memory" not in str(e):
-            raise  # --help, or a RuntimeError other than torch's failure to allocate a buffer
+        if isinstance(e, SystemExit) and not e.code or isinstance(e, RuntimeError) and "allocate" not in str(e):
+            raise  # --help, or a RuntimeError other than torch's failure to allocate a buffer (CPU or CUDA memory)
         message = {SystemExit: f"a flag's value is missing or does not parse in `{' '.join(argv)}`; see --help",
-                   RuntimeError: f"too little memory for these flags ({e}): lower --buffer-size"}.get(type(e), str(e))
+                   ConfigError: str(e)}.get(type(e), f"too little memory for these flags ({e}): lower --buffer-size")
         print("error: " + " ".join(message.split()), file=sys.stderr)
         raise SystemExit(2) from None
     if summary["stopped_by"]:

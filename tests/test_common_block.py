@@ -550,16 +550,28 @@ def test_a_run_directory_that_cannot_be_written_is_one_line_and_nothing_is_writt
     assert os.listdir(in_tmp) == (["runs"] if case == "runs is a file" else [])
 
 
+@pytest.mark.parametrize("memory", ["cpu", "cuda"])
 @pytest.mark.parametrize("name", ["sac_continuous_action", "td3_continuous_action", "sac_atari", "acer"])
-def test_a_buffer_beyond_the_machine_s_memory_is_one_line_and_nothing_is_written(in_tmp, capsys, name):
+def test_a_buffer_beyond_the_machine_s_memory_is_one_line_and_nothing_is_written(in_tmp, capsys, monkeypatch, name,
+                                                                                 memory):
     """Torch cannot allocate a replay of 10^12 transitions: one line naming --buffer-size, after the envs and networks
-    are built but before the run directory is made, so nothing is on disk."""
-    try:
-        torch.empty(4 * 10**12, dtype=torch.uint8)
-        pytest.skip("this OS grants a 4 TB allocation (overcommit): a replay that big would not fail at once")
-    except RuntimeError:
-        pass
+    are built but before the run directory is made, so nothing is on disk. On a GPU torch raises its OutOfMemoryError
+    instead (raised here by the buffer's constructor, as CUDA's allocator words it)."""
     script = importlib.import_module(name)
+
+    def out_of_memory(*args, **kwargs):
+        raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 3.64 TiB. GPU 0 has a total capacity "
+                                          "of 79.19 GiB of which 78.61 GiB is free.")
+
+    if memory == "cuda":
+        monkeypatch.setattr(getattr(script, "SegmentBuffer" if name == "acer" else "ReplayBuffer"), "__init__",
+                            out_of_memory)
+    else:
+        try:
+            torch.empty(4 * 10**12, dtype=torch.uint8)
+            pytest.skip("this OS grants a 4 TB allocation (overcommit): a replay that big would not fail at once")
+        except RuntimeError:
+            pass
     with pytest.raises(SystemExit) as exit_info:
         script.cli(tiny_argv(script, buffer_size=10**12, total_timesteps=10**13))
     err = capsys.readouterr().err
