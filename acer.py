@@ -26,9 +26,10 @@ import shutil
 import signal
 import sys
 import time
+import traceback
 import warnings
 from dataclasses import asdict, dataclass, replace
-from typing import Annotated, Literal
+from typing import Literal
 
 import gymnasium as gym
 import numpy as np
@@ -47,8 +48,8 @@ class Args:
     """random seed of torch, numpy, Python's random, the environments and the evaluation episodes"""
     cuda: bool = True
     """train on a CUDA GPU when one is present, else on the CPU (--no-cuda: always on the CPU)"""
-    compile: Annotated[bool | None, tyro.conf.DisallowNone] = None
-    """torch.compile the updates (on a GPU, CUDA graphs too); unset: SAC's and TD3's CPU runs of 100k+ training steps"""
+    compile: bool = False
+    """torch.compile the update functions as they are written (on a GPU, also captured as CUDA graphs)"""
     capture_video: bool = False
     """save a video of the first episode of each evaluation to runs/<run_name>/videos/step_<env step> (needs moviepy)"""
     save_model: bool = False
@@ -114,7 +115,6 @@ class Args:
 HIDDEN = 64  # units per hidden layer of the MLP (SB2 zoo's ACER MlpPolicy)
 MU_FLOOR = 1e-8  # DEVIATION(4): importance weights divide by max(mu, MU_FLOOR)
 METRICS = ("policy_loss", "q_loss", "entropy", "avg_policy_kl", "rho_mean")  # acer_loss's metrics, logged as losses/*
-COMPILE_MIN_STEPS = None  # unset --compile runs eagerly; --compile compiles main's `update` as it is
 
 
 # PURE MATH ------------------------------------------------------------------------------------------------------------
@@ -268,7 +268,7 @@ def main(args: Args) -> dict:
     if args.total_timesteps % (T * N):  # whole segments only
         args = replace(args, total_timesteps=args.total_timesteps // (T * N) * T * N)
         print(f"note: --total-timesteps rounded down to {args.total_timesteps:,}, whole segments", file=sys.stderr)
-    with contextlib.closing(Run(args, checkpoint, device)) as run:
+    with Run(args, checkpoint, device, "--num-envs or --num-steps") as run:
         agent, avg_agent = Agent(run.envs).to(device), Agent(run.envs).to(device).requires_grad_(False)
         avg_agent.load_state_dict(agent.state_dict())  # theta_avg, the average policy's network, starts at theta
         optimizer = (torch.optim.RMSprop(agent.parameters(), args.learning_rate, args.rms_alpha, args.rms_eps)
@@ -424,7 +424,7 @@ def final_observations(next_obs: np.ndarray, infos: dict) -> np.ndarray:
 
 
 def setup(args):
-    """Before anything is written: --resume's checkpoint (its flags win), checks, seeds, device, compile or not."""
+    """Before anything is written: --resume's checkpoint (its flags win), checks, seeds and the device."""
     checkpoint = None
     if args.resume:
         check([(not os.path.isfile(args.resume), f"--resume {args.resume}: no such file; pass a run's checkpoint.pt")])
@@ -469,18 +469,17 @@ def setup(args):
     device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
     compiler = device.type != "cpu" or shutil.which(os.environ.get("CXX", "g++"))  # torch.compile's on the CPU
     check([(args.compile and not compiler, "--compile needs a C++ compiler (g++, or $CXX): install one, or drop it")])
-    train_steps = args.total_timesteps - getattr(args, "learning_starts", 0)  # unset --compile: CPU runs that pay back
-    long_run = args.compile is None and device.type == "cpu" and train_steps >= (COMPILE_MIN_STEPS or math.inf)
-    if long_run and not compiler:
-        print("note: no C++ compiler (g++, or $CXX) found, so the updates run eagerly", file=sys.stderr)
-    return replace(args, compile=bool(args.compile or long_run and compiler)), checkpoint, device
+    if args.compile:  # compiled code draws its random numbers from torch's generator, as eager code does
+        importlib.import_module("torch._inductor.config").fallback_random = True
+    return args, checkpoint, device
 
 
 class Run:
     """A run's envs, directory, TensorBoard writer, signal handling, progress line, evaluations and checkpoints."""
 
-    def __init__(self, args, checkpoint: dict | None, device):
+    def __init__(self, args, checkpoint: dict | None, device, memory_flags: str):
         self.args, self.checkpoint, self.device = args, checkpoint, device
+        self.memory_flags = memory_flags  # the flags that size what a training step allocates
         safe = f"{args.env_id}__{args.exp_name}".replace("/", "-")
         self.name = checkpoint["run_name"] if checkpoint else f"{safe}__{args.seed}__{int(time.time())}"
         self.dir = os.path.dirname(os.path.abspath(args.resume)) if checkpoint else f"runs/{self.name}"
@@ -623,6 +622,21 @@ class Run:
         return {"run_dir": self.dir, "global_step": counters[0], "eval_return": self.eval_return,
                 "stopped_by": stopped[0] if stopped else None}
 
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, error, tb) -> None:
+        """Close the run; torch's failure to allocate memory (CPU or CUDA) becomes a ConfigError naming the flags to
+        lower: --buffer-size before the run directory is made (the buffers), `memory_flags` after it (a training step),
+        with the traceback printed first, for the run's log."""
+        self.close()
+        if not (isinstance(error, RuntimeError) and "allocate" in str(error)):
+            return
+        if not hasattr(self, "writer"):
+            raise ConfigError(f"too little memory for these flags ({error}): lower --buffer-size") from None
+        traceback.print_exception(error)
+        raise ConfigError(f"out of memory in training ({str(error).splitlines()[0]}): lower {self.memory_flags}") from None
+
     def close(self) -> None:
         for sig, handler in self.handlers.items():
             signal.signal(sig, handler)
@@ -639,11 +653,11 @@ def cli(argv=None) -> dict:
             args, unknown = tyro.cli(Args, args=argv, return_unknown_args=True, description=__doc__.split("\n\n")[0])
         check([(unknown, f"unrecognized flag {' '.join(unknown)} in `{' '.join(argv)}`; see --help")])
         summary = main(args)
-    except (SystemExit, ConfigError, RuntimeError) as e:  # bad input: one line on stderr, whatever it says, exit code 2
-        if isinstance(e, SystemExit) and not e.code or isinstance(e, RuntimeError) and "allocate" not in str(e):
-            raise  # --help, or a RuntimeError other than torch's failure to allocate a buffer (CPU or CUDA memory)
-        message = {SystemExit: f"a flag's value is missing or does not parse in `{' '.join(argv)}`; see --help",
-                   ConfigError: str(e)}.get(type(e), f"too little memory for these flags ({e}): lower --buffer-size")
+    except (SystemExit, ConfigError) as e:  # bad input: one line on stderr, whatever it says, exit code 2
+        if isinstance(e, SystemExit) and not e.code:
+            raise  # --help
+        message = str(e) if isinstance(e, ConfigError) else f"a flag's value is missing or does not parse in " \
+            f"`{' '.join(argv)}`; see --help"
         print("error: " + " ".join(message.split()), file=sys.stderr)
         raise SystemExit(2) from None
     if summary["stopped_by"]:

@@ -29,7 +29,6 @@ Deviations from the papers (each marked `# DEVIATION(n)` in the code):
 import contextlib
 import functools
 import importlib.util
-import inspect
 import io
 import math
 import os
@@ -40,10 +39,11 @@ import shutil
 import signal
 import sys
 import time
+import traceback
 import warnings
 from collections import OrderedDict
 from dataclasses import asdict, dataclass, replace
-from typing import Annotated, Literal
+from typing import Literal
 
 import gymnasium as gym
 import numpy as np
@@ -51,7 +51,6 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 import tyro
-from torch.optim.adam import adam
 from torch.utils.tensorboard import SummaryWriter
 
 
@@ -64,8 +63,8 @@ class Args:
     """random seed of torch, numpy, Python's random, the environments and the evaluation episodes"""
     cuda: bool = True
     """train on a CUDA GPU when one is present, else on the CPU (--no-cuda: always on the CPU)"""
-    compile: Annotated[bool | None, tyro.conf.DisallowNone] = None
-    """torch.compile the updates (on a GPU, CUDA graphs too); unset: SAC's and TD3's CPU runs of 100k+ training steps"""
+    compile: bool = False
+    """torch.compile the update functions as they are written (on a GPU, also captured as CUDA graphs)"""
     capture_video: bool = False
     """save a video of the first episode of each evaluation to runs/<run_name>/videos/step_<env step> (needs moviepy)"""
     save_model: bool = False
@@ -160,7 +159,6 @@ class Args:
 
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0  # DEVIATION(3)
 HIDDEN = 256  # units per hidden layer (SAC paper, Table 1); also the state encoding's width (HIL-SERL latent_dim)
-COMPILE_MIN_STEPS = 100_000  # unset --compile compiles CPU runs of this many env steps after learning starts
 LOG_2PI = math.log(2 * math.pi)
 
 
@@ -400,8 +398,7 @@ def main(args: Args) -> dict:
     args, checkpoint, device = setup(args)
     files = ("offline_data", "save_replay", "image_encoder_weights")  # made absolute: a resume runs from anywhere
     args = replace(args, **{key: os.path.abspath(path) for key in files if (path := getattr(args, key))})
-    run = Run(args, checkpoint, device)
-    try:
+    with Run(args, checkpoint, device, "--batch-size (with images, also --image-size)") as run:
         obs_space, action_space = run.envs.single_observation_space, run.envs.single_action_space
         data = robot_learning_setup(args, obs_space, action_space)  # the robot-learning flags checked; --offline-data
         gripper, share = args.num_discrete_actions > 0, args.shared_encoder and isinstance(obs_space, gym.spaces.Dict)
@@ -426,9 +423,10 @@ def main(args: Args) -> dict:
         stateful = dict(actor=actor, qf=qf, qf_target=qf_target, q_optimizer=q_optimizer,
                         actor_optimizer=actor_optimizer, rb=rb, log_alpha=log_alpha, **(grip.stateful if grip else {}))
         (global_step, critic_updates, actor_updates, update_steps), obs = run.resume(stateful, (0, 0, 0, 0))
-        updates = compiled_updates if args.compile else sac_updates  # compiled: after a resume loaded the optimizers
-        update_critic, update_actor, act = updates(actor, qf, qf_target, log_alpha, q_optimizer, actor_optimizer, args,
-                                                   target_entropy)
+        update_critic, update_actor, act = sac_updates(actor, qf, qf_target, log_alpha, q_optimizer, actor_optimizer,
+                                                       args, target_entropy)
+        if args.compile:  # the same functions, compiled (on a GPU, captured too)
+            update_critic, update_actor, act = compiled([update_critic, update_actor, act], device)
         counters = lambda: (global_step, critic_updates, actor_updates, update_steps)  # noqa: E731
         offline = None if data is None else offline_replay(args, data, obs_space, device, qf.encoder)
         replay = rb if offline is None else MixedReplay(rb, offline, args.offline_ratio)  # RLPD's batches
@@ -484,8 +482,6 @@ def main(args: Args) -> dict:
         if args.save_replay:  # durably, whole or not at all
             run.save(lambda f: np.savez(f, **replay_arrays(rb)), args.save_replay, global_step, "other files are kept")
             print(f"replay buffer saved to {args.save_replay}")
-    finally:
-        run.close()
     return {**summary, "critic_updates": critic_updates, "actor_updates": actor_updates}
 
 
@@ -994,7 +990,7 @@ def final_observations(next_obs: np.ndarray, infos: dict) -> np.ndarray:
 
 
 def setup(args):
-    """Before anything is written: --resume's checkpoint (its flags win), checks, seeds, device, compile or not."""
+    """Before anything is written: --resume's checkpoint (its flags win), checks, seeds and the device."""
     checkpoint = None
     if args.resume:
         check([(not os.path.isfile(args.resume), f"--resume {args.resume}: no such file; pass a run's checkpoint.pt")])
@@ -1039,18 +1035,17 @@ def setup(args):
     device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
     compiler = device.type != "cpu" or shutil.which(os.environ.get("CXX", "g++"))  # torch.compile's on the CPU
     check([(args.compile and not compiler, "--compile needs a C++ compiler (g++, or $CXX): install one, or drop it")])
-    train_steps = args.total_timesteps - getattr(args, "learning_starts", 0)  # unset --compile: CPU runs that pay back
-    long_run = args.compile is None and device.type == "cpu" and train_steps >= (COMPILE_MIN_STEPS or math.inf)
-    if long_run and not compiler:
-        print("note: no C++ compiler (g++, or $CXX) found, so the updates run eagerly", file=sys.stderr)
-    return replace(args, compile=bool(args.compile or long_run and compiler)), checkpoint, device
+    if args.compile:  # compiled code draws its random numbers from torch's generator, as eager code does
+        importlib.import_module("torch._inductor.config").fallback_random = True
+    return args, checkpoint, device
 
 
 class Run:
     """A run's envs, directory, TensorBoard writer, signal handling, progress line, evaluations and checkpoints."""
 
-    def __init__(self, args, checkpoint: dict | None, device):
+    def __init__(self, args, checkpoint: dict | None, device, memory_flags: str):
         self.args, self.checkpoint, self.device = args, checkpoint, device
+        self.memory_flags = memory_flags  # the flags that size what a training step allocates
         safe = f"{args.env_id}__{args.exp_name}".replace("/", "-")
         self.name = checkpoint["run_name"] if checkpoint else f"{safe}__{args.seed}__{int(time.time())}"
         self.dir = os.path.dirname(os.path.abspath(args.resume)) if checkpoint else f"runs/{self.name}"
@@ -1193,6 +1188,21 @@ class Run:
         return {"run_dir": self.dir, "global_step": counters[0], "eval_return": self.eval_return,
                 "stopped_by": stopped[0] if stopped else None}
 
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, error, tb) -> None:
+        """Close the run; torch's failure to allocate memory (CPU or CUDA) becomes a ConfigError naming the flags to
+        lower: --buffer-size before the run directory is made (the buffers), `memory_flags` after it (a training step),
+        with the traceback printed first, for the run's log."""
+        self.close()
+        if not (isinstance(error, RuntimeError) and "allocate" in str(error)):
+            return
+        if not hasattr(self, "writer"):
+            raise ConfigError(f"too little memory for these flags ({error}): lower --buffer-size") from None
+        traceback.print_exception(error)
+        raise ConfigError(f"out of memory in training ({str(error).splitlines()[0]}): lower {self.memory_flags}") from None
+
     def close(self) -> None:
         for sig, handler in self.handlers.items():
             signal.signal(sig, handler)
@@ -1209,11 +1219,11 @@ def cli(argv=None) -> dict:
             args, unknown = tyro.cli(Args, args=argv, return_unknown_args=True, description=__doc__.split("\n\n")[0])
         check([(unknown, f"unrecognized flag {' '.join(unknown)} in `{' '.join(argv)}`; see --help")])
         summary = main(args)
-    except (SystemExit, ConfigError, RuntimeError) as e:  # bad input: one line on stderr, whatever it says, exit code 2
-        if isinstance(e, SystemExit) and not e.code or isinstance(e, RuntimeError) and "allocate" not in str(e):
-            raise  # --help, or a RuntimeError other than torch's failure to allocate a buffer (CPU or CUDA memory)
-        message = {SystemExit: f"a flag's value is missing or does not parse in `{' '.join(argv)}`; see --help",
-                   ConfigError: str(e)}.get(type(e), f"too little memory for these flags ({e}): lower --buffer-size")
+    except (SystemExit, ConfigError) as e:  # bad input: one line on stderr, whatever it says, exit code 2
+        if isinstance(e, SystemExit) and not e.code:
+            raise  # --help
+        message = str(e) if isinstance(e, ConfigError) else f"a flag's value is missing or does not parse in " \
+            f"`{' '.join(argv)}`; see --help"
         print("error: " + " ".join(message.split()), file=sys.stderr)
         raise SystemExit(2) from None
     if summary["stopped_by"]:
@@ -1222,111 +1232,59 @@ def cli(argv=None) -> dict:
 
 
 # ======================================================================================================================
-# COMPILED UPDATES (--compile): `sac_updates` as two compiled graphs of the same losses, gradients by torch.func and the
-# step by torch's functional Adam on the optimizers' own state (checkpoints are alike), faster on the CPU than compiling
-# `sac_updates` as it is. On a GPU each compiled function, acting too, is recorded as a CUDA graph and replayed.
-# The same update as above, only faster: a reader of the algorithm may stop above this banner.
+# COMPILED UPDATES (--compile): `sac_updates` through torch.compile as it is, losses, backward pass and optimizer step
+# included, so an edit above runs the same compiled; on a GPU each function is also recorded as a CUDA graph and replayed.
+# A reader of the algorithm may stop above this banner.
 # ======================================================================================================================
 CUDA_GRAPHS = True  # on a GPU, capture the compiled functions (False: compiled only, as benchmark/speed.py times it)
 
 
+def compiled(functions: list, device) -> list:
+    """Each of `functions` through torch.compile as it is (its losses, backward pass and optimizer step are traced from
+    the code above at the first call, so an edit there is what runs); on a GPU, each also `Captured`."""
+    importlib.import_module("torch._inductor.config").fallback_random = True  # random draws as eager mode's
+    functions = [torch.compile(function) for function in functions]
+    if device.type == "cuda" and CUDA_GRAPHS:
+        return [Captured(function) for function in functions]
+    return functions
+
+
 class Captured:
-    """`fn` as a CUDA graph: its first `warmup` calls run it (on a side stream, as capture needs), the next records
-    it, and each call after copies its tensor inputs into the recorded ones and replays it: one call of `fn` a call. Its
-    non-tensor inputs (update_target) pick a graph of their own; its outputs are overwritten by the next replay."""
+    """`fn` recorded as CUDA graphs and replayed. Each distinct call signature (the inputs' tree, the shape, dtype,
+    device and strides of each tensor, and the value of each other input, such as a flag) has a graph of its own: its
+    first `warmup` calls run `fn` on this wrapper's side stream, as capture needs; the next records it; each call after
+    copies the tensor inputs into the recorded ones and replays it. The outputs are the recorded tensors, which the
+    next replay of the same graph overwrites: clone what you keep."""
 
     def __init__(self, fn, warmup: int = 3):  # warm-up calls compile `fn` and set up what CUDA makes lazily
-        self.fn, self.graphs, self.warmup = fn, {}, warmup
+        self.fn = fn
+        self.warmup = warmup
+        self.graphs = {}
+        self.side_stream = None  # made at the first call: a CPU-only machine can build the wrapper
 
     def __call__(self, *inputs):
         leaves, spec = torch.utils._pytree.tree_flatten(inputs)
-        g = self.graphs.setdefault((spec, *(x for x in leaves if not torch.is_tensor(x))), {"calls": 0})
+        signature = tuple((x.shape, x.dtype, x.device, x.stride()) if torch.is_tensor(x) else x for x in leaves)
+        g = self.graphs.setdefault((spec, signature), {"calls": 0})
         g["calls"] += 1
         if g["calls"] <= self.warmup:
-            (side := torch.cuda.Stream()).wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side):
+            if self.side_stream is None:
+                self.side_stream = torch.cuda.Stream()
+            self.side_stream.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(self.side_stream):
                 out = self.fn(*inputs)
-            torch.cuda.current_stream().wait_stream(side)
+            torch.cuda.current_stream().wait_stream(self.side_stream)
             return out
         if "graph" not in g:
-            g["graph"], g["inputs"] = torch.cuda.CUDAGraph(), [torch.empty_strided(x.shape, x.stride(), dtype=x.dtype,
-                device=x.device).copy_(x) if torch.is_tensor(x) else x for x in leaves]  # strides kept: no recompile
+            g["graph"] = torch.cuda.CUDAGraph()
+            g["inputs"] = [torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=x.device).copy_(x)
+                           if torch.is_tensor(x) else x for x in leaves]  # the strides compiled for: no recompile
             with torch.cuda.graph(g["graph"]):
                 g["outputs"] = self.fn(*torch.utils._pytree.tree_unflatten(g["inputs"], spec))
-        torch._foreach_copy_([x for x in g["inputs"] if torch.is_tensor(x)], [x for x in leaves if torch.is_tensor(x)])
+        recorded = [x for x in g["inputs"] if torch.is_tensor(x)]
+        torch._foreach_copy_(recorded, [x for x in leaves if torch.is_tensor(x)])
         g["graph"].replay()
         return g["outputs"]
-
-
-class WithParams:
-    """`module` with the tensors `params` ({name: tensor}) as its parameters, in its methods too."""
-
-    def __init__(self, module: nn.Module, params: dict):
-        self.module, self.params = module, params
-
-    def __call__(self, *inputs, **kwargs):
-        return torch.func.functional_call(self.module, self.params, inputs, kwargs)
-
-    def __getattr__(self, name):  # a method runs with this object as `self`, so its `self(...)` calls come here
-        method = getattr(type(self.module), name, None)
-        return (lambda *a, **k: method(self, *a, **k)) if inspect.isfunction(method) else getattr(self.module, name)
-
-
-def adam_step(optimizer, params: dict, grads: dict, max_norm: float | None, clipped: list) -> None:
-    """`optimizer`'s Adam step, torch's functional form on its state, after clip_grad_norm_'s scaling of the `clipped`
-    gradients g <- g * min(1, max_norm / (||g|| + 1e-6)). `params` is in the optimizer's order."""
-    if max_norm is not None:
-        scale = torch.clamp(max_norm / (torch.nn.utils.get_total_norm([grads[n] for n in clipped]) + 1e-6), max=1.0)
-        grads = {**grads, **{name: grads[name] * scale for name in clipped}}
-    names, (beta1, beta2) = iter(params), optimizer.defaults["betas"]
-    for group in optimizer.param_groups:
-        group_names, states = [next(names) for _ in group["params"]], [optimizer.state[p] for p in group["params"]]
-        adam([params[n] for n in group_names], [grads[n] for n in group_names], [s["exp_avg"] for s in states],
-             [s["exp_avg_sq"] for s in states], [], [s["step"] for s in states], foreach=False, amsgrad=False,
-             beta1=beta1, beta2=beta2, lr=group["lr"], weight_decay=0.0, eps=group["eps"], maximize=False,
-             capturable=states[0]["step"].is_cuda)  # on CUDA no .item(): the step stays on the GPU
-
-
-def compiled_updates(actor, qf, qf_target, log_alpha, q_optimizer, actor_optimizer, args, target_entropy: float):
-    """`sac_updates`' update_critic and update_actor, each compiled to one graph; on a GPU, they and act captured."""
-    import torch._inductor.config
-    torch._inductor.config.fallback_random = True  # the policy's noise from torch's generator, as in eager mode
-    q_params = {name: p.detach() for name, p in qf.named_parameters()}  # aliases, written in place
-    pi_params = {name: p.detach() for name, p in actor.named_parameters()}
-    pi_params.update({"log_alpha": log_alpha.detach()} if args.autotune else {})  # the actor optimizer's 2nd group
-    targets = {name: p.detach() for name, p in qf_target.named_parameters()}
-    for optimizer in (q_optimizer, actor_optimizer):  # Adam's state as torch's (step on p's device), unless resumed
-        for p in (p for group in optimizer.param_groups for p in group["params"] if not optimizer.state[p]):
-            optimizer.state[p].update(step=p.new_zeros(()), exp_avg=torch.zeros_like(p), exp_avg_sq=torch.zeros_like(p))
-
-    def loss_q(params, batch):
-        alpha, num_subsample = log_alpha.detach().exp(), args.num_subsample_critics or args.num_critics
-        return compute_loss_q(WithParams(actor, pi_params), WithParams(qf, params), WithParams(qf_target, targets),
-                              batch, alpha, args.gamma, args.backup_entropy, num_subsample)
-
-    def loss_pi(params, obs):
-        actor_params = {name: p for name, p in params.items() if name != "log_alpha"}
-        return compute_loss_actor_alpha(WithParams(actor, actor_params), WithParams(qf, q_params), obs,
-                                        params.get("log_alpha", log_alpha), target_entropy, args.autotune)
-
-    @torch.compile
-    def update_critic(batch, update_target: bool):
-        grads, (_, metrics) = torch.func.grad_and_value(loss_q, has_aux=True)(q_params, batch)
-        adam_step(q_optimizer, q_params, grads, args.grad_clip_norm, list(q_params))
-        if update_target:
-            polyak_update(list(targets.values()), list(q_params.values()), args.tau)
-        return metrics
-
-    @torch.compile
-    def update_actor(obs):
-        grads, (_, metrics) = torch.func.grad_and_value(loss_pi, has_aux=True)(pi_params, obs)
-        adam_step(actor_optimizer, pi_params, grads, args.grad_clip_norm, [n for n in pi_params if n != "log_alpha"])
-        return metrics
-
-    act = sac_updates(actor, qf, qf_target, log_alpha, q_optimizer, actor_optimizer, args, target_entropy)[2]
-    if not (log_alpha.is_cuda and CUDA_GRAPHS):
-        return update_critic, update_actor, act  # acting stays eager off the GPU: the same draws as without --compile
-    return Captured(update_critic), Captured(update_actor), Captured(torch.compile(act))
 
 
 if __name__ == "__main__":

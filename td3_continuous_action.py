@@ -27,9 +27,9 @@ import shutil
 import signal
 import sys
 import time
+import traceback
 import warnings
-from dataclasses import asdict, dataclass, replace
-from typing import Annotated
+from dataclasses import asdict, dataclass
 
 import gymnasium as gym
 import numpy as np
@@ -37,7 +37,6 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 import tyro
-from torch.optim.adam import adam
 from torch.utils.tensorboard import SummaryWriter
 
 
@@ -50,8 +49,8 @@ class Args:
     """random seed of torch, numpy, Python's random, the environments and the evaluation episodes"""
     cuda: bool = True
     """train on a CUDA GPU when one is present, else on the CPU (--no-cuda: always on the CPU)"""
-    compile: Annotated[bool | None, tyro.conf.DisallowNone] = None
-    """torch.compile the updates (on a GPU, CUDA graphs too); unset: SAC's and TD3's CPU runs of 100k+ training steps"""
+    compile: bool = False
+    """torch.compile the update functions as they are written (on a GPU, also captured as CUDA graphs)"""
     capture_video: bool = False
     """save a video of the first episode of each evaluation to runs/<run_name>/videos/step_<env step> (needs moviepy)"""
     save_model: bool = False
@@ -99,7 +98,6 @@ class Args:
 
 
 HIDDEN = 256  # units per hidden layer (DEVIATION(1))
-COMPILE_MIN_STEPS = 100_000  # unset --compile compiles CPU runs of this many env steps after learning starts
 
 
 # PURE MATH ------------------------------------------------------------------------------------------------------------
@@ -249,8 +247,7 @@ def td3_update(actor, actor_target, qf, qf_target, q_optimizer, actor_optimizer,
 def main(args: Args) -> dict:
     """Train; returns a summary. Raises ConfigError, before writing anything, on bad flags, envs or checkpoints."""
     args, checkpoint, device = setup(args)
-    run = Run(args, checkpoint, device)
-    try:
+    with Run(args, checkpoint, device, "--batch-size") as run:
         obs_dim, act_dim = run.envs.single_observation_space.shape[0], run.envs.single_action_space.shape[0]
         actor, actor_target = Actor(run.envs).to(device), Actor(run.envs).to(device)
         qf, qf_target = (QEnsemble(run.envs, num_critics=2).to(device) for _ in range(2))  # twin critics, batched
@@ -265,8 +262,9 @@ def main(args: Args) -> dict:
                         actor_optimizer=actor_optimizer, rb=rb)
         counters, obs = run.resume(stateful, (0, 0, 0))
         global_step, critic_updates, actor_updates = counters
-        update, act = (compiled_update if args.compile else td3_update)(actor, actor_target, qf, qf_target, q_optimizer,
-                                                                        actor_optimizer, args)  # after run.resume
+        update, act = td3_update(actor, actor_target, qf, qf_target, q_optimizer, actor_optimizer, args)
+        if args.compile:  # the same functions, compiled (on a GPU, captured too)
+            update, act = compiled([update, act], device)
 
         def policy(obs):  # the actor's action mu(s), without exploration noise, for evaluation
             return actor(torch.as_tensor(obs, dtype=torch.float32, device=device)).cpu().numpy()
@@ -300,8 +298,6 @@ def main(args: Args) -> dict:
             run.log(infos, metrics, previous_step, global_step)
             run.after_step(previous_step, counters, obs, policy)
         summary = run.finish(counters, obs, policy, {"actor": actor.state_dict(), "qf": qf.state_dict()})
-    finally:
-        run.close()
     return {**summary, "critic_updates": critic_updates, "actor_updates": actor_updates}
 
 
@@ -388,7 +384,7 @@ def final_observations(next_obs: np.ndarray, infos: dict) -> np.ndarray:
 
 
 def setup(args):
-    """Before anything is written: --resume's checkpoint (its flags win), checks, seeds, device, compile or not."""
+    """Before anything is written: --resume's checkpoint (its flags win), checks, seeds and the device."""
     checkpoint = None
     if args.resume:
         check([(not os.path.isfile(args.resume), f"--resume {args.resume}: no such file; pass a run's checkpoint.pt")])
@@ -433,18 +429,17 @@ def setup(args):
     device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
     compiler = device.type != "cpu" or shutil.which(os.environ.get("CXX", "g++"))  # torch.compile's on the CPU
     check([(args.compile and not compiler, "--compile needs a C++ compiler (g++, or $CXX): install one, or drop it")])
-    train_steps = args.total_timesteps - getattr(args, "learning_starts", 0)  # unset --compile: CPU runs that pay back
-    long_run = args.compile is None and device.type == "cpu" and train_steps >= (COMPILE_MIN_STEPS or math.inf)
-    if long_run and not compiler:
-        print("note: no C++ compiler (g++, or $CXX) found, so the updates run eagerly", file=sys.stderr)
-    return replace(args, compile=bool(args.compile or long_run and compiler)), checkpoint, device
+    if args.compile:  # compiled code draws its random numbers from torch's generator, as eager code does
+        importlib.import_module("torch._inductor.config").fallback_random = True
+    return args, checkpoint, device
 
 
 class Run:
     """A run's envs, directory, TensorBoard writer, signal handling, progress line, evaluations and checkpoints."""
 
-    def __init__(self, args, checkpoint: dict | None, device):
+    def __init__(self, args, checkpoint: dict | None, device, memory_flags: str):
         self.args, self.checkpoint, self.device = args, checkpoint, device
+        self.memory_flags = memory_flags  # the flags that size what a training step allocates
         safe = f"{args.env_id}__{args.exp_name}".replace("/", "-")
         self.name = checkpoint["run_name"] if checkpoint else f"{safe}__{args.seed}__{int(time.time())}"
         self.dir = os.path.dirname(os.path.abspath(args.resume)) if checkpoint else f"runs/{self.name}"
@@ -587,6 +582,21 @@ class Run:
         return {"run_dir": self.dir, "global_step": counters[0], "eval_return": self.eval_return,
                 "stopped_by": stopped[0] if stopped else None}
 
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, error, tb) -> None:
+        """Close the run; torch's failure to allocate memory (CPU or CUDA) becomes a ConfigError naming the flags to
+        lower: --buffer-size before the run directory is made (the buffers), `memory_flags` after it (a training step),
+        with the traceback printed first, for the run's log."""
+        self.close()
+        if not (isinstance(error, RuntimeError) and "allocate" in str(error)):
+            return
+        if not hasattr(self, "writer"):
+            raise ConfigError(f"too little memory for these flags ({error}): lower --buffer-size") from None
+        traceback.print_exception(error)
+        raise ConfigError(f"out of memory in training ({str(error).splitlines()[0]}): lower {self.memory_flags}") from None
+
     def close(self) -> None:
         for sig, handler in self.handlers.items():
             signal.signal(sig, handler)
@@ -603,11 +613,11 @@ def cli(argv=None) -> dict:
             args, unknown = tyro.cli(Args, args=argv, return_unknown_args=True, description=__doc__.split("\n\n")[0])
         check([(unknown, f"unrecognized flag {' '.join(unknown)} in `{' '.join(argv)}`; see --help")])
         summary = main(args)
-    except (SystemExit, ConfigError, RuntimeError) as e:  # bad input: one line on stderr, whatever it says, exit code 2
-        if isinstance(e, SystemExit) and not e.code or isinstance(e, RuntimeError) and "allocate" not in str(e):
-            raise  # --help, or a RuntimeError other than torch's failure to allocate a buffer (CPU or CUDA memory)
-        message = {SystemExit: f"a flag's value is missing or does not parse in `{' '.join(argv)}`; see --help",
-                   ConfigError: str(e)}.get(type(e), f"too little memory for these flags ({e}): lower --buffer-size")
+    except (SystemExit, ConfigError) as e:  # bad input: one line on stderr, whatever it says, exit code 2
+        if isinstance(e, SystemExit) and not e.code:
+            raise  # --help
+        message = str(e) if isinstance(e, ConfigError) else f"a flag's value is missing or does not parse in " \
+            f"`{' '.join(argv)}`; see --help"
         print("error: " + " ".join(message.split()), file=sys.stderr)
         raise SystemExit(2) from None
     if summary["stopped_by"]:
@@ -616,81 +626,59 @@ def cli(argv=None) -> dict:
 
 
 # ======================================================================================================================
-# COMPILED UPDATES (--compile): `td3_update` as one compiled graph per env step on the same losses (torch.func gradients,
-# torch's functional Adam on the optimizers' own state, so checkpoints are alike; compiled as it is, with autograd, it
-# is slower than eager on the CPU). On a GPU the update and acting are also recorded as CUDA graphs (`Captured`).
-# The same update as above, only faster: a reader of the algorithm may stop above this banner.
+# COMPILED UPDATES (--compile): `td3_update` through torch.compile as it is, losses, backward pass and optimizer step
+# included, so an edit above runs the same compiled; on a GPU each function is also recorded as a CUDA graph and replayed.
+# A reader of the algorithm may stop above this banner.
 # ======================================================================================================================
 CUDA_GRAPHS = True  # on a GPU, capture the compiled functions (False: compiled only, as benchmark/speed.py times it)
 
 
+def compiled(functions: list, device) -> list:
+    """Each of `functions` through torch.compile as it is (its losses, backward pass and optimizer step are traced from
+    the code above at the first call, so an edit there is what runs); on a GPU, each also `Captured`."""
+    importlib.import_module("torch._inductor.config").fallback_random = True  # random draws as eager mode's
+    functions = [torch.compile(function) for function in functions]
+    if device.type == "cuda" and CUDA_GRAPHS:
+        return [Captured(function) for function in functions]
+    return functions
+
+
 class Captured:
-    """`fn` as a CUDA graph: run `warmup` calls (on a side stream, as capture needs), recorded at the next, then
-    replayed on copies of the tensor inputs; actor_step picks a graph of its own. The next replay overwrites outputs."""
+    """`fn` recorded as CUDA graphs and replayed. Each distinct call signature (the inputs' tree, the shape, dtype,
+    device and strides of each tensor, and the value of each other input, such as a flag) has a graph of its own: its
+    first `warmup` calls run `fn` on this wrapper's side stream, as capture needs; the next records it; each call after
+    copies the tensor inputs into the recorded ones and replays it. The outputs are the recorded tensors, which the
+    next replay of the same graph overwrites: clone what you keep."""
 
     def __init__(self, fn, warmup: int = 3):  # warm-up calls compile `fn` and set up what CUDA makes lazily
-        self.fn, self.graphs, self.warmup = fn, {}, warmup
+        self.fn = fn
+        self.warmup = warmup
+        self.graphs = {}
+        self.side_stream = None  # made at the first call: a CPU-only machine can build the wrapper
 
     def __call__(self, *inputs):
         leaves, spec = torch.utils._pytree.tree_flatten(inputs)
-        g = self.graphs.setdefault((spec, *(x for x in leaves if not torch.is_tensor(x))), {"calls": 0})
+        signature = tuple((x.shape, x.dtype, x.device, x.stride()) if torch.is_tensor(x) else x for x in leaves)
+        g = self.graphs.setdefault((spec, signature), {"calls": 0})
         g["calls"] += 1
         if g["calls"] <= self.warmup:
-            (side := torch.cuda.Stream()).wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side):
+            if self.side_stream is None:
+                self.side_stream = torch.cuda.Stream()
+            self.side_stream.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(self.side_stream):
                 out = self.fn(*inputs)
-            torch.cuda.current_stream().wait_stream(side)
+            torch.cuda.current_stream().wait_stream(self.side_stream)
             return out
         if "graph" not in g:
-            g["graph"], g["inputs"] = torch.cuda.CUDAGraph(), [torch.empty_strided(x.shape, x.stride(), dtype=x.dtype,
-                device=x.device).copy_(x) if torch.is_tensor(x) else x for x in leaves]  # strides kept: no recompile
+            g["graph"] = torch.cuda.CUDAGraph()
+            g["inputs"] = [torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=x.device).copy_(x)
+                           if torch.is_tensor(x) else x for x in leaves]  # the strides compiled for: no recompile
             with torch.cuda.graph(g["graph"]):
                 g["outputs"] = self.fn(*torch.utils._pytree.tree_unflatten(g["inputs"], spec))
-        torch._foreach_copy_([x for x in g["inputs"] if torch.is_tensor(x)], [x for x in leaves if torch.is_tensor(x)])
+        recorded = [x for x in g["inputs"] if torch.is_tensor(x)]
+        torch._foreach_copy_(recorded, [x for x in leaves if torch.is_tensor(x)])
         g["graph"].replay()
         return g["outputs"]
-
-
-def compiled_update(actor, actor_target, qf, qf_target, q_optimizer, actor_optimizer, args):
-    """`td3_update`'s update, compiled to one graph for each value of actor_step, and act; on a GPU, both captured."""
-    import torch._inductor.config
-    torch._inductor.config.fallback_random = True  # the smoothing noise from torch's generator, as in eager mode
-    q_params, pi_params = ({name: p.detach() for name, p in net.named_parameters()} for net in (qf, actor))  # aliases
-    for optimizer in (q_optimizer, actor_optimizer):  # Adam's state laid out as torch's, unless a resume loaded it
-        for p in (p for p in optimizer.param_groups[0]["params"] if not optimizer.state[p]):
-            optimizer.state[p].update(step=p.new_zeros(()), exp_avg=torch.zeros_like(p), exp_avg_sq=torch.zeros_like(p))
-
-    def with_params(net, params):  # `net`'s forward on the tensors `params`, which torch.func differentiates
-        return lambda *inputs, **kwargs: torch.func.functional_call(net, params, inputs, kwargs)
-
-    def loss_q(params, batch):
-        return compute_loss_q(actor_target, with_params(qf, params), qf_target, batch, args.gamma, args.policy_noise,
-                              args.noise_clip)
-
-    def loss_pi(params, obs):
-        return compute_loss_pi(with_params(actor, params), with_params(qf, q_params), obs)
-
-    def adam_step(optimizer, params: dict, grads: dict) -> None:  # `params` and `grads` in the optimizer's order
-        group = optimizer.param_groups[0]
-        state = {key: [optimizer.state[p][key] for p in group["params"]] for key in ("exp_avg", "exp_avg_sq", "step")}
-        adam(list(params.values()), list(grads.values()), state["exp_avg"], state["exp_avg_sq"], [], state["step"],
-             foreach=False, amsgrad=False, beta1=group["betas"][0], beta2=group["betas"][1], lr=group["lr"],
-             weight_decay=0.0, eps=group["eps"], maximize=False, capturable=state["step"][0].is_cuda)  # no .item()
-
-    @torch.compile
-    def update(batch, actor_step: bool):
-        grads, (_, metrics) = torch.func.grad_and_value(loss_q, has_aux=True)(q_params, batch)
-        adam_step(q_optimizer, q_params, grads)
-        if actor_step:
-            grads, metrics["actor_loss"] = torch.func.grad_and_value(loss_pi)(pi_params, batch[0])
-            adam_step(actor_optimizer, pi_params, grads)
-            # theta' <- tau * theta + (1 - tau) * theta', phi' <- tau * phi + (1 - tau) * phi'   [TD3 Algorithm 1]
-            torch._foreach_lerp_([*qf_target.parameters(), *actor_target.parameters()],
-                                 [*q_params.values(), *pi_params.values()], args.tau)
-        return metrics
-
-    act = td3_update(actor, actor_target, qf, qf_target, q_optimizer, actor_optimizer, args)[1]  # eager off the GPU
-    return (Captured(update), Captured(torch.compile(act))) if actor.fc1.weight.is_cuda and CUDA_GRAPHS else (update, act)
 
 
 if __name__ == "__main__":

@@ -71,22 +71,6 @@ def pytest_terminal_summary(terminalreporter):
                 terminalreporter.write_line(text.rstrip())
 
 
-def whole_graph_ops(monkeypatch, compile_=torch.compile) -> list:
-    """Make torch.compile trace with fullgraph=True (a graph break raises) and no compiler; the ops of its graphs."""
-    ops = []
-
-    def backend(gm, example_inputs):
-        ops.extend(getattr(node.target, "__name__", str(node.target)) for node in gm.graph.nodes
-                   if node.op in ("call_function", "call_method"))
-        return gm.forward
-    monkeypatch.setattr(torch, "compile", lambda fn: compile_(fn, backend=backend, fullgraph=True))
-    torch._dynamo.reset()  # earlier tests' compilations of the same code objects
-    return ops
-
-
-HOST_SYNCS = ("item", "cpu", "tolist", "numpy", "_local_scalar_dense", "nonzero")  # ops that wait for a GPU
-
-
 def fake_cuda_graphs(monkeypatch) -> list:
     """torch.cuda's streams and graphs made stand-ins that run on the CPU: recording runs nothing new, a replay only
     appends to the returned list. For the bookkeeping of a script's `Captured`."""
@@ -103,32 +87,6 @@ def fake_cuda_graphs(monkeypatch) -> list:
     monkeypatch.setattr(torch.cuda, "CUDAGraph", lambda: SimpleNamespace(replay=lambda: replays.append(1)))
     monkeypatch.setattr(torch.cuda, "graph", lambda graph: contextlib.nullcontext())
     return replays
-
-
-class ReportsCuda(torch.Tensor):
-    """A CPU tensor that says it is on CUDA: where torch's functional adam sees a CUDA step, it leaves the compiled
-    graph and reads the step with .item() (which CUDA graph capture refuses) unless it is told capturable=True."""
-
-    @property
-    def is_cuda(self):
-        return True
-
-
-def check_captured(captured_class, monkeypatch):
-    """`Captured`: 3 warm-up calls and a recording for each value of the non-tensor input, then replays, each on the
-    latest inputs copied into the recorded ones, whose strides are the first inputs' (a column block of a row)."""
-    replays, calls = fake_cuda_graphs(monkeypatch), []
-
-    def fn(batch, flag: bool):
-        calls.append(flag)
-        return {"sum": batch[0]["x"].sum() + batch[1]}
-    captured, rows = captured_class(fn), torch.randn(4, 6)
-    for i in range(12):
-        captured(({"x": (rows + i)[:, :3]}, torch.tensor(float(i))), i % 2 == 0)
-    assert calls == [True, False] * 4 and len(replays) == 6 and len(captured.graphs) == 2
-    recorded = {key[1]: graph["inputs"] for key, graph in captured.graphs.items()}
-    assert recorded[True][0].stride() == (6, 1) and torch.equal(recorded[True][0], (rows + 10)[:, :3])
-    assert recorded[False][1] == 11.0
 
 
 class EndsAtTimeLimit(gym.Env):

@@ -193,7 +193,7 @@ def test_atari_pipeline_and_v5_settings():
 def test_ale_snapshot_restores_the_game_exactly(in_tmp):
     """A checkpoint's Breakout sub-envs, put back by --resume, step exactly as the ones it was written from."""
     args, _, device = sa.setup(sa.Args(env_id="BreakoutNoFrameskip-v4", num_envs=2, cuda=False))
-    run = sa.Run(args, None, device)
+    run = sa.Run(args, None, device, "--batch-size")
     _, obs = run.resume({}, (0,))
     rng = np.random.default_rng(0)
     for _ in range(50):
@@ -202,7 +202,7 @@ def test_ale_snapshot_restores_the_game_exactly(in_tmp):
     actions = rng.integers(0, 4, (300, 2))
     original = [run.envs.step(a)[:2] for a in actions]
     run.close()
-    restored_run = sa.Run(*sa.setup(sa.Args(resume=path)))
+    restored_run = sa.Run(*sa.setup(sa.Args(resume=path)), "--batch-size")
     restored = [restored_run.envs.step(a)[:2] for a in actions]
     restored_run.close()
     assert restored_run.exact

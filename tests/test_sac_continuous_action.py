@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn as nn
-from conftest import HOST_SYNCS, TINY_CONTINUOUS, ReportsCuda, check_captured, fake_envs, scalars, whole_graph_ops
+from conftest import TINY_CONTINUOUS, fake_envs, scalars
 from torch.distributions import AffineTransform, Normal, TanhTransform, TransformedDistribution
 
 import sac_continuous_action as sac
@@ -348,59 +348,37 @@ CASES = {"defaults": {}, "fixed alpha, clipping, 3 critics subsampled to 2":
          "critic LayerNorm, clipping": dict(critic_layer_norm=True, grad_clip_norm=1.0)}
 
 
+def flat(nets) -> torch.Tensor:
+    return torch.cat([p.detach().flatten() for net in nets for p in net.parameters()])
+
+
 @pytest.mark.parametrize("case", list(CASES))
-def test_compiled_updates_run_eagerly_match_the_autograd_updates(monkeypatch, case):
-    """`compiled_updates` (written-out Adam and clipping, gradients from torch.func) against `sac_updates` (autograd,
-    torch.optim.Adam, clip_grad_norm_): the same metrics at every update (the actor's loss is computed after this
-    step's critic update, which a stale critic would change) and the same networks and log alpha after 8 updates, at
-    learning rates that move them. torch.compile is replaced by the identity, so the functions run eagerly."""
-    monkeypatch.setattr(torch, "compile", lambda function: function)
-    args = sac.Args(policy_lr=0.01, q_lr=0.01, tau=0.1, **CASES[case])
+def test_compiled_updates_match_the_eager_ones(case):
+    """`sac_updates` through `compiled` (torch.compile of the same functions) against the same functions eager: the
+    same metrics at every update (the actor's loss is computed after this step's critic update, which a stale critic
+    would change), and networks that end 8 updates apart by under 5% of how far they moved (measured: 0.04%, 0.002%
+    and, with LayerNorm, 1.3%; Adam's division by sqrt(v) magnifies the kernels' different rounding where a gradient
+    element is near zero, so a few weights differ by up to 3e-3 where the rest agree to 1e-6); Adam's state is the
+    optimizers' own."""
+    torch._dynamo.reset()
+    args = sac.Args(policy_lr=3e-3, q_lr=3e-3, tau=0.1, **CASES[case])
     batches = random_batches(8)
+    initial = flat(sac_setup(args)[:3])
     reference = sac_setup(args)
     logged = run_updates(*sac.sac_updates(*reference, args, -3.0)[:2], batches)
     nets = sac_setup(args)
-    assert_same_training(nets[:3], reference[:3], run_updates(*sac.compiled_updates(*nets, args, -3.0)[:2], batches), logged,
-                         rtol=1e-5, atol=1e-6)
-    torch.testing.assert_close(nets[3], reference[3], rtol=1e-5, atol=1e-6)
+    update_critic, update_actor = sac.compiled(sac.sac_updates(*nets, args, -3.0)[:2], torch.device("cpu"))
+    for step, (metrics, other) in enumerate(zip(run_updates(update_critic, update_actor, batches), logged)):
+        assert metrics.keys() == other.keys()
+        for key in metrics:
+            torch.testing.assert_close(metrics[key], other[key], rtol=1e-3, atol=1e-4, msg=f"{key} at update {step}")
+    eager, compiled = flat(reference[:3]), flat(nets[:3])
+    assert (compiled - eager).norm() < 0.05 * (eager - initial).norm()
+    torch.testing.assert_close(nets[3], reference[3], rtol=1e-3, atol=1e-4)
     assert (nets[3].item() == pytest.approx(math.log(0.2))) != args.autotune  # log alpha tuned, or fixed alpha
-    assert not torch.equal(nets[0].fc1.weight, sac_setup(args)[0].fc1.weight)  # the networks did move
-    for optimizer, other in zip(nets[4:], reference[4:]):  # Adam's state is torch's: checkpoints are alike
+    for optimizer, other in zip(nets[4:], reference[4:]):
         for p, q in zip(optimizer.state.values(), other.state.values()):
             assert float(p["step"]) == float(q["step"]) == 4 + 4 * (optimizer is nets[4])
-            torch.testing.assert_close(p["exp_avg_sq"], q["exp_avg_sq"], rtol=1e-4, atol=1e-9)
-
-
-@pytest.mark.parametrize("case", ["defaults", "fixed alpha, clipping, 3 critics subsampled to 2"])
-def test_compiled_functions_are_whole_graphs_with_no_host_sync(monkeypatch, case):
-    """What capture on a GPU needs, checked on the CPU: update_critic (both values of update_target), update_actor and
-    act each trace to one graph (an .item(), a Python branch on a tensor or a NumPy call would break it), and no op
-    of the graphs copies to the host or waits for a value."""
-    ops = whole_graph_ops(monkeypatch)
-    args = sac.Args(**CASES[case])
-    update_critic, update_actor, act = sac.compiled_updates(*sac_setup(args), args, -3.0)
-    obs = random_batches(1)[0][0]
-    for batch in random_batches(2):
-        update_critic(batch, True), update_critic(batch, False), update_actor(batch[0])
-    torch.compile(act)(obs)
-    assert len(ops) > 100 and not set(ops) & set(HOST_SYNCS), set(ops) & set(HOST_SYNCS)
-
-
-def test_captured_warms_up_records_once_per_flag_and_replays_on_copies(monkeypatch):
-    check_captured(sac.Captured, monkeypatch)
-
-
-def test_adam_step_keeps_a_cuda_step_count_on_the_gpu(monkeypatch):
-    """adam_step asks torch's functional adam for capturable=True where the step count is on CUDA (the graph keeps it
-    there), and leaves the CPU's arithmetic as torch.optim.Adam's (capturable=False)."""
-    calls, net = [], nn.Linear(2, 2)
-    monkeypatch.setattr(sac, "adam", lambda *a, **k: calls.append(k["capturable"]))
-    optimizer, params = torch.optim.Adam(net.parameters()), dict(net.named_parameters())
-    for step in (torch.zeros(()), torch.zeros(()).as_subclass(ReportsCuda)):
-        for p in net.parameters():
-            optimizer.state[p].update(step=step, exp_avg=torch.zeros_like(p), exp_avg_sq=torch.zeros_like(p))
-        sac.adam_step(optimizer, params, {n: torch.zeros_like(p) for n, p in params.items()}, None, [])
-    assert calls == [False, True]
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -421,8 +399,9 @@ def test_captured_updates_match_the_eager_ones_on_a_gpu(monkeypatch, case):
             optimizers[1].add_param_group({"params": [log_alpha], "lr": args.q_lr})
         else:
             log_alpha.data.fill_(math.log(args.alpha))
-        update_critic, update_actor, act = (sac.sac_updates if path == "eager" else sac.compiled_updates)(
-            *nets, log_alpha, *optimizers, args, -3.0)
+        update_critic, update_actor, act = sac.sac_updates(*nets, log_alpha, *optimizers, args, -3.0)
+        if path != "eager":
+            update_critic, update_actor, act = sac.compiled([update_critic, update_actor, act], log_alpha.device)
         logged = run_updates(update_critic, update_actor, batches)
         torch.manual_seed(0)
         actions = torch.stack([act(batches[0][0]).clone() for _ in range(5)])
@@ -432,17 +411,6 @@ def test_captured_updates_match_the_eager_ones_on_a_gpu(monkeypatch, case):
     assert torch.equal(captured[2], compiled_actions)
     assert_same_training(captured[0], eager, captured[1], eager_logged, rtol=1e-3, atol=1e-4)
     torch.testing.assert_close(captured[2], eager_actions, rtol=1e-4, atol=1e-5)
-
-
-@pytest.mark.slow
-def test_compiled_updates_match_the_same_updates_eager(monkeypatch):
-    args = sac.Args()
-    batches = random_batches(6, size=256)
-    results = [(nets := sac_setup(args), run_updates(*sac.compiled_updates(*nets, args, -3.0)[:2], batches))]
-    monkeypatch.setattr(torch, "compile", lambda function: function)
-    results.append((nets := sac_setup(args), run_updates(*sac.compiled_updates(*nets, args, -3.0)[:2], batches)))
-    (compiled_nets, compiled_logged), (eager_nets, eager_logged) = results
-    assert_same_training(compiled_nets[:3], eager_nets[:3], compiled_logged, eager_logged, rtol=1e-4, atol=1e-5)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -480,31 +448,6 @@ def test_encoder_gradients_follow_the_shared_encoder_rule(shared):
     assert shared or grad_norm(actor.encoder) > 0
     sac.compute_loss_q(actor, qf, qf_target, dict_batch(), torch.tensor(0.2), 0.99, True, 2)[0].backward()
     assert grad_norm(qf.encoder) > 0
-
-
-@pytest.mark.parametrize("shared", [True, False])
-def test_compiled_updates_run_eagerly_match_the_autograd_updates_with_an_image_encoder(monkeypatch, shared):
-    monkeypatch.setattr(torch, "compile", lambda function: function)
-    args = sac.Args(policy_lr=0.01, q_lr=0.01, tau=0.1)
-
-    def setup():
-        torch.manual_seed(0)
-        qf, qf_target = sac.QEnsemble(dict_envs()), sac.QEnsemble(dict_envs())
-        qf_target.load_state_dict(qf.state_dict())
-        qf_target.requires_grad_(False)
-        actor, log_alpha = sac.Actor(dict_envs(), qf.encoder if shared else None), torch.zeros(1, requires_grad=True)
-        q_optimizer, actor_optimizer = torch.optim.Adam(qf.parameters(), 0.01), torch.optim.Adam(actor.parameters(), 0.01)
-        actor_optimizer.add_param_group({"params": [log_alpha], "lr": 0.01})
-        return actor, qf, qf_target, log_alpha, q_optimizer, actor_optimizer
-
-    torch.manual_seed(7)
-    batches = [dict_batch(16) for _ in range(6)]
-    reference = setup()
-    logged = run_updates(*sac.sac_updates(*reference, args, -2.0)[:2], batches)
-    nets = setup()
-    assert_same_training(nets[:3], reference[:3], run_updates(*sac.compiled_updates(*nets, args, -2.0)[:2], batches), logged,
-                         rtol=1e-5, atol=1e-6)
-    assert not torch.equal(nets[1].encoder.cnns["pixels"][0].weight, setup()[1].encoder.cnns["pixels"][0].weight)
 
 
 def test_spatial_embedding_equals_a_loop_and_drops_out_only_in_gradient_steps():

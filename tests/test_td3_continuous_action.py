@@ -9,7 +9,7 @@ import os
 
 import pytest
 import torch
-from conftest import HOST_SYNCS, TINY_CONTINUOUS, ReportsCuda, check_captured, fake_envs, scalars, whole_graph_ops
+from conftest import TINY_CONTINUOUS, fake_envs, scalars
 
 import td3_continuous_action as td3
 
@@ -139,10 +139,11 @@ def autograd_update(actor, actor_target, qf, qf_target, args):
 
 
 def main_update(nets, args, compiled: bool):
-    """`update` as `main` builds it: on fused Adam optimizers, eager (`td3_update`) or compiled (`compiled_update`)."""
+    """`update` as `main` builds it, on fused Adam optimizers: `td3_update`'s, eager or through `compiled`."""
     actor, actor_target, qf, qf_target = nets
     optimizers = [torch.optim.Adam(net.parameters(), lr=args.learning_rate, fused=True) for net in (qf, actor)]
-    return (td3.compiled_update if compiled else td3.td3_update)(actor, actor_target, qf, qf_target, *optimizers, args)[0]
+    update = td3.td3_update(actor, actor_target, qf, qf_target, *optimizers, args)[0]
+    return td3.compiled([update], torch.device("cpu"))[0] if compiled else update
 
 
 def random_batches(n: int, size: int = 64):
@@ -167,68 +168,23 @@ def assert_same_training(nets, other_nets, logged, other_logged, rtol, atol):
                                        msg=lambda m, name=name: f"{name}: {m}")
 
 
-@pytest.mark.parametrize("path", ["eager", "compiled, run eagerly"])
-def test_updates_match_autograd_one_tensor_at_a_time(monkeypatch, path):
-    """`td3_update` (fused Adam, one Polyak kernel) and `compiled_update` (torch.func gradients and torch's functional
-    Adam, here with torch.compile replaced by the identity) against the plain autograd reference: the same metrics at
-    every update (the actor's loss is computed after this update's critic step, which a stale critic would change) and
-    the same networks, targets included, after 8 updates at a learning rate large enough to move them."""
-    monkeypatch.setattr(torch, "compile", lambda function: function)
+@pytest.mark.parametrize("path", ["eager", "compiled"])
+def test_updates_match_autograd_one_tensor_at_a_time(path):
+    """`td3_update` (fused Adam, one Polyak kernel), eager and through `compiled`, against the plain autograd
+    reference: the same metrics at every update (the actor's loss is computed after this update's critic step, which a
+    stale critic would change) and the same networks, targets included, after 8 updates at a learning rate large enough
+    to move them."""
+    torch._dynamo.reset()
     args = td3.Args(learning_rate=0.01, tau=0.1)
     batches = random_batches(8)
     reference = td3_nets()
     logged = run_updates(autograd_update(*reference, args), batches)
     nets = td3_nets()
-    update = main_update(nets, args, compiled=path != "eager")
-    assert_same_training(nets, reference, run_updates(update, batches), logged, rtol=1e-5, atol=1e-6)
+    update = main_update(nets, args, compiled=path == "compiled")
+    assert_same_training(nets, reference, run_updates(update, batches), logged, rtol=1e-4, atol=1e-5)
     actor, actor_target, qf, qf_target = nets
     assert not torch.equal(actor.fc1.weight, td3_nets()[0].fc1.weight)  # the networks did move
     assert not torch.equal(actor_target.fc1.weight, actor.fc1.weight)  # Polyak, not a copy
-
-
-def test_compiled_update_matches_the_eager_update():
-    """torch.compile's graphs (one per value of actor_step) train as `td3_update` does eagerly, Adam's state included."""
-    args = td3.Args()
-    batches = random_batches(6, size=256)
-    results = []
-    for compiled in (False, True):
-        nets = td3_nets()
-        update = main_update(nets, args, compiled)
-        results.append((nets, run_updates(update, batches)))
-    (eager_nets, eager_logged), (compiled_nets, compiled_logged) = results
-    assert_same_training(compiled_nets, eager_nets, compiled_logged, eager_logged, rtol=1e-4, atol=1e-5)
-
-
-def test_compiled_functions_are_whole_graphs_with_no_host_sync(monkeypatch):
-    """What capture on a GPU needs, checked on the CPU: update (both values of actor_step) and act each trace to one
-    graph (an .item(), a Python branch on a tensor or a NumPy call would break it), and no op of the graphs copies to
-    the host or waits for a value."""
-    ops, nets = whole_graph_ops(monkeypatch), td3_nets()
-    optimizers = [torch.optim.Adam(net.parameters(), fused=True) for net in nets[2::-2]]  # the critics', the actor's
-    update, act = td3.compiled_update(*nets, *optimizers, td3.Args())
-    for batch in random_batches(2):
-        update(batch, True), update(batch, False)
-    torch.compile(act)(batch[0])
-    assert len(ops) > 50 and not set(ops) & set(HOST_SYNCS), set(ops) & set(HOST_SYNCS)
-
-
-def test_captured_warms_up_records_once_per_flag_and_replays_on_copies(monkeypatch):
-    check_captured(td3.Captured, monkeypatch)
-
-
-def test_the_compiled_adam_step_keeps_a_cuda_step_count_on_the_gpu(monkeypatch):
-    """The compiled update asks torch's functional adam for capturable=True where the step count is on CUDA (the graph
-    keeps it there), and leaves the CPU's arithmetic as torch.optim.Adam's (capturable=False)."""
-    calls = []
-    monkeypatch.setattr(torch, "compile", lambda function: function)
-    monkeypatch.setattr(td3, "adam", lambda *a, **k: calls.append(k["capturable"]))
-    for step in (torch.zeros(()), torch.zeros(()).as_subclass(ReportsCuda)):
-        nets = td3_nets()
-        optimizers = [torch.optim.Adam(net.parameters()) for net in nets[2::-2]]  # the critics', the actor's
-        for p in nets[2].parameters():
-            optimizers[0].state[p].update(step=step, exp_avg=torch.zeros_like(p), exp_avg_sq=torch.zeros_like(p))
-        td3.compiled_update(*nets, *optimizers, td3.Args())[0](random_batches(1)[0], False)
-    assert calls == [False, True]
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -242,7 +198,9 @@ def test_captured_update_matches_the_eager_one_on_a_gpu(monkeypatch):
         torch._dynamo.reset()  # closures of one code object: each path compiles anew
         nets = [net.cuda() for net in td3_nets()]
         optimizers = [torch.optim.Adam(net.parameters(), lr=args.learning_rate, fused=True) for net in nets[2::-2]]
-        update, act = (td3.td3_update if path == "eager" else td3.compiled_update)(*nets, *optimizers, args)
+        update, act = td3.td3_update(*nets, *optimizers, args)
+        if path != "eager":
+            update, act = td3.compiled([update, act], nets[0].fc1.weight.device)
         logged = run_updates(update, batches)
         torch.manual_seed(0)
         results.append((nets, logged, torch.stack([act(batches[0][0]).clone() for _ in range(5)])))
