@@ -42,7 +42,7 @@ from torch.utils.tensorboard import SummaryWriter
 
 @dataclass
 class Args:
-    # --- COMMON ARGS: the same text in all five scripts ---
+    # --- COMMON ARGS: the same text in all six scripts ---
     exp_name: str = os.path.basename(__file__)[: -len(".py")]
     """experiment name, part of the run folder runs/<env_id>__<exp_name>__<seed>__<unix time> ('/' becomes '-')"""
     seed: int = 1
@@ -327,7 +327,7 @@ def check_spaces(env_id: str, obs_space, action_space) -> None:
             action_space.low)), f"{env_id} has unbounded or empty action bounds; tanh needs finite low < high")])
 
 
-# COMMON BLOCK: the same text in all five scripts (tests/test_common_block.py compares it); a reader may stop here =====
+# COMMON BLOCK: the same text in all six scripts (tests/test_common_block.py compares it); a reader may stop here =====
 EVAL_SEED_OFFSET = 1_000_000  # evaluation episode k is reset with seed + EVAL_SEED_OFFSET + k
 
 

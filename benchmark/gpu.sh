@@ -35,7 +35,7 @@ stage() {  # stage NAME LIMIT COMMAND...: the command's output in NAME.log, and 
 
 stage hopper 420 python3 benchmark/speed.py --gpu --repeats 1 --steps "$steps" --warmup "$warmup" \
   --out "$out/gpu_hopper.md"
-stage pixels 150 python3 benchmark/speed.py --gpu --repeats 1 --pairs sac --steps 2600 --warmup 100 \
+stage pixels 150 python3 benchmark/speed.py --gpu --repeats 1 --pairs sac_hil_serl --steps 2600 --warmup 100 \
   --ours-flags="--from-pixels --image-size 84 --buffer-size 100000" --out "$out/gpu_pixels.md"
 stage redq 150 python3 benchmark/speed.py --gpu --repeats 1 --pairs sac --steps 2300 --warmup 100 \
   --ours-flags="--num-critics 10 --num-subsample-critics 2 --utd-ratio 20" --out "$out/gpu_redq.md"
@@ -53,7 +53,8 @@ done
 left=$((deadline - (SECONDS - start)))
 if [ "$left" -gt 30 ]; then
   stage tests $((left - 10)) python3 -m pytest -o addopts="" -p no:cacheprovider -v --durations=0 \
-    tests/test_sac_continuous_action.py tests/test_td3_continuous_action.py tests/test_common_block.py -k on_a_gpu
+    tests/test_sac_continuous_action.py tests/test_sac_hil_serl.py tests/test_td3_continuous_action.py \
+    tests/test_common_block.py tests/test_compile.py -k on_a_gpu
 elif [[ $stages == *" tests "* ]]; then
   echo "== tests skipped: $left s left of DEADLINE"; status=1
 fi

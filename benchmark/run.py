@@ -27,7 +27,7 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SCRIPTS = ("sac_continuous_action", "td3_continuous_action", "sac_atari", "a2c", "acer")
+SCRIPTS = ("sac_continuous_action", "sac_hil_serl", "td3_continuous_action", "sac_atari", "a2c", "acer")
 SQUEUE_PATIENCE = 600  # --wait: seconds of failing squeue calls (a busy or restarting controller) before giving up
 
 

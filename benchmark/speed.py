@@ -40,6 +40,7 @@ EVAL = ["--eval-freq", "0", "--eval-episodes", "1"]
 OFF_POLICY = [*EVAL, "--learning-starts", str(LEARNING_STARTS)]  # the timed phase starts after these random steps
 PAIRS = {  # name: (env id, our script, its flags, SB3's algorithm, default threads, default env steps per run)
     "sac": ("Hopper-v5", "sac_continuous_action.py", [*OFF_POLICY, "--q-lr", "3e-4"], "SAC", 2, 5_000),
+    "sac_hil_serl": ("Hopper-v5", "sac_hil_serl.py", [*OFF_POLICY, "--q-lr", "3e-4"], "SAC", 2, 5_000),
     "td3": ("Hopper-v5", "td3_continuous_action.py", OFF_POLICY, "TD3", 2, 6_000),
     "a2c": ("CartPole-v1", "a2c.py", ["--num-envs", "8", "--num-steps", "5", *EVAL], "A2C", 1, 100_000),
     "acer": ("CartPole-v1", "acer.py", [*EVAL, "--replay-start", "1000"], None, 1, 100_000),
@@ -332,7 +333,7 @@ def check(args) -> str | None:
     """The first problem with the flags, as one line, or None."""
     git = [subprocess.run(["git", "cat-file", "-e", args.before + what], cwd=ROOT, capture_output=True).returncode == 0
            for what in ["^{commit}", *(f":{PAIRS[p][1]}" for p in args.pairs)]] if args.before else []  # found?
-    off_policy, least = sorted({"sac", "td3", "sac_atari"} & set(args.pairs)), LEARNING_STARTS + 2 * args.interleave + 1
+    off_policy, least = sorted({"sac", "sac_hil_serl", "td3", "sac_atari"} & set(args.pairs)), LEARNING_STARTS + 2 * args.interleave + 1
     problems = [
         (args.repeats < 1 or (args.threads is not None and args.threads < 1)
          or (args.steps is not None and args.steps < 1000),
@@ -347,8 +348,8 @@ def check(args) -> str | None:
         (args.floor and (set(args.pairs) - {"sac", "td3"} or args.interleave or args.before),
          "--floor works for --pairs sac td3 only, without --interleave or --before"),
         (git and not git[0], f"--before {args.before!r} is not a git revision of this repository"),
-        (args.gpu and (set(args.pairs) - {"sac", "td3"} or args.interleave or args.before or args.floor),
-         "--gpu works for --pairs sac td3 only, without --interleave, --before or --floor"),
+        (args.gpu and (set(args.pairs) - {"sac", "sac_hil_serl", "td3"} or args.interleave or args.before or args.floor),
+         "--gpu works for --pairs sac sac_hil_serl td3 only, without --interleave, --before or --floor"),
         (args.gpu and not cuda_available(), "--gpu needs a CUDA GPU that torch sees"),
         (args.warmup < 0 or args.steps is not None and args.steps <= LEARNING_STARTS + args.warmup and off_policy,
          f"--warmup must be non-negative and --steps above {LEARNING_STARTS:,} + --warmup"),

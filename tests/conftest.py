@@ -20,7 +20,7 @@ os.environ["OMP_NUM_THREADS"] = "1"
 os.environ["MKL_NUM_THREADS"] = "1"
 torch.set_num_threads(1)
 
-SCRIPTS = ["sac_continuous_action", "td3_continuous_action", "sac_atari", "a2c", "acer"]  # the five, as modules
+SCRIPTS = ["sac_continuous_action", "sac_hil_serl", "td3_continuous_action", "sac_atari", "a2c", "acer"]  # as modules
 
 # A Pendulum run of SAC or TD3 of a few hundred steps that reaches 200 critic updates in about a second
 TINY_CONTINUOUS = dict(env_id="Pendulum-v1", total_timesteps=300, learning_starts=100, batch_size=32, buffer_size=1_000,

@@ -1,4 +1,4 @@
-"""A test task for a discrete gripper beside continuous arm actions (sac_continuous_action.py --num-discrete-actions).
+"""A test task for a discrete gripper beside continuous arm actions (sac_hil_serl.py --num-discrete-actions).
 
 A point in the plane must reach a target, close its gripper on it and hold it. `--env-id grasp_env:PointGrasp-v0`
 imports this module (tests/ is on the path in the tests and their subprocesses), which registers the env.

@@ -406,7 +406,7 @@ def test_speed_interleaved_reports_a_ratio_per_round(tmp_path):
     (["--pairs", "td3", "--steps", "999"], "--steps at least 1000"),
     (["--pairs", "td3", "--repeats", "0"], "--repeats and --threads must be at least 1"),
     (["--pairs", "sac_atari", "--steps", "2000"], "sac_atari need --steps above their learning starts (2,000)"),
-    (["--pairs", "a2c", "--gpu"], "--gpu works for --pairs sac td3 only"),
+    (["--pairs", "a2c", "--gpu"], "--gpu works for --pairs sac sac_hil_serl td3 only"),
     (["--pairs", "td3", "--warmup", "500", "--steps", "2500"], "--steps above 2,000 + --warmup"),
     pytest.param(["--pairs", "td3", "--gpu"], "--gpu needs a CUDA GPU that torch sees",
                  marks=pytest.mark.skipif(CUDA, reason="a CUDA GPU is present")),

@@ -1,4 +1,4 @@
-"""The common block, specified once: it is the same text in all five scripts, and its behaviour (episode ends,
+"""The common block, specified once: it is the same text in all six scripts, and its behaviour (episode ends,
 environment snapshots, checkpoints and resume, bad input, --compile, --help, saved models, video) is checked here
 against each script that it serves."""
 
@@ -18,12 +18,13 @@ import pytest
 import torch
 from conftest import ROOT, SCRIPTS, scalars
 
-OFF_POLICY = SCRIPTS[:3]
+OFF_POLICY = SCRIPTS[:4]
 # script -> (fields of a run of a few seconds that reaches its updates, an env of the wrong action space and the
 # script its error points to)
 OFF_POLICY_TINY = dict(learning_starts=100, batch_size=32, buffer_size=1_000)
 TINY = {
     "sac_continuous_action": (OFF_POLICY_TINY, ("CartPole-v1", "sac_atari.py")),
+    "sac_hil_serl": (OFF_POLICY_TINY, ("CartPole-v1", "sac_atari.py")),
     "td3_continuous_action": (OFF_POLICY_TINY, ("CartPole-v1", "sac_atari.py")),
     "sac_atari": (dict(OFF_POLICY_TINY, env_id="CartPole-v1", update_frequency=1, target_network_frequency=50),
                   ("Pendulum-v1", "sac_continuous_action.py")),
@@ -79,7 +80,7 @@ def common_regions(path) -> tuple:
 # ---------------------------------------------------------------------------------------------------------------------
 # ONE BLOCK
 # ---------------------------------------------------------------------------------------------------------------------
-def test_the_common_block_is_the_same_text_in_all_five_scripts():
+def test_the_common_block_is_the_same_text_in_all_six_scripts():
     regions = {name: common_regions(ROOT / f"{name}.py") for name in SCRIPTS}
     args, block = regions["sac_continuous_action"]
     for name, (other_args, other_block) in regions.items():
@@ -213,6 +214,9 @@ RESUME = {  # flags of a run that updates before and after its first checkpoint,
     "sac_continuous_action": (["--env-id", "Pendulum-v1", "--total-timesteps", "1500", "--learning-starts", "300",
                                "--batch-size", "64", "--eval-freq", "500"], 400, 1500, ("actor", "qf", "log_alpha"),
                               ("losses/qf_loss", "losses/actor_loss", "eval/episodic_return")),
+    "sac_hil_serl": (["--env-id", "Pendulum-v1", "--total-timesteps", "1500", "--learning-starts", "300",
+                               "--batch-size", "64", "--eval-freq", "500"], 400, 1500, ("actor", "qf", "log_alpha"),
+                              ("losses/qf_loss", "losses/actor_loss", "eval/episodic_return")),
     "td3_continuous_action": (["--env-id", "Pendulum-v1", "--total-timesteps", "1500", "--learning-starts", "300",
                                "--batch-size", "64", "--eval-freq", "500"], 400, 1500, ("actor", "qf"),
                               ("losses/qf_loss", "losses/actor_loss", "eval/episodic_return")),
@@ -265,17 +269,17 @@ def stored_replay_bytes(name: str, args, state: dict) -> int:
         return int(state["size"].max()) * args.num_envs * (obs.shape[0] * 4 + 8 + 4 + 4 + 8 + 1)
     pixels = getattr(args, "from_pixels", False)
     vectors = int(np.prod(obs["state"].shape)) if pixels else obs.shape[0]
-    row = (2 * vectors + act.shape[0] + 2) * 4 + (name == "sac_continuous_action")  # SAC: one byte, `ended`
+    row = (2 * vectors + act.shape[0] + 2) * 4 + (name == "sac_hil_serl")  # HIL-SERL's SAC: one byte, `ended`
     frame = int(np.prod(obs["pixels"].shape)) if pixels else 0
     ends = int(state["ended"].sum()) if pixels else 0
     return state["size"] * row + frame * (state["size"] + args.num_envs + ends)
 
 
 CHECKPOINT_SIZE = {  # a replay 100 times the transitions stored
-    "sac_continuous_action": {}, "td3_continuous_action": {}, "sac_atari": {}, "a2c": {},
+    "sac_continuous_action": {}, "sac_hil_serl": {}, "td3_continuous_action": {}, "sac_atari": {}, "a2c": {},
     "acer": dict(total_timesteps=640),
-    "sac_continuous_action-pixels": dict(env_id="InvertedPendulum-v5", from_pixels=True, image_size=32),
-    "sac_continuous_action-frame-stack": dict(env_id="InvertedPendulum-v5", from_pixels=True, image_size=32,
+    "sac_hil_serl-pixels": dict(env_id="InvertedPendulum-v5", from_pixels=True, image_size=32),
+    "sac_hil_serl-frame-stack": dict(env_id="InvertedPendulum-v5", from_pixels=True, image_size=32,
                                               frame_stack=2),
 }
 
@@ -356,9 +360,9 @@ def test_help_lists_every_flag(script):
         assert "--" + field.replace("_", "-") in result.stdout, field
 
 
-SNIPPET_MODELS = {name: {} for name in SCRIPTS} | {  # SAC's page loads pixel and gripper models too
-    "sac_continuous_action-pixels": dict(env_id="InvertedPendulum-v5", from_pixels=True, image_size=16),
-    "sac_continuous_action-gripper": dict(env_id="grasp_env:PointGrasp-v0", num_discrete_actions=3)}
+SNIPPET_MODELS = {name: {} for name in SCRIPTS} | {  # HIL-SERL's page loads pixel and gripper models too
+    "sac_hil_serl-pixels": dict(env_id="InvertedPendulum-v5", from_pixels=True, image_size=16),
+    "sac_hil_serl-gripper": dict(env_id="grasp_env:PointGrasp-v0", num_discrete_actions=3)}
 
 
 @pytest.mark.parametrize("case", list(SNIPPET_MODELS))
@@ -415,6 +419,8 @@ def test_non_finite_float_flags_are_refused(in_tmp, capsys, script):
 
 DIVERGE = {  # flags of a run whose learning rates make it diverge after a checkpoint taken before its first update
     "sac_continuous_action": ["--env-id", "Pendulum-v1", "--learning-starts", "500", "--batch-size", "64",
+                              "--policy-lr", "1e6", "--q-lr", "1e6"],
+    "sac_hil_serl": ["--env-id", "Pendulum-v1", "--learning-starts", "500", "--batch-size", "64",
                               "--policy-lr", "1e6", "--q-lr", "1e6"],
     "td3_continuous_action": ["--env-id", "Pendulum-v1", "--learning-starts", "500", "--batch-size", "64",
                               "--learning-rate", "1e6"],
@@ -534,7 +540,7 @@ def test_a_buffer_beyond_the_machine_s_memory_is_one_line_and_nothing_is_written
     assert "lower --buffer-size" in err and os.listdir(in_tmp) == []
 
 
-MEMORY_FLAGS = {"sac_continuous_action": "--batch-size (with images, also --image-size)",
+MEMORY_FLAGS = {"sac_continuous_action": "--batch-size", "sac_hil_serl": "--batch-size (with images, also --image-size)",
                 "td3_continuous_action": "--batch-size", "sac_atari": "--batch-size", "a2c": "--num-envs or --num-steps",
                 "acer": "--num-envs or --num-steps"}
 

@@ -9,7 +9,7 @@ from dataclasses import replace
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import fake_cuda_graphs, fake_envs
+from conftest import SCRIPTS, fake_cuda_graphs, fake_envs
 
 import sac_continuous_action as sac
 import td3_continuous_action as td3
@@ -246,7 +246,7 @@ def test_captured_records_a_graph_per_call_signature_and_replays_on_copies(monke
 
 def test_compile_is_off_unless_asked(monkeypatch):
     """Every script runs the functions as written unless --compile is given, on the CPU and on a GPU alike."""
-    for name in ("sac_continuous_action", "td3_continuous_action", "sac_atari", "a2c", "acer"):
+    for name in SCRIPTS:
         module = importlib.import_module(name)
         assert module.Args().compile is False and not hasattr(module, "COMPILE_MIN_STEPS")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)

@@ -1,7 +1,7 @@
 """requirements/*.txt and pyproject.toml declare the same dependency sets."""
 
 import pytest
-from conftest import ROOT
+from conftest import ROOT, SCRIPTS
 
 tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
 
@@ -16,3 +16,7 @@ def test_requirement_files_match_pyproject():
     assert requirement_lines("requirements.txt") == set(project["dependencies"])
     for extra, packages in project["optional-dependencies"].items():
         assert requirement_lines(f"requirements-{extra}.txt") == set(packages), extra
+
+
+def test_every_script_is_a_module_of_the_package():
+    assert tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["py-modules"] == SCRIPTS
