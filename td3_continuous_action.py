@@ -9,9 +9,8 @@ Example:
 Deviations from the paper (each marked `# DEVIATION(n)` in the code):
     1. 256-256 networks (CleanRL, SB3; the paper: 400-300); the critics take (s, a) at the first layer, as the code
        the authors published with the paper does.
-    2. The critic loss is the plain mean squared error summed over the two critics (as the authors' code and CleanRL).
-    3. Minibatch 256 and learning rate 3e-4 (the authors' updated code and CleanRL; the paper: 100 and 1e-3).
-    4. `learning_starts` = 25,000 env steps of uniformly random actions first (the authors' updated code and CleanRL;
+    2. Minibatch 256 and learning rate 3e-4 (the authors' updated code and CleanRL; the paper: 100 and 1e-3).
+    3. `learning_starts` = 25,000 env steps of uniformly random actions first (the authors' updated code and CleanRL;
        the paper: 10,000, 1,000 for the pendulums).
 """
 
@@ -77,13 +76,13 @@ class Args:
     """write the losses to TensorBoard every this many env steps"""
     buffer_size: int = 1_000_000
     """number of transitions the replay buffer holds, the oldest overwritten first (TD3 paper, Sec. 6.1)"""
-    learning_rate: float = 3e-4  # DEVIATION(3)
+    learning_rate: float = 3e-4  # DEVIATION(2)
     """learning rate of the actor's and the critics' Adam (authors' code and CleanRL; the paper: 1e-3)"""
     gamma: float = 0.99
     """discount factor of future rewards (gamma; TD3 paper, Sec. 6.1)"""
     tau: float = 0.005
     """how far the target networks move toward the trained ones each time they update (tau; TD3 paper, Sec. 6.1)"""
-    batch_size: int = 256  # DEVIATION(3)
+    batch_size: int = 256  # DEVIATION(2)
     """transitions sampled from the replay buffer for each update (authors' code and CleanRL; the paper: 100)"""
     policy_noise: float = 0.2
     """std of the smoothing noise on target actions, relative to half the action range (sigma~; TD3 paper, Sec. 6.1)"""
@@ -193,7 +192,7 @@ class ReplayBuffer:
 
 # LOSSES AND UPDATES ---------------------------------------------------------------------------------------------------
 def compute_loss_q(actor_target, qf, qf_target, batch, gamma: float, policy_noise: float, noise_clip: float):
-    """J_Q = sum_i E[(Q_i(s, a) - y)^2], y from `td3_target`   [TD3 Algorithm 1; DEVIATION(2)]; (loss, metrics)."""
+    """J_Q = sum_i E[(Q_i(s, a) - y)^2], y from `td3_target`   [TD3 Algorithm 1]; (loss, metrics)."""
     obs, actions, rewards, next_obs, terminations = batch
     with torch.no_grad():
         next_actions = smoothed_target_actions(actor_target(next_obs), actor_target.action_scale, actor_target.action_low,
@@ -271,7 +270,7 @@ def main(args: Args) -> dict:
 
         metrics = {}
         while global_step + args.num_envs <= args.total_timesteps and not run.stop_signal:
-            # COLLECT: random actions for the first learning_starts steps (DEVIATION(4)), then mu(s) plus Gaussian noise
+            # COLLECT: random actions for the first learning_starts steps (DEVIATION(3)), then mu(s) plus Gaussian noise
             if global_step < args.learning_starts:
                 u = torch.rand((args.num_envs, act_dim), device=device) * 2.0 - 1.0
                 actions = (u * actor.action_scale + actor.action_bias).cpu().numpy()
@@ -346,8 +345,9 @@ def crossed(before: int, now: int, every: int) -> bool:
     return every > 0 and now // every > before // every
 
 
-def make_env(args, video_dir: str | None = None):
-    """A thunk making args.env_id with episode statistics (and a video_dir's first episode), then observation_wrappers."""
+def make_env(args, video_dir: str | None = None, wrap=None):
+    """A thunk making args.env_id with episode statistics (and a video_dir's first episode), through `wrap(args, make)`
+    where the script passes its observation wrappers."""
 
     def make(**kwargs):  # gym.make(env_id, **kwargs), its first episode's video, its statistics
         kwargs.update({"render_mode": "rgb_array"} if video_dir is not None else {})
@@ -356,7 +356,7 @@ def make_env(args, video_dir: str | None = None):
             env = gym.wrappers.RecordVideo(env, video_dir, episode_trigger=lambda k: k == 0, disable_logger=True)
         return gym.wrappers.RecordEpisodeStatistics(env)
 
-    return lambda: observation_wrappers(args, make) if "observation_wrappers" in globals() else make()  # TD3 has none
+    return lambda: wrap(args, make) if wrap else make()
 
 
 def pickle_envs(envs: list, states: list) -> bytes:
@@ -368,9 +368,10 @@ def pickle_envs(envs: list, states: list) -> bytes:
     return out.getvalue()
 
 
-def unpickle_envs(data: bytes, args, make: bool = True) -> tuple:
-    """pickle_envs' (envs, states), each EzPickle env made by make_env(args) (make=False: not made, to check the rest)."""
-    (unpickler := pickle.Unpickler(io.BytesIO(data))).persistent_load = lambda i: make and make_env(args)().unwrapped
+def unpickle_envs(data: bytes, args, wrap=None, make: bool = True) -> tuple:
+    """pickle_envs' (envs, states), each EzPickle env made by make_env (make=False: not made, to check the rest)."""
+    unpickler = pickle.Unpickler(io.BytesIO(data))
+    unpickler.persistent_load = lambda i: make and make_env(args, None, wrap)().unwrapped
     return unpickler.load()
 
 
@@ -383,8 +384,9 @@ def final_observations(next_obs: np.ndarray, infos: dict) -> np.ndarray:
     return real_next_obs
 
 
-def setup(args):
-    """Before anything is written: --resume's checkpoint (its flags win), checks, seeds and the device."""
+def setup(args, wrap=None):
+    """Before anything is written: --resume's checkpoint (its flags win), checks, seeds and the device; `wrap`: the
+    script's observation wrappers, as make_env takes them."""
     checkpoint = None
     if args.resume:
         check([(not os.path.isfile(args.resume), f"--resume {args.resume}: no such file; pass a run's checkpoint.pt")])
@@ -395,7 +397,7 @@ def setup(args):
         try:  # weights_only=False: the checkpoint holds pickled environments; resume only from checkpoints you wrote
             checkpoint = torch.load(args.resume, map_location="cpu", weights_only=False)
             args = Args(**{**checkpoint["args"], "resume": args.resume})
-            unpickle_envs(checkpoint["envs"], args, make=False)
+            unpickle_envs(checkpoint["envs"], args, wrap, make=False)
         except Exception as e:  # a truncated zip, a foreign pickle or missing keys all mean the same to the user
             raise ConfigError(f"--resume {args.resume}: not a readable checkpoint of this script ({type(e).__name__}); "
                               "pass a checkpoint.pt written by --checkpoint-freq or on SIGINT/SIGTERM") from None
@@ -407,13 +409,13 @@ def setup(args):
            (min(args.eval_freq, args.checkpoint_freq) < 0, "--eval-freq and --checkpoint-freq must be non-negative"),
            (args.capture_video and not importlib.util.find_spec("moviepy"), "--capture-video needs `pip install moviepy`")])
     check_args(args)
-    if args.capture_video or getattr(args, "from_pixels", False):
+    if args.capture_video:
         os.environ.setdefault("MUJOCO_GL", "egl")  # headless MuJoCo rendering; read when mujoco is first imported
         __import__("torch._dynamo")  # CUDA wheels' triton segfaults when first loaded after MuJoCo's EGL context
     try:  # the env, and for --capture-video a frame, which would otherwise fail at the first evaluation
         with warnings.catch_warnings():  # a library's warnings would come before the one line of an error
             warnings.simplefilter("ignore")
-            env = make_env(args, "" if args.capture_video else None)()
+            env = make_env(args, "" if args.capture_video else None, wrap)()
             env.reset(seed=0)
             frame = env.render() if args.capture_video else None
     except Exception as e:  # an unknown id, a missing package or renderer: one line, whatever the library raised
@@ -437,22 +439,23 @@ def setup(args):
 class Run:
     """A run's envs, directory, TensorBoard writer, signal handling, progress line, evaluations and checkpoints."""
 
-    def __init__(self, args, checkpoint: dict | None, device, memory_flags: str):
+    def __init__(self, args, checkpoint: dict | None, device, memory_flags: str, wrap=None):
         self.args, self.checkpoint, self.device = args, checkpoint, device
         self.memory_flags = memory_flags  # the flags that size what a training step allocates
+        self.wrap = wrap  # the script's observation wrappers, as make_env takes them
         safe = f"{args.env_id}__{args.exp_name}".replace("/", "-")
         self.name = checkpoint["run_name"] if checkpoint else f"{safe}__{args.seed}__{int(time.time())}"
         self.dir = os.path.dirname(os.path.abspath(args.resume)) if checkpoint else f"runs/{self.name}"
         check([(len(self.name.encode()) > 255, f"the run name {self.name[:40]}... is longer than a file name may be "
                 "(255 bytes): shorten --exp-name")])
-        saved = checkpoint and unpickle_envs(checkpoint["envs"], args)  # the sub-envs, their RNG and simulator state
+        saved = checkpoint and unpickle_envs(checkpoint["envs"], args, wrap)  # the sub-envs, their RNG and state
         for env, (np_random, state) in zip(*saved) if saved else []:
             env.unwrapped.np_random = np_random
             if hasattr(env.unwrapped, "ale"):
                 env.unwrapped.ale.restoreState(state)
             elif state is not None:  # after make_env's first frame, which aims the camera, as in the saved run
                 __import__("mujoco").mj_copyData(env.unwrapped.data, env.unwrapped.model, state)
-        thunks = [lambda env=env: env for env in saved[0]] if saved else [make_env(args)] * args.num_envs
+        thunks = [lambda env=env: env for env in saved[0]] if saved else [make_env(args, None, wrap)] * args.num_envs
         # SAME_STEP autoreset: a step that ends an episode returns the reset observation, the final one in infos
         self.envs = gym.vector.SyncVectorEnv(thunks, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
         self.exact = saved and all(state is not None or not isinstance(env.unwrapped, gym.utils.EzPickle)
@@ -542,7 +545,7 @@ class Run:
     def evaluate(self, policy, global_step: int) -> None:
         """eval/episodic_return: the mean return of `policy` (numpy in and out, no torch RNG) over real episodes."""
         video_dir = f"{self.dir}/videos/step_{global_step}" if self.args.capture_video else None
-        env, returns = make_env(self.args, video_dir)(), []
+        env, returns = make_env(self.args, video_dir, self.wrap)(), []
         for k in range(self.args.eval_episodes):
             obs, info = env.reset(seed=self.args.seed + EVAL_SEED_OFFSET + k)
             while "episode" not in info:  # the real episode's end: RecordEpisodeStatistics sits below EpisodicLife

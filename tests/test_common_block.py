@@ -111,7 +111,7 @@ def test_checkpointed_envs_continue_exactly(in_tmp):
     for module, env_id, actions in [(sac, "Hopper-v5", lambda rng: rng.uniform(-1, 1, (2, 3))),
                                     (sac_atari, "ALE/Breakout-v5", lambda rng: rng.integers(0, 4, 2))]:
         args = module.Args(env_id=env_id, num_envs=2, cuda=False, exp_name=env_id.replace("/", "_"))
-        run = module.Run(args, None, torch.device("cpu"), "--batch-size")
+        run = module.Run(args, None, torch.device("cpu"), "--batch-size", getattr(module, "observation_wrappers", None))
         counters, obs = run.resume({}, (0,))
         rng = np.random.default_rng(0)
         for _ in range(40):
@@ -122,7 +122,7 @@ def test_checkpointed_envs_continue_exactly(in_tmp):
         run.close()
         checkpoint = torch.load(path, weights_only=False)
         restored_run = module.Run(module.Args(**{**checkpoint["args"], "resume": path}), checkpoint, torch.device("cpu"),
-                                     "--batch-size")
+                                  "--batch-size", getattr(module, "observation_wrappers", None))
         counters, restored_obs = restored_run.resume({}, (0,))
         assert counters == (40,) and restored_run.exact
         np.testing.assert_array_equal(restored_obs, obs)
@@ -257,7 +257,8 @@ def test_a_compiled_run_stopped_by_sigterm_resumes_exactly(tmp_path, name):
 def stored_replay_bytes(name: str, args, state: dict) -> int:
     """The bytes of the transitions a checkpoint's replay `state` holds, from each script's layout: stored transitions
     times bytes per transition (and SAC's frames: one per row, one per episode end and the newest rows' s')."""
-    env = importlib.import_module(name).make_env(args)()
+    module = importlib.import_module(name)
+    env = module.make_env(args, None, getattr(module, "observation_wrappers", None))()
     obs, act = env.observation_space, env.action_space
     env.close()
     if name == "a2c":  # no replay

@@ -80,7 +80,7 @@ def test_network_input_scales_frames_once_into_channels_last_and_the_networks_ag
     assert x.dtype == torch.float32 and x.is_contiguous(memory_format=torch.channels_last)
     torch.testing.assert_close(x, frames.double().div(255).float(), atol=1e-7, rtol=0)  # [0, 1], to float32 rounding
     assert sa.network_input(torch.randn(5, 4, dtype=torch.float64)).dtype == torch.float32  # flat observations
-    envs = vector_env([sa.make_env(sa.Args(env_id="BreakoutNoFrameskip-v4"))])
+    envs = vector_env([sa.make_env(sa.Args(env_id="BreakoutNoFrameskip-v4"), wrap=sa.observation_wrappers)])
     torch.manual_seed(0)
     actor = sa.Actor(envs)
     assert actor.encoder[0].weight.is_contiguous(memory_format=torch.channels_last)
@@ -129,7 +129,7 @@ def stored_transitions(rb, env):
 
 @pytest.mark.parametrize("env_id,capacity,steps", [("BreakoutNoFrameskip-v4", 600, 900), ("CartPole-v1", 200, 300)])
 def test_buffer_rebuilds_exactly_what_the_env_returned_across_episodes_and_wrap_around(env_id, capacity, steps):
-    thunk = sa.make_env(sa.Args(env_id=env_id)) if env_id != "CartPole-v1" else \
+    thunk = sa.make_env(sa.Args(env_id=env_id), wrap=sa.observation_wrappers) if env_id != "CartPole-v1" else \
         lambda: gym.wrappers.TimeLimit(gym.make("CartPole-v1"), 15)  # truncations as well as terminations
     rb, history = fill(thunk, 2, capacity, steps)
     assert (rb.size == rb.slots).all()  # both streams wrapped around
@@ -162,7 +162,7 @@ def test_a_buffer_too_small_for_a_stack_and_a_transition_per_sub_env_is_one_line
 
 
 def test_buffer_state_round_trips():
-    rb, _ = fill(sa.make_env(sa.Args(env_id="CartPole-v1")), 2, 30, 50)
+    rb, _ = fill(sa.make_env(sa.Args(env_id="CartPole-v1"), wrap=sa.observation_wrappers), 2, 30, 50)
     copy = sa.ReplayBuffer(30, 2, gym.make("CartPole-v1").observation_space, "cpu")
     copy.load_state_dict(rb.state_dict())
     torch.manual_seed(0)
@@ -177,7 +177,7 @@ def test_buffer_state_round_trips():
 # ATARI ENVS
 # ---------------------------------------------------------------------------------------------------------------------
 def test_atari_pipeline_and_v5_settings():
-    env = sa.make_env(sa.Args(env_id="BreakoutNoFrameskip-v4"))()
+    env = sa.make_env(sa.Args(env_id="BreakoutNoFrameskip-v4"), wrap=sa.observation_wrappers)()
     assert env.observation_space.shape == (4, 84, 84) and env.observation_space.dtype == np.uint8
     names, e = [], env
     while isinstance(e, gym.Wrapper):
@@ -185,15 +185,15 @@ def test_atari_pipeline_and_v5_settings():
         e = e.env
     assert names[:10] == ["FrameStackObservation", "TransformObservation", "AtariWrapper", "ClipRewardEnv", "WarpFrame",
                           "FireResetEnv", "EpisodicLifeEnv", "MaxAndSkipEnv", "NoopResetEnv", "RecordEpisodeStatistics"]
-    v5 = sa.make_env(sa.Args(env_id="ALE/Breakout-v5"))()
+    v5 = sa.make_env(sa.Args(env_id="ALE/Breakout-v5"), wrap=sa.observation_wrappers)()
     for e, sticky in ((v5, 0.25), (env, 0.0)):
         assert e.unwrapped._frameskip == 1 and e.unwrapped.ale.getFloat("repeat_action_probability") == sticky
 
 
 def test_ale_snapshot_restores_the_game_exactly(in_tmp):
     """A checkpoint's Breakout sub-envs, put back by --resume, step exactly as the ones it was written from."""
-    args, _, device = sa.setup(sa.Args(env_id="BreakoutNoFrameskip-v4", num_envs=2, cuda=False))
-    run = sa.Run(args, None, device, "--batch-size")
+    args, _, device = sa.setup(sa.Args(env_id="BreakoutNoFrameskip-v4", num_envs=2, cuda=False), sa.observation_wrappers)
+    run = sa.Run(args, None, device, "--batch-size", sa.observation_wrappers)
     _, obs = run.resume({}, (0,))
     rng = np.random.default_rng(0)
     for _ in range(50):
@@ -202,7 +202,7 @@ def test_ale_snapshot_restores_the_game_exactly(in_tmp):
     actions = rng.integers(0, 4, (300, 2))
     original = [run.envs.step(a)[:2] for a in actions]
     run.close()
-    restored_run = sa.Run(*sa.setup(sa.Args(resume=path)), "--batch-size")
+    restored_run = sa.Run(*sa.setup(sa.Args(resume=path), sa.observation_wrappers), "--batch-size", sa.observation_wrappers)
     restored = [restored_run.envs.step(a)[:2] for a in actions]
     restored_run.close()
     assert restored_run.exact

@@ -26,7 +26,7 @@ def tiny(**overrides) -> sac.Args:
 
 def offline_buffer(args: sac.Args, encoder=None):
     """The replay buffer a run with these flags makes of its --offline-data."""
-    env = sac.make_env(args)()
+    env = sac.make_env(args, wrap=sac.observation_wrappers)()
     data = sac.robot_learning_setup(args, env.observation_space, env.action_space)
     return sac.offline_replay(args, data, env.observation_space, "cpu", encoder)
 
@@ -225,7 +225,7 @@ def test_random_shift_moves_each_image_by_at_most_the_pad_and_repeats_the_border
 
 def test_image_replay_returns_what_the_env_gave_across_episode_ends_and_wrap_around():
     env_args = sac.Args(**PIXELS)
-    envs = gym.vector.SyncVectorEnv([sac.make_env(env_args)] * 2, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+    envs = gym.vector.SyncVectorEnv([sac.make_env(env_args, wrap=sac.observation_wrappers)] * 2, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
     rb = sac.ImageReplayBuffer(50, envs.single_observation_space, 1, 2, "cpu", augment=False)
     obs, _ = envs.reset(seed=0)
     seen, ends = set(), 0
@@ -317,7 +317,7 @@ def test_smoke_pixels_reach_updates_and_log_every_metric(in_tmp):
 
 
 def test_frame_stack_holds_the_last_k_frames_oldest_first_and_pads_a_new_episode_with_its_first():
-    plain, stacked = (sac.make_env(sac.Args(**PIXELS, frame_stack=k))() for k in (1, 3))
+    plain, stacked = (sac.make_env(sac.Args(**PIXELS, frame_stack=k), wrap=sac.observation_wrappers)() for k in (1, 3))
     assert stacked.observation_space["pixels"].shape == (16, 16, 9)
     frames, ends, done = [], 0, True
     for t in range(100):  # InvertedPendulum's random episodes end within a few dozen steps
