@@ -96,7 +96,7 @@ class Args:
     """learning rate of the optimizer (baselines)"""
     rms_alpha: float = 0.99
     """RMSprop's decay of its running mean of squared gradients (baselines)"""
-    rms_eps: float = 1e-5
+    optimizer_eps: float = 1e-5
     """epsilon of RMSprop or Adam, the constant added to the step's denominator (baselines)"""
     anneal_lr: bool = False
     """decay the learning rate linearly to 0 over the run (A3C paper)"""
@@ -220,8 +220,8 @@ def main(args: Args) -> dict:
         envs, T, N, space = run.envs, args.num_steps, args.num_envs, run.envs.single_action_space
         agent = Agent(envs, args.shared_network).to(device)
         params = list(agent.parameters())
-        optimizer = (torch.optim.RMSprop(params, lr=args.learning_rate, alpha=args.rms_alpha, eps=args.rms_eps)
-                     if args.optimizer == "rmsprop" else torch.optim.Adam(params, lr=args.learning_rate, eps=args.rms_eps))
+        optimizer = (torch.optim.RMSprop(params, lr=args.learning_rate, alpha=args.rms_alpha, eps=args.optimizer_eps)
+                     if args.optimizer == "rmsprop" else torch.optim.Adam(params, lr=args.learning_rate, eps=args.optimizer_eps))
 
         def update(obs, actions, advantages, value_targets):  # one gradient step on a whole rollout; detached metrics
             loss, metrics = compute_loss(agent, obs, actions, advantages, value_targets, args.vf_coef, args.ent_coef)
@@ -300,7 +300,7 @@ def check_args(args: Args) -> None:
     check([(args.total_timesteps < args.num_envs * args.num_steps, f"--total-timesteps {args.total_timesteps} is less "
             f"than one rollout (--num-envs x --num-steps = {args.num_envs * args.num_steps}): raise it or shorten it"),
            *((not getattr(args, name) > 0, f"--{name.replace('_', '-')} must be positive")
-             for name in ("num_steps", "learning_rate", "max_grad_norm", "rms_eps")),
+             for name in ("num_steps", "learning_rate", "max_grad_norm", "optimizer_eps")),
            (not (args.vf_coef >= 0 and args.ent_coef >= 0), "--vf-coef and --ent-coef must be non-negative"),
            (not (0 < args.gamma <= 1 and 0 <= args.gae_lambda <= 1), "--gamma must be in (0, 1], --gae-lambda in [0, 1]"),
            (not 0 <= args.rms_alpha < 1, "--rms-alpha must lie in [0, 1)")])

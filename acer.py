@@ -106,7 +106,7 @@ class Args:
     """learning rate of the optimizer (baselines)"""
     rms_alpha: float = 0.99
     """RMSprop's decay of its running mean of squared gradients (baselines)"""
-    rms_eps: float = 1e-5
+    optimizer_eps: float = 1e-5
     """epsilon of RMSprop or Adam, the constant added to the step's denominator (baselines)"""
     anneal_lr: bool = False
     """decay the learning rate linearly to 0 over the run (baselines' default schedule)"""
@@ -271,9 +271,9 @@ def main(args: Args) -> dict:
     with Run(args, checkpoint, device, "--num-envs or --num-steps", observation_wrappers) as run:
         agent, avg_agent = Agent(run.envs).to(device), Agent(run.envs).to(device).requires_grad_(False)
         avg_agent.load_state_dict(agent.state_dict())  # theta_avg, the average policy's network, starts at theta
-        optimizer = (torch.optim.RMSprop(agent.parameters(), args.learning_rate, args.rms_alpha, args.rms_eps)
+        optimizer = (torch.optim.RMSprop(agent.parameters(), args.learning_rate, args.rms_alpha, args.optimizer_eps)
                      if args.optimizer == "rmsprop" else torch.optim.Adam(agent.parameters(), args.learning_rate,
-                                                                          eps=args.rms_eps))
+                                                                          eps=args.optimizer_eps))
         buffer = SegmentBuffer(args.buffer_size, T, N, run.envs.single_observation_space,
                                int(run.envs.single_action_space.n), device)
         metric_sums = torch.zeros(len(METRICS) + 1, device=device)  # METRICS summed since the last write, and a count
@@ -341,7 +341,7 @@ def check_args(args: Args) -> None:
            (args.replay_ratio > 0 and args.replay_start > args.buffer_size // segment * segment, f"--replay-start "
             f"{args.replay_start} exceeds the {args.buffer_size // segment * segment} transitions --buffer-size holds: lower it"),
            *((not getattr(args, name) > 0, f"--{name.replace('_', '-')} must be positive")
-             for name in ("num_steps", "learning_rate", "truncation_c", "max_kl", "max_grad_norm", "rms_eps")),
+             for name in ("num_steps", "learning_rate", "truncation_c", "max_kl", "max_grad_norm", "optimizer_eps")),
            (not (0 < args.gamma <= 1 and 0 <= args.avg_decay < 1), "--gamma must be in (0, 1], --avg-decay in [0, 1)"),
            (not 0 <= args.rms_alpha < 1, "--rms-alpha must lie in [0, 1)")])
 

@@ -92,7 +92,7 @@ class Args:
     """learning rate of the actor's Adam (arXiv:1910.07207, Table 1)"""
     q_lr: float = 3e-4
     """learning rate of the critics' Adam and of the entropy temperature alpha's (arXiv:1910.07207, Table 1)"""
-    adam_eps: float = 1e-4
+    optimizer_eps: float = 1e-4
     """Adam's epsilon, the constant added to its step's denominator (CleanRL: steadier than 1e-8 on Atari)"""
     update_frequency: int = 4
     """update the critics, the actor and alpha once every this many env steps (arXiv:1910.07207, Table 1; CleanRL)"""
@@ -299,8 +299,8 @@ def main(args: Args) -> dict:
         for target, source in ((qf1_target, qf1), (qf2_target, qf2)):
             target.requires_grad_(False).load_state_dict(source.state_dict())
         q_params = [*qf1.parameters(), *qf2.parameters()]
-        q_optimizer = torch.optim.Adam(q_params, lr=args.q_lr, eps=args.adam_eps, fused=True)  # one kernel, all tensors
-        actor_optimizer = torch.optim.Adam(actor.parameters(), lr=args.policy_lr, eps=args.adam_eps, fused=True)
+        q_optimizer = torch.optim.Adam(q_params, lr=args.q_lr, eps=args.optimizer_eps, fused=True)  # one kernel, all tensors
+        actor_optimizer = torch.optim.Adam(actor.parameters(), lr=args.policy_lr, eps=args.optimizer_eps, fused=True)
         fixed_log_alpha = float(np.log(args.alpha)) if args.alpha > 0 else -math.inf  # --no-autotune
         log_alpha = torch.full((1,), 0.0 if args.autotune else fixed_log_alpha, device=device, requires_grad=True)
         if args.autotune:  # log alpha's Adam: a parameter group of the actor's optimizer, with its own learning rate
@@ -358,7 +358,7 @@ def check_args(args: Args) -> None:
             f"--total-timesteps {args.total_timesteps}: no update would run; lower one or raise the other"),
            (args.learning_starts < args.batch_size, "--learning-starts must be at least --batch-size"),
            *((not getattr(args, name) > 0, f"--{name.replace('_', '-')} must be positive") for name in
-             ("policy_lr", "q_lr", "adam_eps", "batch_size", "update_frequency", "target_network_frequency")),
+             ("policy_lr", "q_lr", "optimizer_eps", "batch_size", "update_frequency", "target_network_frequency")),
            (not (0 < args.tau <= 1 and 0 < args.gamma <= 1), "--tau and --gamma must lie in (0, 1]"),
            (not args.alpha >= 0, "--alpha must be non-negative"),
            (not 0 <= args.target_entropy_scale <= 1, "--target-entropy-scale must lie in [0, 1]")])

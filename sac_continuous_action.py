@@ -98,8 +98,8 @@ class Args:
     """learning rate of the critics' and of the temperature's Adam (CleanRL; the SAC paper uses 3e-4)"""
     policy_frequency: int = 2
     """update the actor this many times every this many update steps, each of --utd-ratio critic updates (CleanRL)"""
-    target_network_frequency: int = 1
-    """move the target critics every this many critic updates (SAC paper: 1)"""
+    target_update_interval: int = 1
+    """move the target critics every this many critic updates (Stable-Baselines3's name and unit; SAC paper: 1)"""
     alpha: float = 0.2
     """entropy temperature when it is fixed by --no-autotune (alpha; SAC paper)"""
     autotune: bool = True
@@ -114,7 +114,7 @@ class Args:
     """the target's minimum is over this many critics drawn at random each update; unset: all (M; REDQ: 2)"""
     utd_ratio: int = 1
     """critic updates per environment step (update-to-data ratio G; REDQ: 20)"""
-    grad_clip_norm: float | None = None
+    max_grad_norm: float | None = None
     """clip the gradient norm of the actor and the critics to this value; unset: no clipping (HIL-SERL: 40)"""
     critic_layer_norm: bool = False
     """normalise each hidden layer of the critics with LayerNorm, before its ReLU (RLPD, arXiv:2302.02948)"""
@@ -316,7 +316,7 @@ def sac_updates(actor, qf, qf_target, log_alpha, q_optimizer, actor_optimizer, a
     detached metrics (no host sync); act(obs), a ~ pi(.|s) to collect with. log alpha is a parameter group of the
     actor's optimizer, stepped with it."""
     num_subsample = args.num_subsample_critics or args.num_critics
-    step = functools.partial(optimizer_step, max_norm=args.grad_clip_norm)
+    step = functools.partial(optimizer_step, max_norm=args.max_grad_norm)
 
     def update_critic(batch, update_target: bool):
         alpha = log_alpha.exp().detach()
@@ -380,7 +380,7 @@ def main(args: Args) -> dict:
             for _ in range(args.utd_ratio):
                 batch = rb.sample(args.batch_size)
                 critic_updates += 1
-                metrics.update(update_critic(batch, critic_updates % args.target_network_frequency == 0))
+                metrics.update(update_critic(batch, critic_updates % args.target_update_interval == 0))
             update_steps += 1
             if update_steps % args.policy_frequency == 0:
                 for _ in range(args.policy_frequency):
@@ -425,15 +425,15 @@ def check_args(args: Args) -> None:
            (args.learning_starts >= args.total_timesteps, f"--learning-starts must lie below --total-timesteps "
             f"({args.total_timesteps}), or no update runs"),
            (not 1 <= args.batch_size <= args.learning_starts, "--batch-size must lie in [1, --learning-starts]"),
-           (not min(x for x in (args.policy_lr, args.q_lr, args.grad_clip_norm) if x is not None) > 0,
-            "--policy-lr, --q-lr and --grad-clip-norm must be positive"),
+           (not min(x for x in (args.policy_lr, args.q_lr, args.max_grad_norm) if x is not None) > 0,
+            "--policy-lr, --q-lr and --max-grad-norm must be positive"),
            (not (0 < args.tau <= 1 and 0 < args.gamma <= 1), "--tau and --gamma must lie in (0, 1]"),
            (not args.alpha >= 0, "--alpha must be non-negative"),
            (args.num_critics < 2, "--num-critics must be at least 2"),
            (args.num_subsample_critics not in (None, *range(1, args.num_critics + 1)),
             f"--num-subsample-critics must lie in [1, --num-critics={args.num_critics}]"),
-           (min(args.utd_ratio, args.policy_frequency, args.target_network_frequency) < 1,
-            "--utd-ratio, --policy-frequency and --target-network-frequency must be at least 1")])
+           (min(args.utd_ratio, args.policy_frequency, args.target_update_interval) < 1,
+            "--utd-ratio, --policy-frequency and --target-update-interval must be at least 1")])
 
 
 def check_spaces(env_id: str, obs_space, action_space) -> None:

@@ -107,8 +107,8 @@ class Args:
     """learning rate of the critics' and of the temperature's Adam (CleanRL; the SAC paper uses 3e-4)"""
     policy_frequency: int = 2
     """update the actor this many times every this many update steps, each of --utd-ratio critic updates (CleanRL)"""
-    target_network_frequency: int = 1
-    """move the target critics every this many critic updates (SAC paper: 1)"""
+    target_update_interval: int = 1
+    """move the target critics every this many critic updates (Stable-Baselines3's name and unit; SAC paper: 1)"""
     alpha: float = 0.2
     """entropy temperature when it is fixed by --no-autotune (alpha; SAC paper)"""
     autotune: bool = True
@@ -123,7 +123,7 @@ class Args:
     """the target's minimum is over this many critics drawn at random each update; unset: all (M; REDQ: 2)"""
     utd_ratio: int = 1
     """critic updates per environment step (update-to-data ratio G; REDQ: 20)"""
-    grad_clip_norm: float | None = None
+    max_grad_norm: float | None = None
     """clip the gradient norm of the actor and the critics to this value; unset: no clipping (HIL-SERL: 40)"""
     critic_layer_norm: bool = False
     """normalise each hidden layer of the critics with LayerNorm, before its ReLU (RLPD, arXiv:2302.02948)"""
@@ -366,7 +366,7 @@ def sac_updates(actor, qf, qf_target, log_alpha, q_optimizer, actor_optimizer, a
     detached metrics (no host sync); act(obs), a ~ pi(.|s) to collect with. log alpha is a parameter group of the
     actor's optimizer, stepped with it."""
     num_subsample = args.num_subsample_critics or args.num_critics
-    step = functools.partial(optimizer_step, max_norm=args.grad_clip_norm)
+    step = functools.partial(optimizer_step, max_norm=args.max_grad_norm)
 
     def update_critic(batch, update_target: bool):
         alpha = log_alpha.exp().detach()
@@ -443,7 +443,7 @@ def main(args: Args) -> dict:
             for _ in range(args.utd_ratio):
                 batch = replay.sample(args.batch_size)
                 critic_updates += 1
-                update_target = critic_updates % args.target_network_frequency == 0
+                update_target = critic_updates % args.target_update_interval == 0
                 metrics.update(update_critic(batch, update_target), **(grip.update(batch, update_target) if grip else {}))
             update_steps += 1
             if update_steps % args.policy_frequency == 0:
@@ -497,15 +497,15 @@ def check_args(args: Args) -> None:
             f"below --total-timesteps ({args.total_timesteps}), or no update runs"),
            (not 1 <= args.batch_size <= (args.buffer_size if args.offline_data else args.learning_starts),
             "--batch-size must lie in [1, --learning-starts] ([1, --buffer-size] with --offline-data)"),
-           (not min(x for x in (args.policy_lr, args.q_lr, args.discrete_q_lr, args.grad_clip_norm) if x is not None) > 0,
-            "--policy-lr, --q-lr, --discrete-q-lr and --grad-clip-norm must be positive"),
+           (not min(x for x in (args.policy_lr, args.q_lr, args.discrete_q_lr, args.max_grad_norm) if x is not None) > 0,
+            "--policy-lr, --q-lr, --discrete-q-lr and --max-grad-norm must be positive"),
            (not (0 < args.tau <= 1 and 0 < args.gamma <= 1), "--tau and --gamma must lie in (0, 1]"),
            (not args.alpha >= 0, "--alpha must be non-negative"),
            (args.num_critics < 2, "--num-critics must be at least 2"),
            (args.num_subsample_critics not in (None, *range(1, args.num_critics + 1)),
             f"--num-subsample-critics must lie in [1, --num-critics={args.num_critics}]"),
-           (min(args.utd_ratio, args.policy_frequency, args.target_network_frequency) < 1,
-            "--utd-ratio, --policy-frequency and --target-network-frequency must be at least 1"),
+           (min(args.utd_ratio, args.policy_frequency, args.target_update_interval) < 1,
+            "--utd-ratio, --policy-frequency and --target-update-interval must be at least 1"),
            (not 16 <= args.image_size <= 512, "--image-size must lie in [16, 512] pixels"),  # 512: 99M weights a head
            (not 1 <= args.frame_stack < args.image_size / 3 or args.frame_stack > 1 and not args.from_pixels,
             "--frame-stack must lie in [1, --image-size / 3) and above 1 needs --from-pixels"),
@@ -817,7 +817,7 @@ class Gripper:
 
     def update(self, batch, update_target: bool) -> dict:  # a step on J_d, and of the target; detached metrics
         loss, metrics = compute_loss_discrete_q(self.dq, self.dq_target, batch, self.levels, self.args.gamma)
-        optimizer_step(self.optimizer, loss, self.dq, self.args.grad_clip_norm)
+        optimizer_step(self.optimizer, loss, self.dq, self.args.max_grad_norm)
         if update_target:
             polyak_update(list(self.dq_target.parameters()), list(self.dq.parameters()), self.args.tau)
         return metrics

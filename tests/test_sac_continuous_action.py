@@ -209,7 +209,7 @@ def test_smoke_boolean_flags_reach_updates(in_tmp, flag, value):
 def test_smoke_ensemble_options_count_updates(in_tmp):
     """num_envs=2, utd_ratio=2, policy_frequency=3, 3 critics subsampled to 2, gradient clipping, fixed target entropy."""
     args = tiny(num_envs=2, utd_ratio=2, policy_frequency=3, num_critics=3, num_subsample_critics=2,
-                grad_clip_norm=1.0, target_entropy=-0.5, target_network_frequency=2)
+                max_grad_norm=1.0, target_entropy=-0.5, target_update_interval=2)
     summary = sac.main(args)
     # iterations whose step count reaches learning_starts: global_step = 100, 102, ..., 300 -> 101 iterations
     update_steps = 101 * args.num_envs
@@ -335,8 +335,8 @@ def assert_same_training(nets, other_nets, logged, other_logged, rtol, atol):
 
 
 CASES = {"defaults": {}, "fixed alpha, clipping, 3 critics subsampled to 2":
-         dict(autotune=False, grad_clip_norm=1.0, num_critics=3, num_subsample_critics=2, backup_entropy=False),
-         "critic LayerNorm, clipping": dict(critic_layer_norm=True, grad_clip_norm=1.0)}
+         dict(autotune=False, max_grad_norm=1.0, num_critics=3, num_subsample_critics=2, backup_entropy=False),
+         "critic LayerNorm, clipping": dict(critic_layer_norm=True, max_grad_norm=1.0)}
 
 
 def flat(nets) -> torch.Tensor:
