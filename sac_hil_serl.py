@@ -36,6 +36,7 @@ import math
 import os
 import pickle
 import random
+import re
 import shlex
 import shutil
 import signal
@@ -60,7 +61,7 @@ from torch.utils.tensorboard import SummaryWriter
 class Args:
     # --- COMMON ARGS: the same text in all six scripts ---
     exp_name: str = os.path.basename(__file__)[: -len(".py")]
-    """experiment name, part of the run folder runs/<env_id>__<exp_name>__<seed>__<unix time> ('/' becomes '-')"""
+    """experiment name, part of the run folder runs/<env_id>__<exp_name>__<seed>__<unix time> (odd characters: '-')"""
     seed: int = 1
     """random seed of torch, numpy, Python's random, the environments and the evaluation episodes"""
     cuda: bool = True
@@ -1014,7 +1015,8 @@ def setup(args, wrap=None):
                               "pass a checkpoint.pt written by --checkpoint-freq or on SIGINT/SIGTERM") from None
     check([(not math.isfinite(value), f"--{key.replace('_', '-')} must be finite, not {value}")
            for key, value in asdict(args).items() if isinstance(value, float)])
-    check([(min(args.num_envs, args.eval_episodes, args.log_freq) < 1,
+    check([(not 0 <= args.seed < 2**32, f"--seed must lie in [0, 2**32 - 1], not {args.seed}"),
+           (min(args.num_envs, args.eval_episodes, args.log_freq) < 1,
             "--num-envs, --eval-episodes and --log-freq must be at least 1"),
            (0 < args.total_timesteps < args.num_envs, "--total-timesteps must be 0 or at least --num-envs"),
            (min(args.eval_freq, args.checkpoint_freq) < 0, "--eval-freq and --checkpoint-freq must be non-negative"),
@@ -1054,7 +1056,7 @@ class Run:
         self.args, self.checkpoint, self.device = args, checkpoint, device
         self.memory_flags = memory_flags  # the flags that size what a training step allocates
         self.wrap = wrap  # the script's observation wrappers, as make_env takes them
-        safe = f"{args.env_id}__{args.exp_name}".replace("/", "-")
+        safe = re.sub(r"[^\w.+-]", "-", f"{args.env_id}__{args.exp_name}", flags=re.ASCII)  # a file name anywhere
         self.name = checkpoint["run_name"] if checkpoint else f"{safe}__{args.seed}__{int(time.time())}"
         self.dir = os.path.dirname(os.path.abspath(args.resume)) if checkpoint else f"runs/{self.name}"
         check([(len(self.name.encode()) > 255, f"the run name {self.name[:40]}... is longer than a file name may be "
@@ -1073,6 +1075,7 @@ class Run:
                                    for env, (_, state) in zip(*saved))  # else make_env made a new env
         self.last_return = checkpoint["last_return"] if checkpoint else None
         self.eval_return, self.eval_step, self.stop_signal = None, None, []
+        self.progress = False  # a progress line is on the terminal, not yet ended by a newline
         self.handlers = {sig: signal.signal(sig, lambda signum, frame: self.stop_signal.append(signum))
                          for sig in (signal.SIGINT, signal.SIGTERM)}
 
@@ -1151,7 +1154,9 @@ class Run:
             (then, step), self.last_log = self.last_log, (time.time(), global_step)
             sps = int((global_step - step) / max(self.last_log[0] - then, 1e-6))  # since the last write
             self.writer.add_scalar("charts/SPS", sps, global_step)
-            print(f"\rstep {global_step:,}  SPS {sps}  last return {self.last_return}".ljust(60), end="", flush=True)
+            last = "-" if self.last_return is None else f"{self.last_return:.2f}"
+            print(f"\rstep {global_step:,}  SPS {sps}  last return {last}".ljust(60), end="", flush=True)
+            self.progress = True
 
     def evaluate(self, policy, global_step: int) -> None:
         """eval/episodic_return: the mean return of `policy` (numpy in and out, no torch RNG) over real episodes."""
@@ -1170,6 +1175,7 @@ class Run:
         self.eval_return, self.eval_step = float(np.mean(returns)), global_step
         self.writer.add_scalar("eval/episodic_return", self.eval_return, global_step)
         print(f"\nstep {global_step:,}: eval/episodic_return {self.eval_return:.2f}")
+        self.progress = False
 
     def after_step(self, previous_step: int, counters: tuple, obs, policy) -> None:
         """Evaluate and checkpoint where their intervals were crossed."""
@@ -1204,6 +1210,8 @@ class Run:
         lower: --buffer-size before the run directory is made (the buffers), `memory_flags` after it (a training step),
         with the traceback printed first, for the run's log."""
         self.close()
+        if error is not None and self.progress:  # the error's line starts a line of its own
+            print(flush=True)
         if not (isinstance(error, RuntimeError) and "allocate" in str(error)):
             return
         if not hasattr(self, "writer"):

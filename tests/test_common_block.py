@@ -44,6 +44,8 @@ COMMON_BAD_INPUT = {
     "zero eval episodes": (["--eval-episodes", "0"], "--eval-episodes"),
     "negative checkpoint freq": (["--checkpoint-freq", "-5"], "--checkpoint-freq"),
     "zero log freq": (["--log-freq", "0"], "--log-freq"),
+    "a negative seed": (["--seed", "-1"], "--seed must lie in [0, 2**32 - 1]"),
+    "a seed beyond numpy's": (["--seed", "99999999999999"], "--seed must lie in [0, 2**32 - 1]"),
 }
 BLOCK_START = "# COMMON BLOCK:"
 ARGS_START, ARGS_END = "    # --- COMMON ARGS:", "    # --- END OF COMMON ARGS ---\n"
@@ -621,4 +623,36 @@ def test_the_progress_line_overwrites_itself_and_shows_the_recent_sps(in_tmp, ca
         run.close()
     first, second = capsys.readouterr().out.split("\r")[1:]
     assert "SPS 5 " in first and "SPS 50 " in second
-    assert len(second) >= len(first) and second.rstrip().endswith("58.0")  # nothing of the longer line is left
+    assert "last return -1234.57 " in first  # two decimals
+    assert len(second) >= len(first) and second.rstrip().endswith("58.00")  # nothing of the longer line is left
+
+
+def test_the_progress_line_before_any_episode_ends_shows_no_return_yet(in_tmp, capsys, script):
+    run = script.Run(tiny(script, log_freq=50), None, torch.device("cpu"), "--batch-size")
+    try:
+        run.resume({}, (0,))
+        run.log({}, {"loss": torch.tensor(1.0)}, 0, 50)
+    finally:
+        run.close()
+    assert capsys.readouterr().out.rstrip().endswith("last return -")
+
+
+def test_an_error_after_a_progress_line_starts_a_line_of_its_own(tmp_path):
+    """The NaN guard's error comes after the progress line that was on the terminal, on a line of its own."""
+    module = importlib.import_module("td3_continuous_action")
+    flags = [*DIVERGE["td3_continuous_action"], "--total-timesteps", "3200", "--log-freq", "1", "--eval-freq", "0",
+             "--eval-episodes", "1", "--no-cuda"]
+    result = subprocess.run([sys.executable, script_path(module), *flags], cwd=tmp_path, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, timeout=600)  # both streams, as a terminal shows them
+    assert result.returncode == 2
+    errors = [line for line in result.stdout.replace("\r", "\n").splitlines() if "error:" in line]
+    assert len(errors) == 1 and errors[0].startswith("error: step "), result.stdout[-500:]
+
+
+def test_odd_characters_of_the_exp_name_and_env_id_become_dashes_in_the_run_folder(in_tmp):
+    """A tab or a newline in --exp-name and the ':' of a module-qualified env id make no odd file names."""
+    import sac_continuous_action as sac
+
+    summary = sac.main(tiny(sac, env_id="gymnasium.envs.classic_control:Pendulum-v1", exp_name="a b\tc\nd/e"))
+    name = os.path.basename(summary["run_dir"])
+    assert name.startswith("gymnasium.envs.classic_control-Pendulum-v1__a-b-c-d-e__1__"), name
