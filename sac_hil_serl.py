@@ -32,6 +32,7 @@ import contextlib
 import functools
 import importlib.util
 import io
+import logging
 import math
 import os
 import pickle
@@ -963,6 +964,10 @@ def make_env(args, video_dir: str | None = None, wrap=None):
 
     def make(**kwargs):  # gym.make(env_id, **kwargs), its first episode's video, its statistics
         kwargs.update({"render_mode": "rgb_array"} if video_dir is not None else {})
+        if args.env_id.startswith("ALE/"):  # ale_py registers its ids when imported; its banner would precede errors
+            ale_py = importlib.import_module("ale_py")
+            ale_py.ALEInterface.setLoggerMode(ale_py.LoggerMode.Error)
+            gym.register_envs(ale_py)
         env = gym.make(args.env_id, **kwargs)
         if video_dir:
             env = gym.wrappers.RecordVideo(env, video_dir, episode_trigger=lambda k: k == 0, disable_logger=True)
@@ -1031,6 +1036,8 @@ def setup(args, wrap=None):
             env = make_env(args, "" if args.capture_video else None, wrap)()
             env.reset(seed=0)
             frame = env.render() if args.capture_video else None
+    except gym.error.DependencyNotInstalled as e:  # gymnasium's message says what to install
+        raise ConfigError(f"{args.env_id} needs a package that is not installed: {e}") from None
     except Exception as e:  # an unknown id, a missing package or renderer: one line, whatever the library raised
         raise e if isinstance(e, ConfigError) else ConfigError(  # a ConfigError names the flag to change
             f"{args.env_id} cannot be made ({type(e).__name__}: {e}): an unknown env id (see gymnasium.pprint_registry())"
@@ -1046,6 +1053,8 @@ def setup(args, wrap=None):
     check([(args.compile and not compiler, "--compile needs a C++ compiler (g++, or $CXX): install one, or drop it")])
     if args.compile:  # compiled code draws its random numbers from torch's generator, as eager code does
         importlib.import_module("torch._inductor.config").fallback_random = True
+        logging.getLogger("torch._dynamo.variables.ctx_manager").addFilter(  # a note on the optimizer's profiling
+            lambda record: "Profiler record function" not in record.getMessage())
     return args, checkpoint, device
 
 

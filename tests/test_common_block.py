@@ -336,6 +336,43 @@ def test_wrong_action_space_from_the_shell_is_one_line_that_names_what_to_use(tm
     assert os.listdir(tmp_path) == []
 
 
+@pytest.mark.parametrize("name", ["sac_continuous_action", "sac_hil_serl", "td3_continuous_action"])
+def test_an_atari_id_in_a_continuous_script_names_its_action_space_not_a_namespace(tmp_path, name):
+    """ale_py's ids are made (the common block registers them), so the line says what is wrong: a Discrete action
+    space, for sac_atari.py; ALE's banner does not come first."""
+    result = run_cli(importlib.import_module(name), ["--env-id", "ALE/Pong-v5"], tmp_path)
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr == "error: ALE/Pong-v5 has a Discrete action space: use sac_atari.py\n", result.stderr
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_missing_package_is_one_line_that_says_what_to_install(in_tmp, capsys, monkeypatch, script):
+    """gymnasium's DependencyNotInstalled (pygame for classic control's --capture-video) is passed on as it is, not
+    as an unknown env id or a MuJoCo renderer."""
+    def make(*args, **kwargs):
+        raise gym.error.DependencyNotInstalled('pygame is not installed, run `pip install "gymnasium[classic-control]"`')
+
+    monkeypatch.setattr(gym, "make", make)
+    with pytest.raises(SystemExit) as exit_info:
+        script.cli(tiny_argv(script))
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and err.count("\n") == 1, err
+    assert "needs a package that is not installed: pygame is not installed, run `pip install" in err, err
+    assert "unknown env id" not in err and os.listdir(in_tmp) == []
+
+
+def test_compile_prints_no_torch_internal_note(tmp_path):
+    """--compile runs the optimizer's step through dynamo, which notes once that it ignores the step's profiling
+    context: that torch-internal line is filtered out (a2c.py here; the filter is the common block's)."""
+    import a2c
+
+    result = run_cli(a2c, ["--env-id", "CartPole-v1", "--total-timesteps", "200", "--num-envs", "2", "--eval-freq", "0",
+                           "--eval-episodes", "1", "--compile", "--no-cuda"], tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "Profiler record function" not in result.stderr and not re.search(r"^W\d{4} ", result.stderr, re.M), \
+        result.stderr
+
+
 def test_compile_without_a_cpp_compiler_is_one_line_from_the_shell(tmp_path, script):
     """$CXX names the compiler inductor uses; naming one that does not exist leaves none, and `--compile` says so."""
     result = run_cli(script, ["--env-id", TINY[script.__name__][0].get("env_id", "Pendulum-v1"), "--compile",
