@@ -213,7 +213,16 @@ def submit_slurm(args, grid: list, todo: list, argv: list) -> int:
     return report.main([args.out])
 
 
+OWN_FLAGS = ("--env-id", "--seed", "--total-timesteps", "--checkpoint-freq")  # what run.py sets for each run
+
+
 def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    i = 0
+    while i < len(argv) - 1:  # argparse takes a value that starts with "--" for a flag: "--extra X" as "--extra=X"
+        if argv[i] == "--extra":
+            argv[i: i + 2] = [f"--extra={argv[i + 1]}"]
+        i += 1
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--script", required=True, choices=SCRIPTS)
     parser.add_argument("--envs", nargs="+", required=True)
@@ -239,8 +248,26 @@ def main(argv=None) -> int:
     slurm.add_argument("--wait", action="store_true", help="wait for the array to end, then write the report")
     slurm.add_argument("--run-index", type=int, default=None, help=argparse.SUPPRESS)  # what each array task runs
     args = parser.parse_args(argv)
-    if args.workers < 1 or args.total_timesteps < 1 or (args.checkpoint_freq is not None and args.checkpoint_freq < 0):
-        parser.error("--workers and --total-timesteps must be at least 1, --checkpoint-freq non-negative")
+    try:
+        extra = shlex.split(args.extra)
+    except ValueError as e:  # an unterminated quote
+        extra, problem = [], f"--extra {args.extra!r} does not split into flags ({e}): close its quotes"
+    else:
+        problem = None
+    own = [flag for flag in extra if flag.split("=")[0] in OWN_FLAGS]
+    twice = sorted({seed for seed in args.seeds if args.seeds.count(seed) > 1} | {e for e in args.envs
+                                                                                   if args.envs.count(e) > 1})
+    problem = problem or next((why for bad, why in [
+        (args.workers < 1 or args.total_timesteps < 1 or (args.checkpoint_freq is not None and args.checkpoint_freq < 0),
+         "--workers and --total-timesteps must be at least 1, --checkpoint-freq non-negative"),
+        (own, f"--extra sets {', '.join(own)}, which run.py sets for each run: use --envs, --seeds, --total-timesteps "
+              "and --checkpoint-freq"),
+        (twice, f"--envs and --seeds list {', '.join(map(str, twice))} twice: each run once"),
+        (os.path.exists(args.out) and not os.path.isdir(args.out), f"--out {args.out} is a file: pass a directory"),
+    ] if bad), None)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
 
     grid = [(env_id, seed) for env_id in args.envs for seed in args.seeds]
     if args.run_index is not None:

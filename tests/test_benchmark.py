@@ -639,3 +639,28 @@ def test_a_run_that_crashes_while_the_runner_stops_is_reported_failed(tmp_path, 
     assert grid_runner.main([*GRID, "--seeds", "1", "2", "--workers", "2", "--out", str(tmp_path / "grid")]) == 143
     out = capsys.readouterr().out
     assert "seed 1 stopped (exit 143)" in out and "FAILED a2c CartPole-v1 seed 2 (exit 1)" in out, out
+
+
+@pytest.mark.parametrize("extra", ["--critic-layer-norm", "--no-such-flag"])
+def test_a_single_flag_passes_through_extra(tmp_path, extra):
+    """A lone flag as --extra (EXTRA="--critic-layer-norm" in the .sh scripts) reaches each run's command; the script
+    itself judges it."""
+    result = subprocess.run([sys.executable, str(ROOT / "benchmark" / "run.py"), "--script", "sac_continuous_action",
+                             "--envs", "Pendulum-v1", "--seeds", "1", "--total-timesteps", "400", "--extra", extra,
+                             "--out", str(tmp_path / "grid"), "--dry-run"], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0 and f"--checkpoint-freq 40 {extra}" in result.stdout, result.stderr
+
+
+@pytest.mark.parametrize("flags,message", [
+    (["--extra", '--unterminated "quote'], "does not split into flags"),
+    (["--seeds", "1", "--extra", "--seed 5"], "--extra sets --seed, which run.py sets for each run"),
+    (["--seeds", "1", "1", "--dry-run"], "--envs and --seeds list 1 twice"),
+    (["--workers", "0"], "--workers and --total-timesteps must be at least 1"),
+    (["--out", "a-file"], "--out a-file is a file: pass a directory"),
+])
+def test_bad_runner_flags_are_one_line(tmp_path, flags, message):
+    (tmp_path / "a-file").write_text("")
+    result = runner(tmp_path, *flags, cwd=tmp_path)
+    assert result.returncode == 2 and result.stderr.startswith("error: "), result.stderr
+    assert result.stderr.count("\n") == 1 and message in result.stderr, result.stderr
+    assert not (tmp_path / "grid").exists()
