@@ -397,17 +397,27 @@ def setup(args, wrap=None):
     checkpoint = None
     if args.resume:
         check([(not os.path.isfile(args.resume), f"--resume {args.resume}: no such file; pass a run's checkpoint.pt")])
+        try:  # weights_only=False: the checkpoint holds pickled environments; resume only from checkpoints you wrote
+            checkpoint = torch.load(args.resume, map_location="cpu", weights_only=False)
+        except Exception as e:  # a truncated zip or no torch file at all
+            raise ConfigError(f"--resume {args.resume}: not a readable checkpoint ({type(e).__name__}); pass a "
+                              "checkpoint.pt written by --checkpoint-freq or on SIGINT/SIGTERM") from None
+        own = os.path.basename(__file__)
+        written_by = isinstance(checkpoint, dict) and checkpoint.get("script")
+        check([(isinstance(checkpoint, dict) and "args" in checkpoint and "counters" not in checkpoint, f"--resume "
+                f"{args.resume}: a model.pt (the trained networks), not a checkpoint; pass the run's checkpoint.pt"),
+               (written_by and written_by != own, f"--resume {args.resume}: a checkpoint of {written_by}; resume it "
+                f"with {written_by}")])
         finished = os.path.join(os.path.dirname(args.resume), "finished")  # written by Run.finish
         if os.path.isfile(finished) and not args.resume_anyway:
             raise ConfigError(f"--resume {args.resume}: that run {open(finished).read().strip()}, and resuming drops "
                               "what it logged since: add --resume-anyway to do so")
-        try:  # weights_only=False: the checkpoint holds pickled environments; resume only from checkpoints you wrote
-            checkpoint = torch.load(args.resume, map_location="cpu", weights_only=False)
+        try:
             args = Args(**{**checkpoint["args"], "resume": args.resume})
             unpickle_envs(checkpoint["envs"], args, wrap, make=False)
-        except Exception as e:  # a truncated zip, a foreign pickle or missing keys all mean the same to the user
-            raise ConfigError(f"--resume {args.resume}: not a readable checkpoint of this script ({type(e).__name__}); "
-                              "pass a checkpoint.pt written by --checkpoint-freq or on SIGINT/SIGTERM") from None
+        except Exception as e:  # another script's flags or envs, a foreign pickle or missing keys
+            raise ConfigError(f"--resume {args.resume}: not a checkpoint of {own} ({type(e).__name__}); pass a "
+                              "checkpoint.pt this script wrote, by --checkpoint-freq or on SIGINT/SIGTERM") from None
     check([(not math.isfinite(value), f"--{key.replace('_', '-')} must be finite, not {value}")
            for key, value in asdict(args).items() if isinstance(value, float)])
     check([(not 0 <= args.seed < 2**32, f"--seed must lie in [0, 2**32 - 1], not {args.seed}"),
@@ -510,7 +520,8 @@ class Run:
         state = {key: obj.detach().cpu() if isinstance(obj, torch.Tensor) else obj.state_dict()
                  for key, obj in self.stateful.items()}
         rng = torch.get_rng_state(), np.random.get_state(), random.getstate()
-        state.update(args=asdict(self.args), run_name=self.name, counters=counters, obs=obs, last_return=self.last_return,
+        state.update(script=os.path.basename(__file__), args=asdict(self.args), run_name=self.name, counters=counters,
+                     obs=obs, last_return=self.last_return,
                      rng=(*rng, torch.cuda.get_rng_state_all() if self.device.type == "cuda" else []),
                      envs=pickle_envs(self.envs.envs, states))
         return self.save(state, "checkpoint.pt", counters[0], "the previous checkpoint, if any, is kept")

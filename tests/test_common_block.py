@@ -603,6 +603,28 @@ def test_running_out_of_memory_in_training_names_the_flags_that_size_a_step(in_t
         f"total capacity of 79.19 GiB of which 1.02 GiB is free.): lower {MEMORY_FLAGS[script.__name__]}", last
 
 
+def test_resuming_another_script_s_checkpoint_or_a_model_says_what_the_file_is(in_tmp, capsys):
+    """A checkpoint names the script that wrote it, so another script's is refused for what it is, before the
+    finished run's --resume-anyway is asked for; so is a model.pt. One written before checkpoints named their script
+    is refused as not this script's."""
+    import sac_atari
+    import td3_continuous_action as td3
+
+    summary = sac_atari.main(tiny(sac_atari, checkpoint_freq=200, save_model=True))  # a finished run
+    checkpoint, model = (f"{summary['run_dir']}/{name}" for name in ("checkpoint.pt", "model.pt"))
+    unnamed = torch.load(checkpoint, weights_only=False)
+    del unnamed["script"]
+    torch.save(unnamed, in_tmp / "unnamed.pt")
+    for argv, needle in ((["--resume", checkpoint], "a checkpoint of sac_atari.py; resume it with sac_atari.py"),
+                         (["--resume", model], "a model.pt (the trained networks), not a checkpoint"),
+                         (["--resume", str(in_tmp / "unnamed.pt"), "--resume-anyway"],
+                          "not a checkpoint of td3_continuous_action.py (TypeError)")):
+        with pytest.raises(SystemExit) as exit_info:
+            td3.cli(argv)
+        err = capsys.readouterr().err
+        assert exit_info.value.code == 2 and err.count("\n") == 1 and needle in err, err
+
+
 def test_a_finished_run_refuses_resume_unless_told_and_then_runs_again(in_tmp, capsys, script):
     summary = script.cli(tiny_argv(script, checkpoint_freq=250, total_timesteps=600))
     checkpoint = f"{summary['run_dir']}/checkpoint.pt"
