@@ -101,14 +101,24 @@ def iqm(values) -> float:
     return float(values[cut: len(values) - cut].mean())
 
 
-def read_reference(path: str | None) -> dict:
-    """{(script, env): [row, ...]} from a CSV with columns script, env, steps, value, source."""
+REFERENCE_COLUMNS = ("script", "env", "steps", "value", "source")
+
+
+def read_reference(path: str | None) -> dict | str:
+    """{(script, env): [row, ...]} from a CSV with columns script, env, steps, value, source; or why it can't be
+    read."""
     if not path:
         return {}
     table = defaultdict(list)
-    with open(path, newline="") as f:
-        for row in csv.DictReader(f):
-            table[(row["script"], row["env"])].append(row)
+    try:
+        with open(path, newline="") as f:
+            reader = csv.DictReader(f)
+            if not set(REFERENCE_COLUMNS) <= set(reader.fieldnames or ()):
+                return f"--reference {path} is no CSV with the columns {', '.join(REFERENCE_COLUMNS)}"
+            for row in reader:
+                table[(row["script"], row["env"])].append(row)
+    except (OSError, UnicodeDecodeError) as e:
+        return f"--reference {path} cannot be read ({e.strerror if isinstance(e, OSError) else e})"
     return table
 
 
@@ -180,11 +190,19 @@ def main(argv=None) -> int:
         return 2
     runs = find_runs(args.root, args.scripts)
     if not runs:
-        print(f"error: no TensorBoard runs under {args.root}", file=sys.stderr)
+        present = sorted({script for script, _ in find_runs(args.root, None)})
+        print(f"error: no runs of {', '.join(args.scripts)} under {args.root}; its runs are of {', '.join(present)}"
+              if args.scripts and present else f"error: no TensorBoard runs under {args.root}", file=sys.stderr)
         return 2
     out = args.out or os.path.join(args.root, "report")
-    os.makedirs(out, exist_ok=True)
     reference = read_reference(args.reference)
+    problem = reference if isinstance(reference, str) else None
+    if os.path.exists(out) and not os.path.isdir(out):
+        problem = f"--out {out} is a file: pass a directory"
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
+    os.makedirs(out, exist_ok=True)
 
     plt = pyplot()
     rows = ["| script | env | seeds | steps | final return: mean ± std | IQM | training return, last "

@@ -164,7 +164,8 @@ def test_report_writes_a_png_and_a_table_of_the_event_files_numbers(tmp_path):
     assert "496.68 at 200k frames (SLM Lab" in row[0]
     only = subprocess.run([sys.executable, str(ROOT / "benchmark" / "report.py"), str(tmp_path / "grid"), "--scripts",
                            "acer", "--out", str(tmp_path / "acer")], capture_output=True, text=True, timeout=600)
-    assert only.returncode == 2 and "no TensorBoard runs" in only.stderr and not (tmp_path / "acer").exists()
+    assert only.returncode == 2 and "no runs of acer under" in only.stderr and "its runs are of a2c" in only.stderr
+    assert not (tmp_path / "acer").exists()
 
 
 def fake_run(root, name, evals=(), episodes=()):
@@ -664,3 +665,26 @@ def test_bad_runner_flags_are_one_line(tmp_path, flags, message):
     assert result.returncode == 2 and result.stderr.startswith("error: "), result.stderr
     assert result.stderr.count("\n") == 1 and message in result.stderr, result.stderr
     assert not (tmp_path / "grid").exists()
+
+
+@pytest.mark.parametrize("case", ["a reference that is no CSV", "a missing reference", "an --out that is a file",
+                                  "scripts with no runs"])
+def test_report_refuses_bad_flags_in_one_line(tmp_path, capsys, case):
+    """report.py names what is wrong instead of ignoring a --reference it can't read, tracing back on an --out that is
+    a file, or saying there are no runs where only the --scripts filter finds none."""
+    sys.path.insert(0, str(ROOT / "benchmark"))
+    import report
+
+    fake_run(tmp_path / "grid", "CartPole-v1__a2c__1__100", evals=[(100, 10.0), (200, 20.0), (300, 30.0)])
+    (tmp_path / "notes.txt").write_text("just some words\n")
+    (tmp_path / "a-file").write_text("")
+    argv, message = {
+        "a reference that is no CSV": (["--reference", tmp_path / "notes.txt"], "is no CSV with the columns script, env"),
+        "a missing reference": (["--reference", tmp_path / "nowhere.csv"], "cannot be read (No such file"),
+        "an --out that is a file": (["--out", tmp_path / "a-file"], "is a file: pass a directory"),
+        "scripts with no runs": (["--scripts", "nosuch"], "no runs of nosuch under"),
+    }[case]
+    assert report.main([str(tmp_path / "grid"), *map(str, argv)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1 and message in err, err
+    assert case != "scripts with no runs" or "its runs are of a2c" in err
