@@ -304,7 +304,8 @@ def main(args: Args) -> dict:
                 obs, rewards, terminations, truncations, infos = run.envs.step(segment["actions"][t].cpu().numpy())
                 global_step += N  # SAME_STEP autoreset: every step a transition, no reset step enters a segment
                 run.log(infos, None, global_step - N, global_step)
-                for n in np.flatnonzero(truncations & ~terminations):  # a truncation's final obs, not a termination's: DEVIATION(2)
+                # a truncation's final obs, not a termination's: DEVIATION(2)
+                for n in np.flatnonzero(truncations & ~terminations):
                     segment["final_obs"][(t, int(n))] = segment["obs"].new_tensor(infos["final_obs"][n])
                 segment["rewards"][t] = torch.from_numpy(rewards)
                 segment["dones"][t] = torch.from_numpy(terminations | truncations)
@@ -341,7 +342,8 @@ def check_args(args: Args) -> None:
            *((not getattr(args, name) >= 0, f"--{name.replace('_', '-')} must be non-negative")
              for name in ("replay_ratio", "replay_start", "q_coef", "ent_coef")),
            (args.replay_ratio > 0 and args.replay_start > args.buffer_size // segment * segment, f"--replay-start "
-            f"{args.replay_start} exceeds the {args.buffer_size // segment * segment} transitions --buffer-size holds: lower it"),
+            f"{args.replay_start} exceeds the {args.buffer_size // segment * segment} transitions --buffer-size "
+            "holds: lower it"),
            *((not getattr(args, name) > 0, f"--{name.replace('_', '-')} must be positive")
              for name in ("num_steps", "learning_rate", "truncation_c", "max_kl", "max_grad_norm", "optimizer_eps")),
            (not (0 < args.gamma <= 1 and 0 <= args.avg_decay < 1), "--gamma must be in (0, 1], --avg-decay in [0, 1)"),
@@ -407,8 +409,9 @@ def make_env(args, video_dir: str | None = None, wrap=None):
 
 
 def pickle_envs(envs: list, states: list) -> bytes:
-    """The sub-envs beside their simulator states, but for EzPickle envs (MuJoCo's, Atari's), whose constructor arguments
-    gymnasium records shifted for some: `unpickle_envs` makes them anew, and Run.__init__ restores their state."""
+    """The sub-envs beside their simulator states, but for EzPickle envs (MuJoCo's, Atari's), whose constructor
+    arguments gymnasium records shifted for some: `unpickle_envs` makes them anew, and Run.__init__ restores their
+    state."""
     (pickler := pickle.Pickler(out := io.BytesIO())).persistent_id = lambda obj: "env" if isinstance(obj, gym.Env) \
         and isinstance(obj, gym.utils.EzPickle) else None
     pickler.dump((envs, states))
@@ -423,10 +426,12 @@ def unpickle_envs(data: bytes, args, wrap=None, make: bool = True) -> tuple:
 
 
 def final_observations(next_obs: np.ndarray, infos: dict) -> np.ndarray:
-    """The true s_{t+1}, key by key for Dict observations: SAME_STEP autoreset puts an ended sub-env's reset in next_obs."""
+    """The true s_{t+1}, key by key for Dict observations: SAME_STEP autoreset puts an ended sub-env's reset in
+    next_obs."""
     real_next_obs = {key: x.copy() for key, x in next_obs.items()} if isinstance(next_obs, dict) else next_obs.copy()
     for i in np.flatnonzero(infos.get("_final_obs", [])):
-        for key, final in infos["final_obs"][i].items() if isinstance(next_obs, dict) else [(..., infos["final_obs"][i])]:
+        finals = infos["final_obs"][i].items() if isinstance(next_obs, dict) else [(..., infos["final_obs"][i])]
+        for key, final in finals:
             real_next_obs[key][i] = final
     return real_next_obs
 
@@ -465,7 +470,8 @@ def setup(args, wrap=None):
             "--num-envs, --eval-episodes and --log-freq must be at least 1"),
            (0 < args.total_timesteps < args.num_envs, "--total-timesteps must be 0 or at least --num-envs"),
            (min(args.eval_freq, args.checkpoint_freq) < 0, "--eval-freq and --checkpoint-freq must be non-negative"),
-           (args.capture_video and not importlib.util.find_spec("moviepy"), "--capture-video needs `pip install moviepy`")])
+           (args.capture_video and not importlib.util.find_spec("moviepy"),
+            "--capture-video needs `pip install moviepy`")])
     check_args(args)
     if args.capture_video:
         os.environ.setdefault("MUJOCO_GL", "egl")  # headless MuJoCo rendering; read when mujoco is first imported
@@ -480,8 +486,9 @@ def setup(args, wrap=None):
         raise ConfigError(f"{args.env_id} needs a package that is not installed: {e}") from None
     except Exception as e:  # an unknown id, a missing package or renderer: one line, whatever the library raised
         raise e if isinstance(e, ConfigError) else ConfigError(  # a ConfigError names the flag to change
-            f"{args.env_id} cannot be made ({type(e).__name__}: {e}): an unknown env id (see gymnasium.pprint_registry())"
-            ", or a missing extra or (--capture-video, --from-pixels) MuJoCo renderer?") from None
+            f"{args.env_id} cannot be made ({type(e).__name__}: {e}): an unknown env id (see "
+            "gymnasium.pprint_registry()), or a missing extra or (--capture-video, --from-pixels) MuJoCo renderer?"
+        ) from None
     check([(args.capture_video and frame is None, f"--capture-video: {args.env_id} renders no frames")])
     check_spaces(args.env_id, env.observation_space, env.action_space)
     env.close()
@@ -537,14 +544,17 @@ class Run:
             with contextlib.suppress(FileNotFoundError):
                 os.remove(f"{self.dir}/finished")  # a finished run resumed with --resume-anyway: running again
         except OSError as e:
-            raise ConfigError(f"cannot make the run directory {self.dir} ({e.strerror}): is runs/ a file, or read-only? "
-                              "nothing is written") from None
+            raise ConfigError(f"cannot make the run directory {self.dir} ({e.strerror}): is runs/ a file, or "
+                              "read-only? nothing is written") from None
         # purge_step drops what a killed run logged after its last checkpoint
         self.writer = SummaryWriter(self.dir, purge_step=checkpoint["counters"][0] + 1 if checkpoint else None)
         self.writer.add_text("hyperparameters", "\n".join(f"|{k}|{v}|" for k, v in asdict(self.args).items()))
         if checkpoint:
             for key, obj in stateful.items():
-                obj.data.copy_(checkpoint[key]) if isinstance(obj, torch.Tensor) else obj.load_state_dict(checkpoint[key])
+                if isinstance(obj, torch.Tensor):
+                    obj.data.copy_(checkpoint[key])
+                else:
+                    obj.load_state_dict(checkpoint[key])
             setters = torch.set_rng_state, np.random.set_state, random.setstate, torch.cuda.set_rng_state_all
             for set_state, state in zip(setters, checkpoint["rng"][: 3 + (self.device.type == "cuda")]):
                 set_state(state)
@@ -556,7 +566,8 @@ class Run:
     def save_checkpoint(self, counters: tuple, obs) -> str:
         """runs/<run_name>/checkpoint.pt, written atomically; the sub-envs beside their RNG and simulator state."""
         states = [(env.unwrapped.np_random, env.unwrapped.ale.cloneState(include_rng=True)
-                   if hasattr(env.unwrapped, "ale") else getattr(env.unwrapped, "data", None)) for env in self.envs.envs]
+                   if hasattr(env.unwrapped, "ale") else getattr(env.unwrapped, "data", None))
+                  for env in self.envs.envs]
         state = {key: obj.detach().cpu() if isinstance(obj, torch.Tensor) else obj.state_dict()
                  for key, obj in self.stateful.items()}
         rng = torch.get_rng_state(), np.random.get_state(), random.getstate()
@@ -567,8 +578,8 @@ class Run:
         return self.save(state, "checkpoint.pt", counters[0], "the previous checkpoint, if any, is kept")
 
     def save(self, obj, name: str, global_step: int, kept: str) -> str:
-        """`obj` (bytes, a function that writes a file, or by torch.save) to runs/<run_name>/<name> (or an absolute name)
-        durably, via a temporary file fsynced and renamed, unless the NaN guard finds non-finite parameters."""
+        """`obj` (bytes, a function that writes a file, or by torch.save) to runs/<run_name>/<name> (or an absolute
+        name) durably, via a temporary file fsynced and renamed, unless the NaN guard finds non-finite parameters."""
         bad = [key for key, net in self.stateful.items() if isinstance(net, nn.Module)
                and not all(p.isfinite().all() for p in net.parameters())]
         check([(bad, f"step {global_step:,}: the run diverged, {', '.join(bad)} holds non-finite values; nothing is "
@@ -589,7 +600,8 @@ class Run:
         return path
 
     def log(self, infos: dict, metrics: dict | None, previous_step: int, global_step: int) -> None:
-        """Ended episodes; every --log-freq steps `metrics` (0-d tensors, one sync; non-finite stops the run), SPS, progress."""
+        """Ended episodes; every --log-freq steps `metrics` (0-d tensors, one sync; non-finite stops the run), SPS and
+        the progress line."""
         for i in np.flatnonzero(infos.get("final_info", {}).get("_episode", [])):
             self.last_return = float(infos["final_info"]["episode"]["r"][i])
             self.writer.add_scalar("charts/episodic_return", self.last_return, global_step)
@@ -597,8 +609,8 @@ class Run:
         if metrics and crossed(previous_step, global_step, self.args.log_freq):
             values = dict(zip(metrics, torch.stack([v.float() for v in metrics.values()]).tolist()))
             diverged = [f"{key} is {value}" for key, value in values.items() if not math.isfinite(value)]
-            check([(diverged, f"step {global_step:,}: the run diverged, {', '.join(diverged)}; nothing is saved and the "
-                    "last checkpoint, if any, is kept: lower the learning rates")])
+            check([(diverged, f"step {global_step:,}: the run diverged, {', '.join(diverged)}; nothing is saved and "
+                    "the last checkpoint, if any, is kept: lower the learning rates")])
             for key, value in values.items():
                 self.writer.add_scalar(f"losses/{key}", value, global_step)
             (then, step), self.last_log = self.last_log, (time.time(), global_step)
@@ -635,7 +647,8 @@ class Run:
             self.save_checkpoint(counters, obs)
 
     def finish(self, counters: tuple, obs, policy, model: dict) -> dict:
-        """On a signal a checkpoint and the command to continue; else the last evaluation, --save-model and `finished`."""
+        """On a signal a checkpoint and the command to continue; else the last evaluation, --save-model and
+        `finished`."""
         if stopped := self.stop_signal[:1]:  # a signal in the final evaluation below comes too late: the run finishes
             path = self.save_checkpoint(counters, obs)
             command = shlex.join(["python", os.path.abspath(__file__), "--resume", os.path.abspath(path)])
@@ -667,7 +680,8 @@ class Run:
         if not hasattr(self, "writer"):
             raise ConfigError(f"too little memory for these flags ({error}): lower --buffer-size") from None
         traceback.print_exception(error)
-        raise ConfigError(f"out of memory in training ({str(error).splitlines()[0]}): lower {self.memory_flags}") from None
+        first_line = str(error).splitlines()[0]
+        raise ConfigError(f"out of memory in training ({first_line}): lower {self.memory_flags}") from None
 
     def close(self) -> None:
         for sig, handler in self.handlers.items():
@@ -678,7 +692,8 @@ class Run:
 
 
 def cli(argv=None) -> dict:
-    """Command line: bad input ends in one line on stderr and exit code 2; a stop by a signal exits with 128 + signum."""
+    """Command line: bad input ends in one line on stderr and exit code 2; a stop by a signal exits with 128 +
+    signum."""
     argv = sys.argv[1:] if argv is None else list(argv)
     try:  # tyro's error box is silenced and replaced by one line; --help prints as usual
         with contextlib.redirect_stderr(sys.stderr if {"-h", "--help"} & set(argv) else io.StringIO()):

@@ -5,7 +5,6 @@ first test checks it) and is specified in test_sac_continuous_action.py; the com
 
 import glob
 import inspect
-import math
 import os
 from types import SimpleNamespace
 
@@ -48,62 +47,6 @@ def test_the_sac_core_is_the_same_text_as_sac_continuous_action_s(name):
 def test_smoke_a_state_run_reaches_updates(in_tmp):
     summary = sac.main(tiny())
     assert summary["critic_updates"] == 201 and summary["actor_updates"] == 200
-
-
-# ---------------------------------------------------------------------------------------------------------------------
-# HELPERS SHARED WITH THE CORE'S TESTS
-# ---------------------------------------------------------------------------------------------------------------------
-def sac_setup(args, seed: int = 0):
-    """Networks and optimizers laid out as `main` lays them out: log alpha in the actor optimizer's second group."""
-    torch.manual_seed(seed)
-    envs = fake_envs([-2.0, 0.0, 10.0], [5.0, 0.5, 10.1])
-    actor = sac.Actor(envs)
-    qf, qf_target = (sac.QEnsemble(envs, args.num_critics, args.critic_layer_norm) for _ in range(2))
-    qf_target.load_state_dict(qf.state_dict())
-    qf_target.requires_grad_(False)
-    log_alpha = torch.zeros(1, requires_grad=True)
-    q_optimizer = torch.optim.Adam(qf.parameters(), lr=args.q_lr)
-    actor_optimizer = torch.optim.Adam(actor.parameters(), lr=args.policy_lr)
-    if args.autotune:
-        actor_optimizer.add_param_group({"params": [log_alpha], "lr": args.q_lr})
-    else:
-        log_alpha.data.fill_(math.log(args.alpha))
-    return actor, qf, qf_target, log_alpha, q_optimizer, actor_optimizer
-
-
-def run_updates(update_critic, update_actor, batches):
-    """A critic update every batch, the target every other one, an actor update every other one (reseeding torch
-    before each, for the policy's noise and the critics' subsampling); the metrics of each."""
-    logged = []
-    for i, batch in enumerate(batches):
-        torch.manual_seed(100 + i)
-        metrics = update_critic(batch, i % 2 == 0)
-        if i % 2 == 1:
-            metrics = {**metrics, **update_actor(batch[0])}
-        logged.append({k: v.clone() for k, v in metrics.items()})  # a captured graph's next replay overwrites them
-    return logged
-
-
-def random_batches(n: int, size: int = 64):
-    torch.manual_seed(7)
-    low, high = torch.tensor([-2.0, 0.0, 10.0]), torch.tensor([5.0, 0.5, 10.1])
-    return [(torch.randn(size, 3), low + (high - low) * torch.rand(size, 3), torch.randn(size), torch.randn(size, 3),
-             (torch.rand(size) < 0.1).float()) for _ in range(n)]
-
-
-def assert_same_training(nets, other_nets, logged, other_logged, rtol, atol):
-    """The same metrics at every update, and the same parameters at the end, to float rounding: `atol` for the
-    metrics and ten times it for the parameters, where Adam's division by sqrt(v) magnifies the rounding of a
-    near-zero gradient element."""
-    for step, (metrics, other) in enumerate(zip(logged, other_logged)):
-        assert metrics.keys() == other.keys(), step
-        for key in metrics:
-            torch.testing.assert_close(metrics[key], other[key], rtol=rtol, atol=atol,
-                                       msg=lambda m, key=key, step=step: f"{key} at update {step}: {m}")
-    for net, other in zip(nets, other_nets):
-        for (name, p), q in zip(net.named_parameters(), other.parameters()):
-            torch.testing.assert_close(p.detach(), q.detach(), rtol=rtol, atol=10 * atol,
-                                       msg=lambda m, name=name: f"{name}: {m}")
 
 
 # ---------------------------------------------------------------------------------------------------------------------
