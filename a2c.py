@@ -1,18 +1,25 @@
-"""Advantage Actor-Critic (A2C): synchronous A3C with n-step returns or GAE; Discrete or Box actions; MLP or NatureCNN.
+"""Advantage Actor-Critic (A2C): synchronous A3C with n-step returns or GAE; Discrete or Box
+actions; MLP or NatureCNN.
 
 Papers:
-    Mnih et al. 2016, "Asynchronous Methods for Deep Reinforcement Learning" (A3C; A2C is its synchronous form),
+    Mnih et al. 2016, "Asynchronous Methods for Deep Reinforcement Learning" (A3C; A2C is its
+    synchronous form),
         arXiv:1602.01783
-    Schulman et al. 2015, "High-Dimensional Continuous Control Using Generalized Advantage Estimation", arXiv:1506.02438
+    Schulman et al. 2015, "High-Dimensional Continuous Control Using Generalized Advantage
+    Estimation", arXiv:1506.02438
 
 Example:
     python a2c.py --env-id CartPole-v1 --advantage gae --seed 1
 
 Deviations from the papers (each marked `# DEVIATION(n)` in the code):
-    1. Synchronous (OpenAI baselines' A2C): `num_envs` envs step in lockstep and one update uses all their rollouts.
-    2. A truncated episode's last reward gets gamma * V(final observation) added (the A3C paper had no time limits).
-    3. GAE advantages are standardized over the rollout (SB3; `--norm-adv`), which the GAE paper does not do.
-    4. The gradient norm is clipped to `max_grad_norm` (0.5, baselines); one learner, so no shared RMSprop statistics.
+    1. Synchronous (OpenAI baselines' A2C): `num_envs` envs step in lockstep and one update uses all
+       their rollouts.
+    2. A truncated episode's last reward gets gamma * V(final observation) added (the A3C paper had
+       no time limits).
+    3. GAE advantages are standardized over the rollout (SB3; `--norm-adv`), which the GAE paper
+       does not do.
+    4. The gradient norm is clipped to `max_grad_norm` (0.5, baselines); one learner, so no shared
+       RMSprop statistics.
 """
 
 import contextlib
@@ -46,47 +53,61 @@ from torch.utils.tensorboard import SummaryWriter
 class Args:
     # --- COMMON ARGS: the same text in all six scripts ---
     exp_name: str = os.path.basename(__file__)[: -len(".py")]
-    """experiment name, part of the run folder runs/<env_id>__<exp_name>__<seed>__<unix time> (odd characters: '-')"""
+    """experiment name, part of the run folder runs/<env_id>__<exp_name>__<seed>__<unix time> (odd
+    characters: '-')"""
     seed: int = 1
     """random seed of torch, numpy, Python's random, the environments and the evaluation episodes"""
     cuda: bool = True
     """train on a CUDA GPU when one is present, else on the CPU (--no-cuda: always on the CPU)"""
     compile: bool = False
-    """torch.compile the update functions as they are written (on a GPU, also captured as CUDA graphs)"""
+    """torch.compile the update functions as they are written (on a GPU, also captured as CUDA
+    graphs)"""
     capture_video: bool = False
-    """save a video of the first episode of each evaluation to runs/<run_name>/videos/step_<env step> (needs moviepy)"""
+    """save a video of the first episode of each evaluation to runs/<run_name>/videos/step_<env
+    step> (needs moviepy)"""
     save_model: bool = False
     """save the trained networks to runs/<run_name>/model.pt when the run ends"""
     eval_episodes: int = 10
     """number of episodes each evaluation plays; the mean of their returns is logged"""
     checkpoint_freq: int = 0
-    """save runs/<run_name>/checkpoint.pt, to resume from, every this many env steps (0: only on Ctrl-C or SIGTERM)"""
+    """save runs/<run_name>/checkpoint.pt, to resume from, every this many env steps (0: only on
+    Ctrl-C or SIGTERM)"""
     resume: str | None = None
-    """continue the run saved in this checkpoint.pt, with that run's flags; others but --resume-anyway are ignored"""
+    """continue the run saved in this checkpoint.pt, with that run's flags; others but
+    --resume-anyway are ignored"""
     resume_anyway: bool = False
-    """let --resume continue a run that has finished; what it logged to TensorBoard after that checkpoint is dropped"""
+    """let --resume continue a run that has finished; what it logged to TensorBoard after that
+    checkpoint is dropped"""
     # --- END OF COMMON ARGS ---
 
     env_id: str = "CartPole-v1"
-    """environment to train on: any with Discrete or Box actions and 1-D observations, or an Atari id"""
+    """environment to train on: any with Discrete or Box actions and 1-D observations, or an Atari
+    id"""
     total_timesteps: int = 500_000
-    """environment steps to train for, counted over all --num-envs environments; rounded down to whole rollouts"""
+    """environment steps to train for, counted over all --num-envs environments; rounded down to
+    whole rollouts"""
     num_envs: int = 8
-    """number of environments stepped in lockstep in one process (SB3 zoo; OpenAI baselines uses 16 for Atari)"""
+    """number of environments stepped in lockstep in one process (SB3 zoo; OpenAI baselines uses 16
+    for Atari)"""
     eval_freq: int = 50_000
-    """evaluate the policy without exploration noise every this many env steps, and at the end (0: only at the end)"""
+    """evaluate the policy without exploration noise every this many env steps, and at the end (0:
+    only at the end)"""
     log_freq: int = 4_000
-    """write the losses, averaged over the updates since the last write, every this many env steps (SB3: 100 updates)"""
+    """write the losses, averaged over the updates since the last write, every this many env steps
+    (SB3: 100 updates)"""
     num_steps: int = 5
-    """env steps per environment in each rollout, which makes one update (t_max; A3C paper, Sec. 8; baselines)"""
+    """env steps per environment in each rollout, which makes one update (t_max; A3C paper, Sec. 8;
+    baselines)"""
     advantage: Literal["nstep", "gae"] = "nstep"
-    """how advantages are estimated: nstep returns (A3C paper, Algorithm S3) or gae (GAE paper, arXiv:1506.02438)"""
+    """how advantages are estimated: nstep returns (A3C paper, Algorithm S3) or gae (GAE paper,
+    arXiv:1506.02438)"""
     gamma: float = 0.99
     """discount factor of future rewards (gamma; A3C paper)"""
     gae_lambda: float = 0.95
     """GAE's trade-off of bias (0) against variance (1), with --advantage gae (lambda; SB3 zoo)"""
     norm_adv: bool = True
-    """standardize the advantages of --advantage gae over each rollout (SB3); n-step advantages are left as they are"""
+    """standardize the advantages of --advantage gae over each rollout (SB3); n-step advantages are
+    left as they are"""
     vf_coef: float = 0.5
     """weight of the value loss in the total loss (baselines)"""
     ent_coef: float = 0.01
@@ -104,16 +125,19 @@ class Args:
     anneal_lr: bool = False
     """decay the learning rate linearly to 0 over the run (A3C paper)"""
     shared_network: bool = False
-    """one network body with a policy head and a value head (baselines' Atari model); if not, two networks"""
+    """one network body with a policy head and a value head (baselines' Atari model); if not, two
+    networks"""
 
 
 HIDDEN = 64  # units per hidden layer of the MLPs (SB3's A2C)
 HALF_LOG_2PI = 0.5 * float(np.log(2 * np.pi))
 
 
-# PURE MATH ------------------------------------------------------------------------------------------------------------
+# PURE MATH
+# --------------------------------------------------------------------------------------------------
 def discounted_sums(x, discounts, last):
-    """y (T, N) backwards from y[T] = last (N,): y[t] = x[t] + discounts[t] * y[t+1], for n-step returns and GAE."""
+    """y (T, N) backwards from y[T] = last (N,): y[t] = x[t] + discounts[t] * y[t+1], for n-step
+    returns and GAE."""
     y = torch.empty_like(x)
     for t in reversed(range(len(x))):
         last = y[t] = x[t] + discounts[t] * last
@@ -121,29 +145,34 @@ def discounted_sums(x, discounts, last):
 
 
 def nstep_returns(rewards, dones, last_values, gamma: float):
-    """n-step returns (T, N): R[t] = r[t] + gamma * (1 - d[t]) * R[t+1] from R[T] = V(s_T)   [A3C paper, Alg. S3]"""
+    """n-step returns (T, N): R[t] = r[t] + gamma * (1 - d[t]) * R[t+1] from R[T] = V(s_T)   [A3C
+    paper, Alg. S3]"""
     return discounted_sums(rewards, gamma * (1.0 - dones), last_values)
 
 
 def gae_advantages(rewards, values, dones, last_values, gamma: float, gae_lambda: float):
-    """GAE (T, N) from rewards, values, dones (T, N) and V[T] = last_values (N,)   [GAE paper, eq. 16]:
-    delta[t] = r[t] + gamma * (1 - d[t]) * V[t+1] - V[t];  A[t] = delta[t] + gamma * lambda * (1 - d[t]) * A[t+1]"""
+    """GAE (T, N) from rewards, values, dones (T, N) and V[T] = last_values (N,)   [GAE paper, eq.
+    16]: delta[t] = r[t] + gamma * (1 - d[t]) * V[t+1] - V[t];  A[t] = delta[t] + gamma * lambda *
+    (1 - d[t]) * A[t+1]"""
     discounts = gamma * (1.0 - dones)
     deltas = rewards + discounts * torch.cat((values[1:], last_values.unsqueeze(0))) - values
     return discounted_sums(deltas, gae_lambda * discounts, torch.zeros_like(last_values))
 
 
 def bootstrap_truncations(rewards, truncations, final_values, gamma: float):
-    """r + gamma * V(final obs) at truncated steps, r elsewhere (N,) (DEVIATION(2)); a termination has no future."""
+    """r + gamma * V(final obs) at truncated steps, r elsewhere (N,) (DEVIATION(2)); a termination
+    has no future."""
     return rewards + gamma * truncations * final_values
 
 
 def explained_variance(predictions, targets):
-    """1 - Var[targets - predictions] / Var[targets], a 0-d tensor; nan when the targets do not vary."""
+    """1 - Var[targets - predictions] / Var[targets], a 0-d tensor; nan when the targets do not
+    vary."""
     return torch.where(targets.var() == 0, torch.nan, 1 - (targets - predictions).var() / targets.var())
 
 
-# NETWORKS -------------------------------------------------------------------------------------------------------------
+# NETWORKS
+# --------------------------------------------------------------------------------------------------
 def layer_init(layer: nn.Module, gain: float = np.sqrt(2)) -> nn.Module:
     """Orthogonal weights with this gain and zero biases (baselines' A2C and SB3)."""
     nn.init.orthogonal_(layer.weight, gain)
@@ -152,18 +181,28 @@ def layer_init(layer: nn.Module, gain: float = np.sqrt(2)) -> nn.Module:
 
 
 def trunk(obs_shape) -> nn.Sequential:
-    """NatureCNN (Mnih et al. 2015) for (stack, 84, 84) frames; a 64-64 tanh MLP for 1-D observations."""
+    """NatureCNN (Mnih et al. 2015) for (stack, 84, 84) frames; a 64-64 tanh MLP for 1-D
+    observations."""
     if len(obs_shape) == 3:
-        return nn.Sequential(layer_init(nn.Conv2d(obs_shape[0], 32, 8, stride=4)), nn.ReLU(),
-                             layer_init(nn.Conv2d(32, 64, 4, stride=2)), nn.ReLU(),
-                             layer_init(nn.Conv2d(64, 64, 3, stride=1)), nn.ReLU(), nn.Flatten(),
-                             layer_init(nn.Linear(64 * 7 * 7, 512)), nn.ReLU())
-    return nn.Sequential(layer_init(nn.Linear(obs_shape[0], HIDDEN)), nn.Tanh(),
-                         layer_init(nn.Linear(HIDDEN, HIDDEN)), nn.Tanh())
+        return nn.Sequential(
+            layer_init(nn.Conv2d(obs_shape[0], 32, 8, stride=4)),
+            nn.ReLU(),
+            layer_init(nn.Conv2d(32, 64, 4, stride=2)),
+            nn.ReLU(),
+            layer_init(nn.Conv2d(64, 64, 3, stride=1)),
+            nn.ReLU(),
+            nn.Flatten(),
+            layer_init(nn.Linear(64 * 7 * 7, 512)),
+            nn.ReLU(),
+        )
+    return nn.Sequential(
+        layer_init(nn.Linear(obs_shape[0], HIDDEN)), nn.Tanh(), layer_init(nn.Linear(HIDDEN, HIDDEN)), nn.Tanh()
+    )
 
 
 class Agent(nn.Module):
-    """pi(a|s), V(s): a shared trunk or two networks; Categorical(logits) or Normal(mean(s), exp(log_std)), by hand."""
+    """pi(a|s), V(s): a shared trunk or two networks; Categorical(logits) or Normal(mean(s),
+    exp(log_std)), by hand."""
 
     def __init__(self, envs, shared: bool):
         super().__init__()
@@ -178,16 +217,17 @@ class Agent(nn.Module):
             self.log_std = nn.Parameter(torch.zeros(outputs))
 
     def forward(self, obs):
-        """(policy statistics (B, A): the logits, or the Gaussian's mean; V(s) (B,)), one pass through a shared
-        trunk."""
+        """(policy statistics (B, A): the logits, or the Gaussian's mean; V(s) (B,)), one pass
+        through a shared trunk."""
         obs = obs.float() * (1.0 / 255.0) if obs.dtype == torch.uint8 else obs.float()  # frames to [0, 1] here only
         features = self.actor_trunk(obs)
         critic_features = features if self.critic_trunk is self.actor_trunk else self.critic_trunk(obs)
         return self.actor_head(features), self.critic_head(critic_features).squeeze(-1)
 
     def log_prob_entropy(self, stats, actions):
-        """(log pi(a|s), H) (B,) from forward's stats. Categorical: log softmax(logits)[a], H = -sum_a p log p. Normal:
-        sum_i -(a_i - mu_i)^2 / (2 sigma_i^2) - log sigma_i - log(2 pi)/2, H = sum_i 1/2 + log(2 pi)/2 + log sigma_i."""
+        """(log pi(a|s), H) (B,) from forward's stats. Categorical: log softmax(logits)[a], H =
+        -sum_a p log p. Normal: sum_i -(a_i - mu_i)^2 / (2 sigma_i^2) - log sigma_i - log(2 pi)/2, H
+        = sum_i 1/2 + log(2 pi)/2 + log sigma_i."""
         if self.discrete:
             log_probs = stats.log_softmax(-1)
             return log_probs.gather(-1, actions.unsqueeze(-1)).squeeze(-1), -(log_probs.exp() * log_probs).sum(-1)
@@ -197,17 +237,20 @@ class Agent(nn.Module):
 
     @torch.no_grad()
     def act(self, obs):
-        """(a ~ pi, V): an unclipped Gaussian sample, or Gumbel-max argmax_a logits_a - log(-log u_a), u_a ~ U[0, 1)."""
+        """(a ~ pi, V): an unclipped Gaussian sample, or Gumbel-max argmax_a logits_a - log(-log
+        u_a), u_a ~ U[0, 1)."""
         stats, values = self(obs)
         if self.discrete:
             return (stats - torch.rand_like(stats).log_().neg_().log_()).argmax(-1), values
         return stats + self.log_std.exp() * torch.randn_like(stats), values
 
 
-# LOSS AND UPDATE ------------------------------------------------------------------------------------------------------
+# LOSS AND UPDATE
+# --------------------------------------------------------------------------------------------------
 def compute_loss(agent, obs, actions, advantages, value_targets, vf_coef: float, ent_coef: float):
     """(loss, detached metrics), advantages and value_targets detached:
-    L = -E[log pi(a|s) * A] + vf_coef * E[(V(s) - V_target)^2] - ent_coef * E[H(pi(.|s))]   [arXiv:1602.01783 Sec. 4]"""
+    L = -E[log pi(a|s) * A] + vf_coef * E[(V(s) - V_target)^2] - ent_coef * E[H(pi(.|s))]
+    [arXiv:1602.01783 Sec. 4]"""
     stats, values = agent(obs)
     log_prob, entropy = agent.log_prob_entropy(stats, actions)
     policy_loss, value_loss = -(log_prob * advantages).mean(), (values - value_targets).pow(2).mean()
@@ -216,17 +259,21 @@ def compute_loss(agent, obs, actions, advantages, value_targets, vf_coef: float,
     return loss, {"policy_loss": policy_loss.detach(), "value_loss": value_loss.detach(), "entropy": entropy.detach()}
 
 
-# MAIN -----------------------------------------------------------------------------------------------------------------
+# MAIN
+# --------------------------------------------------------------------------------------------------
 def main(args: Args) -> dict:
-    """Train; returns a summary. Raises ConfigError, before writing anything, on bad flags, envs or checkpoints."""
+    """Train; returns a summary. Raises ConfigError, before writing anything, on bad flags, envs or
+    checkpoints."""
     args, checkpoint, device = setup(args, observation_wrappers)
     with Run(args, checkpoint, device, "--num-envs or --num-steps", observation_wrappers) as run:
         envs, T, N, space = run.envs, args.num_steps, args.num_envs, run.envs.single_action_space
         agent = Agent(envs, args.shared_network).to(device)
         params = list(agent.parameters())
-        optimizer = (torch.optim.RMSprop(params, lr=args.learning_rate, alpha=args.rms_alpha, eps=args.optimizer_eps)
-                     if args.optimizer == "rmsprop"
-                     else torch.optim.Adam(params, lr=args.learning_rate, eps=args.optimizer_eps))
+        optimizer = (
+            torch.optim.RMSprop(params, lr=args.learning_rate, alpha=args.rms_alpha, eps=args.optimizer_eps)
+            if args.optimizer == "rmsprop"
+            else torch.optim.Adam(params, lr=args.learning_rate, eps=args.optimizer_eps)
+        )
 
         def update(obs, actions, advantages, value_targets):  # one gradient step on a whole rollout; detached metrics
             loss, metrics = compute_loss(agent, obs, actions, advantages, value_targets, args.vf_coef, args.ent_coef)
@@ -236,10 +283,12 @@ def main(args: Args) -> dict:
             nn.utils.clip_grads_with_norm_(params, args.max_grad_norm, grad_norm)  # g *= min(1, max_grad_norm / ||g||)
             optimizer.step()
             return metrics
+
         update = torch.compile(update) if args.compile else update
         low, high = (0, space.n - 1) if agent.discrete else (space.low, space.high)  # np.clip leaves Discrete as it is
 
-        # ROLLOUT STORAGE: (T, N) per quantity; rewards and dones in numpy until the rollout is complete (one copy each)
+        # ROLLOUT STORAGE: (T, N) per quantity; rewards and dones in numpy until the rollout is
+        # complete (one copy each)
         frames = torch.uint8 if envs.single_observation_space.dtype == np.uint8 else None  # Atari's, kept as uint8
         rollout_obs = torch.zeros((T, N, *envs.single_observation_space.shape), device=device, dtype=frames)
         rollout_actions = torch.zeros((T, N, *space.shape), device=device, dtype=torch.long if agent.discrete else None)
@@ -277,18 +326,21 @@ def main(args: Args) -> dict:
                     value_targets = nstep_returns(rewards, dones, last_values, args.gamma)
                     advantages = value_targets - rollout_values
                 else:
-                    advantages = gae_advantages(rewards, rollout_values, dones, last_values, args.gamma,
-                                                args.gae_lambda)
+                    advantages = gae_advantages(
+                        rewards, rollout_values, dones, last_values, args.gamma, args.gae_lambda
+                    )
                     value_targets = advantages + rollout_values
                     if args.norm_adv and advantages.numel() > 1:  # DEVIATION(3); one advantage has no std (SB3)
                         advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
 
-            # UPDATE: one gradient step on the whole rollout; --anneal-lr decays the learning rate linearly to 0
+            # UPDATE: one gradient step on the whole rollout; --anneal-lr decays the learning rate
+            # linearly to 0
             optimizer.param_groups[0]["lr"] = args.learning_rate * (1 - updates / num_updates if args.anneal_lr else 1)
             metrics = update(*(x.flatten(0, 1) for x in (rollout_obs, rollout_actions, advantages, value_targets)))
             updates += 1
 
-            # LOG the losses averaged over the updates since the last write: summed on the device, read once per write
+            # LOG the losses averaged over the updates since the last write: summed on the device,
+            # read once per write
             loss_sums += torch.stack([*metrics.values(), torch.ones((), device=device)])
             if crossed(previous_step, global_step, args.log_freq):
                 run.log({}, dict(zip(metrics, loss_sums[:-1] / loss_sums[-1])), previous_step, global_step)
@@ -300,48 +352,76 @@ def main(args: Args) -> dict:
         return {**run.finish((global_step, updates), obs, policy, {"agent": agent.state_dict()}), "updates": updates}
 
 
-# VALIDATION AND ATARI OBSERVATIONS ------------------------------------------------------------------------------------
+# VALIDATION AND ATARI OBSERVATIONS
+# ------------------------------------------------------------------------------------
 def check_args(args: Args) -> None:
     """Raise ConfigError for this script's out-of-range or contradictory flags."""
-    check([(args.total_timesteps < args.num_envs * args.num_steps, f"--total-timesteps {args.total_timesteps} is less "
-            f"than one rollout (--num-envs x --num-steps = {args.num_envs * args.num_steps}): raise it or shorten it"),
-           *((not getattr(args, name) > 0, f"--{name.replace('_', '-')} must be positive")
-             for name in ("num_steps", "learning_rate", "max_grad_norm", "optimizer_eps")),
-           (not (args.vf_coef >= 0 and args.ent_coef >= 0), "--vf-coef and --ent-coef must be non-negative"),
-           (not (0 < args.gamma <= 1 and 0 <= args.gae_lambda <= 1),
-            "--gamma must be in (0, 1], --gae-lambda in [0, 1]"),
-           (not 0 <= args.rms_alpha < 1, "--rms-alpha must lie in [0, 1)")])
+    check(
+        [
+            (
+                args.total_timesteps < args.num_envs * args.num_steps,
+                f"--total-timesteps {args.total_timesteps} is less than one rollout "
+                f"(--num-envs x --num-steps = {args.num_envs * args.num_steps}): raise it or shorten it",
+            ),
+            *(
+                (not getattr(args, name) > 0, f"--{name.replace('_', '-')} must be positive")
+                for name in ("num_steps", "learning_rate", "max_grad_norm", "optimizer_eps")
+            ),
+            (not (args.vf_coef >= 0 and args.ent_coef >= 0), "--vf-coef and --ent-coef must be non-negative"),
+            (
+                not (0 < args.gamma <= 1 and 0 <= args.gae_lambda <= 1),
+                "--gamma must be in (0, 1], --gae-lambda in [0, 1]",
+            ),
+            (not 0 <= args.rms_alpha < 1, "--rms-alpha must lie in [0, 1)"),
+        ]
+    )
 
 
 def check_spaces(env_id: str, obs_space, action_space) -> None:
-    """Raise ConfigError unless the actions are Discrete or a bounded 1-D Box, the observations 1-D or Atari frames."""
+    """Raise ConfigError unless the actions are Discrete or a bounded 1-D Box, the observations 1-D
+    or Atari frames."""
     bounded = isinstance(action_space, gym.spaces.Box) and np.isfinite([action_space.low, action_space.high]).all()
-    check([(not (isinstance(action_space, gym.spaces.Discrete) or bounded and len(action_space.shape) == 1),
-            f"{env_id} has a {action_space} action space; this script needs Discrete or a 1-D Box with finite bounds"),
-           (not (isinstance(obs_space, gym.spaces.Box)
-                 and (len(obs_space.shape) == 1 or obs_space.shape[1:] == (84, 84))),
-            f"{env_id} has {obs_space} observations; this script needs Atari frames or a 1-D Box "
-            "(FlattenObservation)")])
+    check(
+        [
+            (
+                not (isinstance(action_space, gym.spaces.Discrete) or bounded and len(action_space.shape) == 1),
+                f"{env_id} has a {action_space} action space; "
+                "this script needs Discrete or a 1-D Box with finite bounds",
+            ),
+            (
+                not (
+                    isinstance(obs_space, gym.spaces.Box)
+                    and (len(obs_space.shape) == 1 or obs_space.shape[1:] == (84, 84))
+                ),
+                f"{env_id} has {obs_space} observations; this script needs Atari frames or a 1-D Box "
+                "(FlattenObservation)",
+            ),
+        ]
+    )
 
 
 def observation_wrappers(args, make):
-    """`make`'s env or, for Atari, SB3's AtariWrapper (no-op starts, 4 frames skipped and max-pooled, episodic life,
-    fire on reset, 84 x 84 grey frames, clipped rewards) stacked by 4; ALE/* ids (ale_py) keep their sticky actions."""
+    """`make`'s env or, for Atari, SB3's AtariWrapper (no-op starts, 4 frames skipped and
+    max-pooled, episodic life, fire on reset, 84 x 84 grey frames, clipped rewards) stacked by 4;
+    ALE/* ids (ale_py) keep their sticky actions."""
     if not (args.env_id.startswith("ALE/") or "NoFrameskip" in args.env_id):
         return make()
     from stable_baselines3.common.atari_wrappers import AtariWrapper
+
     gym.register_envs(__import__("ale_py"))
     env = make(**({"frameskip": 1} if args.env_id.startswith("ALE/") else {}))  # AtariWrapper's MaxAndSkip skips
     env = gym.wrappers.TransformObservation(AtariWrapper(env), np.squeeze, gym.spaces.Box(0, 255, (84, 84), np.uint8))
     return gym.wrappers.FrameStackObservation(env, 4)  # pads a new episode with its first frame
 
 
-# COMMON BLOCK: the same text in all six scripts (tests/test_common_block.py compares it); a reader may stop here =====
+# COMMON BLOCK: the same text in all six scripts (tests/test_common_block.py compares it); a reader
+# may stop here =====
 EVAL_SEED_OFFSET = 1_000_000  # evaluation episode k is reset with seed + EVAL_SEED_OFFSET + k
 
 
 class ConfigError(Exception):
-    """A bad flag, env or checkpoint, a failed save or a diverged run: `cli` prints one line and exits with code 2."""
+    """A bad flag, env or checkpoint, a failed save or a diverged run: `cli` prints one line and
+    exits with code 2."""
 
 
 def check(problems) -> None:
@@ -356,8 +436,8 @@ def crossed(before: int, now: int, every: int) -> bool:
 
 
 def make_env(args, video_dir: str | None = None, wrap=None):
-    """A thunk making args.env_id with episode statistics (and a video_dir's first episode), through `wrap(args, make)`
-    where the script passes its observation wrappers."""
+    """A thunk making args.env_id with episode statistics (and a video_dir's first episode), through
+    `wrap(args, make)` where the script passes its observation wrappers."""
 
     def make(**kwargs):  # gym.make(env_id, **kwargs), its first episode's video, its statistics
         kwargs.update({"render_mode": "rgb_array"} if video_dir is not None else {})
@@ -374,25 +454,27 @@ def make_env(args, video_dir: str | None = None, wrap=None):
 
 
 def pickle_envs(envs: list, states: list) -> bytes:
-    """The sub-envs beside their simulator states, but for EzPickle envs (MuJoCo's, Atari's), whose constructor
-    arguments gymnasium records shifted for some: `unpickle_envs` makes them anew, and Run.__init__ restores their
-    state."""
-    (pickler := pickle.Pickler(out := io.BytesIO())).persistent_id = lambda obj: "env" if isinstance(obj, gym.Env) \
-        and isinstance(obj, gym.utils.EzPickle) else None
+    """The sub-envs beside their simulator states, but for EzPickle envs (MuJoCo's, Atari's), whose
+    constructor arguments gymnasium records shifted for some: `unpickle_envs` makes them anew, and
+    Run.__init__ restores their state."""
+    (pickler := pickle.Pickler(out := io.BytesIO())).persistent_id = lambda obj: (
+        "env" if isinstance(obj, gym.Env) and isinstance(obj, gym.utils.EzPickle) else None
+    )
     pickler.dump((envs, states))
     return out.getvalue()
 
 
 def unpickle_envs(data: bytes, args, wrap=None, make: bool = True) -> tuple:
-    """pickle_envs' (envs, states), each EzPickle env made by make_env (make=False: not made, to check the rest)."""
+    """pickle_envs' (envs, states), each EzPickle env made by make_env (make=False: not made, to
+    check the rest)."""
     unpickler = pickle.Unpickler(io.BytesIO(data))
     unpickler.persistent_load = lambda i: make and make_env(args, None, wrap)().unwrapped
     return unpickler.load()
 
 
 def final_observations(next_obs: np.ndarray, infos: dict) -> np.ndarray:
-    """The true s_{t+1}, key by key for Dict observations: SAME_STEP autoreset puts an ended sub-env's reset in
-    next_obs."""
+    """The true s_{t+1}, key by key for Dict observations: SAME_STEP autoreset puts an ended
+    sub-env's reset in next_obs."""
     real_next_obs = {key: x.copy() for key, x in next_obs.items()} if isinstance(next_obs, dict) else next_obs.copy()
     for i in np.flatnonzero(infos.get("_final_obs", [])):
         finals = infos["final_obs"][i].items() if isinstance(next_obs, dict) else [(..., infos["final_obs"][i])]
@@ -402,41 +484,69 @@ def final_observations(next_obs: np.ndarray, infos: dict) -> np.ndarray:
 
 
 def setup(args, wrap=None):
-    """Before anything is written: --resume's checkpoint (its flags win), checks, seeds and the device; `wrap`: the
-    script's observation wrappers, as make_env takes them."""
+    """Before anything is written: --resume's checkpoint (its flags win), checks, seeds and the
+    device; `wrap`: the script's observation wrappers, as make_env takes them."""
     checkpoint = None
     if args.resume:
         check([(not os.path.isfile(args.resume), f"--resume {args.resume}: no such file; pass a run's checkpoint.pt")])
         try:  # weights_only=False: the checkpoint holds pickled environments; resume only from checkpoints you wrote
             checkpoint = torch.load(args.resume, map_location="cpu", weights_only=False)
         except Exception as e:  # a truncated zip or no torch file at all
-            raise ConfigError(f"--resume {args.resume}: not a readable checkpoint ({type(e).__name__}); pass a "
-                              "checkpoint.pt written by --checkpoint-freq or on SIGINT/SIGTERM") from None
+            raise ConfigError(
+                f"--resume {args.resume}: not a readable checkpoint ({type(e).__name__}); pass a "
+                "checkpoint.pt written by --checkpoint-freq or on SIGINT/SIGTERM"
+            ) from None
         own = os.path.basename(__file__)
         written_by = isinstance(checkpoint, dict) and checkpoint.get("script")
-        check([(isinstance(checkpoint, dict) and "args" in checkpoint and "counters" not in checkpoint, f"--resume "
-                f"{args.resume}: a model.pt (the trained networks), not a checkpoint; pass the run's checkpoint.pt"),
-               (written_by and written_by != own, f"--resume {args.resume}: a checkpoint of {written_by}; resume it "
-                f"with {written_by}")])
+        check(
+            [
+                (
+                    isinstance(checkpoint, dict) and "args" in checkpoint and "counters" not in checkpoint,
+                    f"--resume "
+                    f"{args.resume}: a model.pt (the trained networks), not a checkpoint; pass the run's checkpoint.pt",
+                ),
+                (
+                    written_by and written_by != own,
+                    f"--resume {args.resume}: a checkpoint of {written_by}; resume it with {written_by}",
+                ),
+            ]
+        )
         finished = os.path.join(os.path.dirname(args.resume), "finished")  # written by Run.finish
         if os.path.isfile(finished) and not args.resume_anyway:
-            raise ConfigError(f"--resume {args.resume}: that run {open(finished).read().strip()}, and resuming drops "
-                              "what it logged since: add --resume-anyway to do so")
+            raise ConfigError(
+                f"--resume {args.resume}: that run {open(finished).read().strip()}, and resuming drops "
+                "what it logged since: add --resume-anyway to do so"
+            )
         try:
             args = Args(**{**checkpoint["args"], "resume": args.resume})
             unpickle_envs(checkpoint["envs"], args, wrap, make=False)
         except Exception as e:  # another script's flags or envs, a foreign pickle or missing keys
-            raise ConfigError(f"--resume {args.resume}: not a checkpoint of {own} ({type(e).__name__}); pass a "
-                              "checkpoint.pt this script wrote, by --checkpoint-freq or on SIGINT/SIGTERM") from None
-    check([(not math.isfinite(value), f"--{key.replace('_', '-')} must be finite, not {value}")
-           for key, value in asdict(args).items() if isinstance(value, float)])
-    check([(not 0 <= args.seed < 2**32, f"--seed must lie in [0, 2**32 - 1], not {args.seed}"),
-           (min(args.num_envs, args.eval_episodes, args.log_freq) < 1,
-            "--num-envs, --eval-episodes and --log-freq must be at least 1"),
-           (0 < args.total_timesteps < args.num_envs, "--total-timesteps must be 0 or at least --num-envs"),
-           (min(args.eval_freq, args.checkpoint_freq) < 0, "--eval-freq and --checkpoint-freq must be non-negative"),
-           (args.capture_video and not importlib.util.find_spec("moviepy"),
-            "--capture-video needs `pip install moviepy`")])
+            raise ConfigError(
+                f"--resume {args.resume}: not a checkpoint of {own} ({type(e).__name__}); pass a "
+                "checkpoint.pt this script wrote, by --checkpoint-freq or on SIGINT/SIGTERM"
+            ) from None
+    check(
+        [
+            (not math.isfinite(value), f"--{key.replace('_', '-')} must be finite, not {value}")
+            for key, value in asdict(args).items()
+            if isinstance(value, float)
+        ]
+    )
+    check(
+        [
+            (not 0 <= args.seed < 2**32, f"--seed must lie in [0, 2**32 - 1], not {args.seed}"),
+            (
+                min(args.num_envs, args.eval_episodes, args.log_freq) < 1,
+                "--num-envs, --eval-episodes and --log-freq must be at least 1",
+            ),
+            (0 < args.total_timesteps < args.num_envs, "--total-timesteps must be 0 or at least --num-envs"),
+            (min(args.eval_freq, args.checkpoint_freq) < 0, "--eval-freq and --checkpoint-freq must be non-negative"),
+            (
+                args.capture_video and not importlib.util.find_spec("moviepy"),
+                "--capture-video needs `pip install moviepy`",
+            ),
+        ]
+    )
     check_args(args)
     if args.capture_video:
         os.environ.setdefault("MUJOCO_GL", "egl")  # headless MuJoCo rendering; read when mujoco is first imported
@@ -450,9 +560,13 @@ def setup(args, wrap=None):
     except gym.error.DependencyNotInstalled as e:  # gymnasium's message says what to install
         raise ConfigError(f"{args.env_id} needs a package that is not installed: {e}") from None
     except Exception as e:  # an unknown id, a missing package or renderer: one line, whatever the library raised
-        raise e if isinstance(e, ConfigError) else ConfigError(  # a ConfigError names the flag to change
-            f"{args.env_id} cannot be made ({type(e).__name__}: {e}): an unknown env id (see "
-            "gymnasium.pprint_registry()), or a missing extra or (--capture-video, --from-pixels) MuJoCo renderer?"
+        raise (
+            e
+            if isinstance(e, ConfigError)
+            else ConfigError(  # a ConfigError names the flag to change
+                f"{args.env_id} cannot be made ({type(e).__name__}: {e}): an unknown env id (see "
+                "gymnasium.pprint_registry()), or a missing extra or (--capture-video, --from-pixels) MuJoCo renderer?"
+            )
         ) from None
     check([(args.capture_video and frame is None, f"--capture-video: {args.env_id} renders no frames")])
     check_spaces(args.env_id, env.observation_space, env.action_space)
@@ -466,12 +580,14 @@ def setup(args, wrap=None):
     if args.compile:  # compiled code draws its random numbers from torch's generator, as eager code does
         importlib.import_module("torch._inductor.config").fallback_random = True
         logging.getLogger("torch._dynamo.variables.ctx_manager").addFilter(  # a note on the optimizer's profiling
-            lambda record: "Profiler record function" not in record.getMessage())
+            lambda record: "Profiler record function" not in record.getMessage()
+        )
     return args, checkpoint, device
 
 
 class Run:
-    """A run's envs, directory, TensorBoard writer, signal handling, progress line, evaluations and checkpoints."""
+    """A run's envs, directory, TensorBoard writer, signal handling, progress line, evaluations and
+    checkpoints."""
 
     def __init__(self, args, checkpoint: dict | None, device, memory_flags: str, wrap=None):
         self.args, self.checkpoint, self.device = args, checkpoint, device
@@ -480,8 +596,15 @@ class Run:
         safe = re.sub(r"[^\w.+-]", "-", f"{args.env_id}__{args.exp_name}", flags=re.ASCII)  # a file name anywhere
         self.name = checkpoint["run_name"] if checkpoint else f"{safe}__{args.seed}__{int(time.time())}"
         self.dir = os.path.dirname(os.path.abspath(args.resume)) if checkpoint else f"runs/{self.name}"
-        check([(len(self.name.encode()) > 255, f"the run name {self.name[:40]}... is longer than a file name may be "
-                "(255 bytes): shorten --exp-name")])
+        check(
+            [
+                (
+                    len(self.name.encode()) > 255,
+                    f"the run name {self.name[:40]}... is longer than a file name may be "
+                    "(255 bytes): shorten --exp-name",
+                )
+            ]
+        )
         saved = checkpoint and unpickle_envs(checkpoint["envs"], args, wrap)  # the sub-envs, their RNG and state
         for env, (np_random, state) in zip(*saved) if saved else []:
             env.unwrapped.np_random = np_random
@@ -490,18 +613,23 @@ class Run:
             elif state is not None:  # after make_env's first frame, which aims the camera, as in the saved run
                 __import__("mujoco").mj_copyData(env.unwrapped.data, env.unwrapped.model, state)
         thunks = [lambda env=env: env for env in saved[0]] if saved else [make_env(args, None, wrap)] * args.num_envs
-        # SAME_STEP autoreset: a step that ends an episode returns the reset observation, the final one in infos
+        # SAME_STEP autoreset: a step that ends an episode returns the reset observation, the final
+        # one in infos
         self.envs = gym.vector.SyncVectorEnv(thunks, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
-        self.exact = saved and all(state is not None or not isinstance(env.unwrapped, gym.utils.EzPickle)
-                                   for env, (_, state) in zip(*saved))  # else make_env made a new env
+        self.exact = saved and all(
+            state is not None or not isinstance(env.unwrapped, gym.utils.EzPickle) for env, (_, state) in zip(*saved)
+        )  # else make_env made a new env
         self.last_return = checkpoint["last_return"] if checkpoint else None
         self.eval_return, self.eval_step, self.stop_signal = None, None, []
         self.progress = False  # a progress line is on the terminal, not yet ended by a newline
-        self.handlers = {sig: signal.signal(sig, lambda signum, frame: self.stop_signal.append(signum))
-                         for sig in (signal.SIGINT, signal.SIGTERM)}
+        self.handlers = {
+            sig: signal.signal(sig, lambda signum, frame: self.stop_signal.append(signum))
+            for sig in (signal.SIGINT, signal.SIGTERM)
+        }
 
     def resume(self, stateful: dict, counters: tuple):
-        """(counters, obs): these counters and a first observation, or the checkpoint's, its `stateful` loaded."""
+        """(counters, obs): these counters and a first observation, or the checkpoint's, its
+        `stateful` loaded."""
         self.stateful, checkpoint, obs = stateful, self.checkpoint, None
         try:  # the run directory, made now that main() has built all it needs: a failure before leaves nothing on disk
             os.makedirs(self.dir, exist_ok=True)
@@ -509,8 +637,10 @@ class Run:
             with contextlib.suppress(FileNotFoundError):
                 os.remove(f"{self.dir}/finished")  # a finished run resumed with --resume-anyway: running again
         except OSError as e:
-            raise ConfigError(f"cannot make the run directory {self.dir} ({e.strerror}): is runs/ a file, or "
-                              "read-only? nothing is written") from None
+            raise ConfigError(
+                f"cannot make the run directory {self.dir} ({e.strerror}): is runs/ a file, or "
+                "read-only? nothing is written"
+            ) from None
         # purge_step drops what a killed run logged after its last checkpoint
         self.writer = SummaryWriter(self.dir, purge_step=checkpoint["counters"][0] + 1 if checkpoint else None)
         self.writer.add_text("hyperparameters", "\n".join(f"|{k}|{v}|" for k, v in asdict(self.args).items()))
@@ -529,26 +659,52 @@ class Run:
         return counters, self.envs.reset(seed=self.args.seed + counters[0])[0] if obs is None else obs
 
     def save_checkpoint(self, counters: tuple, obs) -> str:
-        """runs/<run_name>/checkpoint.pt, written atomically; the sub-envs beside their RNG and simulator state."""
-        states = [(env.unwrapped.np_random, env.unwrapped.ale.cloneState(include_rng=True)
-                   if hasattr(env.unwrapped, "ale") else getattr(env.unwrapped, "data", None))
-                  for env in self.envs.envs]
-        state = {key: obj.detach().cpu() if isinstance(obj, torch.Tensor) else obj.state_dict()
-                 for key, obj in self.stateful.items()}
+        """runs/<run_name>/checkpoint.pt, written atomically; the sub-envs beside their RNG and
+        simulator state."""
+        states = [
+            (
+                env.unwrapped.np_random,
+                env.unwrapped.ale.cloneState(include_rng=True)
+                if hasattr(env.unwrapped, "ale")
+                else getattr(env.unwrapped, "data", None),
+            )
+            for env in self.envs.envs
+        ]
+        state = {
+            key: obj.detach().cpu() if isinstance(obj, torch.Tensor) else obj.state_dict()
+            for key, obj in self.stateful.items()
+        }
         rng = torch.get_rng_state(), np.random.get_state(), random.getstate()
-        state.update(script=os.path.basename(__file__), args=asdict(self.args), run_name=self.name, counters=counters,
-                     obs=obs, last_return=self.last_return,
-                     rng=(*rng, torch.cuda.get_rng_state_all() if self.device.type == "cuda" else []),
-                     envs=pickle_envs(self.envs.envs, states))
+        state.update(
+            script=os.path.basename(__file__),
+            args=asdict(self.args),
+            run_name=self.name,
+            counters=counters,
+            obs=obs,
+            last_return=self.last_return,
+            rng=(*rng, torch.cuda.get_rng_state_all() if self.device.type == "cuda" else []),
+            envs=pickle_envs(self.envs.envs, states),
+        )
         return self.save(state, "checkpoint.pt", counters[0], "the previous checkpoint, if any, is kept")
 
     def save(self, obj, name: str, global_step: int, kept: str) -> str:
-        """`obj` (bytes, a function that writes a file, or by torch.save) to runs/<run_name>/<name> (or an absolute
-        name) durably, via a temporary file fsynced and renamed, unless the NaN guard finds non-finite parameters."""
-        bad = [key for key, net in self.stateful.items() if isinstance(net, nn.Module)
-               and not all(p.isfinite().all() for p in net.parameters())]
-        check([(bad, f"step {global_step:,}: the run diverged, {', '.join(bad)} holds non-finite values; nothing is "
-                     f"saved and {kept}: lower the learning rates")])
+        """`obj` (bytes, a function that writes a file, or by torch.save) to runs/<run_name>/<name>
+        (or an absolute name) durably, via a temporary file fsynced and renamed, unless the NaN
+        guard finds non-finite parameters."""
+        bad = [
+            key
+            for key, net in self.stateful.items()
+            if isinstance(net, nn.Module) and not all(p.isfinite().all() for p in net.parameters())
+        ]
+        check(
+            [
+                (
+                    bad,
+                    f"step {global_step:,}: the run diverged, {', '.join(bad)} holds non-finite values; nothing is "
+                    f"saved and {kept}: lower the learning rates",
+                )
+            ]
+        )
         path = os.path.join(self.dir, name)
         try:
             with open(f"{path}.tmp", "wb") as f:
@@ -565,8 +721,8 @@ class Run:
         return path
 
     def log(self, infos: dict, metrics: dict | None, previous_step: int, global_step: int) -> None:
-        """Ended episodes; every --log-freq steps `metrics` (0-d tensors, one sync; non-finite stops the run), SPS and
-        the progress line."""
+        """Ended episodes; every --log-freq steps `metrics` (0-d tensors, one sync; non-finite stops
+        the run), SPS and the progress line."""
         for i in np.flatnonzero(infos.get("final_info", {}).get("_episode", [])):
             self.last_return = float(infos["final_info"]["episode"]["r"][i])
             self.writer.add_scalar("charts/episodic_return", self.last_return, global_step)
@@ -574,8 +730,15 @@ class Run:
         if metrics and crossed(previous_step, global_step, self.args.log_freq):
             values = dict(zip(metrics, torch.stack([v.float() for v in metrics.values()]).tolist()))
             diverged = [f"{key} is {value}" for key, value in values.items() if not math.isfinite(value)]
-            check([(diverged, f"step {global_step:,}: the run diverged, {', '.join(diverged)}; nothing is saved and "
-                    "the last checkpoint, if any, is kept: lower the learning rates")])
+            check(
+                [
+                    (
+                        diverged,
+                        f"step {global_step:,}: the run diverged, {', '.join(diverged)}; nothing is saved and "
+                        "the last checkpoint, if any, is kept: lower the learning rates",
+                    )
+                ]
+            )
             for key, value in values.items():
                 self.writer.add_scalar(f"losses/{key}", value, global_step)
             (then, step), self.last_log = self.last_log, (time.time(), global_step)
@@ -586,7 +749,8 @@ class Run:
             self.progress = True
 
     def evaluate(self, policy, global_step: int) -> None:
-        """eval/episodic_return: the mean return of `policy` (numpy in and out, no torch RNG) over real episodes."""
+        """eval/episodic_return: the mean return of `policy` (numpy in and out, no torch RNG) over
+        real episodes."""
         video_dir = f"{self.dir}/videos/step_{global_step}" if self.args.capture_video else None
         env, returns = make_env(self.args, video_dir, self.wrap)(), []
         for k in range(self.args.eval_episodes):
@@ -612,13 +776,15 @@ class Run:
             self.save_checkpoint(counters, obs)
 
     def finish(self, counters: tuple, obs, policy, model: dict) -> dict:
-        """On a signal a checkpoint and the command to continue; else the last evaluation, --save-model and
-        `finished`."""
+        """On a signal a checkpoint and the command to continue; else the last evaluation,
+        --save-model and `finished`."""
         if stopped := self.stop_signal[:1]:  # a signal in the final evaluation below comes too late: the run finishes
             path = self.save_checkpoint(counters, obs)
             command = shlex.join(["python", os.path.abspath(__file__), "--resume", os.path.abspath(path)])
-            print(f"\nstopped by signal {self.stop_signal[0]} at step {counters[0]:,}; checkpoint written to {path}; "
-                  f"continue with:\n{command}")
+            print(
+                f"\nstopped by signal {self.stop_signal[0]} at step {counters[0]:,}; checkpoint written to {path}; "
+                f"continue with:\n{command}"
+            )
         else:
             if self.eval_step != counters[0]:
                 self.evaluate(policy, counters[0])
@@ -627,16 +793,21 @@ class Run:
                 self.save({**model, "args": asdict(self.args)}, "model.pt", counters[0], "no model.pt is written")
                 print(f"model saved to {self.dir}/model.pt")
             self.save(f"finished at step {counters[0]:,}\n".encode(), "finished", counters[0], "its checkpoint is kept")
-        return {"run_dir": self.dir, "global_step": counters[0], "eval_return": self.eval_return,
-                "stopped_by": stopped[0] if stopped else None}
+        return {
+            "run_dir": self.dir,
+            "global_step": counters[0],
+            "eval_return": self.eval_return,
+            "stopped_by": stopped[0] if stopped else None,
+        }
 
     def __enter__(self):
         return self
 
     def __exit__(self, kind, error, tb) -> None:
-        """Close the run; torch's failure to allocate memory (CPU or CUDA) becomes a ConfigError naming the flags to
-        lower: --buffer-size before the run directory is made (the buffers), `memory_flags` after it (a training step),
-        with the traceback printed first, for the run's log."""
+        """Close the run; torch's failure to allocate memory (CPU or CUDA) becomes a ConfigError
+        naming the flags to lower: --buffer-size before the run directory is made (the buffers),
+        `memory_flags` after it (a training step), with the traceback printed first, for the run's
+        log."""
         self.close()
         if error is not None and self.progress:  # the error's line starts a line of its own
             print(flush=True)
@@ -657,8 +828,8 @@ class Run:
 
 
 def cli(argv=None) -> dict:
-    """Command line: bad input ends in one line on stderr and exit code 2; a stop by a signal exits with 128 +
-    signum."""
+    """Command line: bad input ends in one line on stderr and exit code 2; a stop by a signal exits
+    with 128 + signum."""
     argv = sys.argv[1:] if argv is None else list(argv)
     try:  # tyro's error box is silenced and replaced by one line; --help prints as usual
         with contextlib.redirect_stderr(sys.stderr if {"-h", "--help"} & set(argv) else io.StringIO()):
@@ -668,8 +839,11 @@ def cli(argv=None) -> dict:
     except (SystemExit, ConfigError) as e:  # bad input: one line on stderr, whatever it says, exit code 2
         if isinstance(e, SystemExit) and not e.code:
             raise  # --help
-        message = str(e) if isinstance(e, ConfigError) else f"a flag's value is missing or does not parse in " \
-            f"`{' '.join(argv)}`; see --help"
+        message = (
+            str(e)
+            if isinstance(e, ConfigError)
+            else f"a flag's value is missing or does not parse in `{' '.join(argv)}`; see --help"
+        )
         print("error: " + " ".join(message.split()), file=sys.stderr)
         raise SystemExit(2) from None
     if summary["stopped_by"]:

@@ -1,16 +1,22 @@
-"""ACER: Retrace Q targets, truncated importance weights with bias correction, an EMA trust region; Discrete actions.
+"""ACER: Retrace Q targets, truncated importance weights with bias correction, an EMA trust region;
+Discrete actions.
 
 Paper:
-    Wang et al. 2016, "Sample Efficient Actor-Critic with Experience Replay", arXiv:1611.01224 (Algorithms 1-2, Sec. 3)
+    Wang et al. 2016, "Sample Efficient Actor-Critic with Experience Replay", arXiv:1611.01224
+    (Algorithms 1-2, Sec. 3)
 
 Example:
     python acer.py --env-id CartPole-v1 --seed 1
 
 Deviations from the paper (each marked `# DEVIATION(n)` in the code):
-    1. Synchronous: `num_envs` envs step in lockstep, one learner updates (OpenAI baselines' ACER); the paper is async.
-    2. A truncated step gets gamma * V(final observation) added to its reward, V at update time, and ends the episode.
-    3. The Q loss is q_coef * (Q_ret - Q(s_t, a_t))^2: the paper gives only its gradient, and baselines halves it.
-    4. Importance weights divide by max(mu, 1e-8): a behaviour probability that underflowed to 0 gives a large weight.
+    1. Synchronous: `num_envs` envs step in lockstep, one learner updates (OpenAI baselines' ACER);
+       the paper is async.
+    2. A truncated step gets gamma * V(final observation) added to its reward, V at update time, and
+       ends the episode.
+    3. The Q loss is q_coef * (Q_ret - Q(s_t, a_t))^2: the paper gives only its gradient, and
+       baselines halves it.
+    4. Importance weights divide by max(mu, 1e-8): a behaviour probability that underflowed to 0
+       gives a large weight.
     5. The global gradient norm is clipped to `max_grad_norm` (10, baselines).
 """
 
@@ -45,51 +51,66 @@ from torch.utils.tensorboard import SummaryWriter
 class Args:
     # --- COMMON ARGS: the same text in all six scripts ---
     exp_name: str = os.path.basename(__file__)[: -len(".py")]
-    """experiment name, part of the run folder runs/<env_id>__<exp_name>__<seed>__<unix time> (odd characters: '-')"""
+    """experiment name, part of the run folder runs/<env_id>__<exp_name>__<seed>__<unix time> (odd
+    characters: '-')"""
     seed: int = 1
     """random seed of torch, numpy, Python's random, the environments and the evaluation episodes"""
     cuda: bool = True
     """train on a CUDA GPU when one is present, else on the CPU (--no-cuda: always on the CPU)"""
     compile: bool = False
-    """torch.compile the update functions as they are written (on a GPU, also captured as CUDA graphs)"""
+    """torch.compile the update functions as they are written (on a GPU, also captured as CUDA
+    graphs)"""
     capture_video: bool = False
-    """save a video of the first episode of each evaluation to runs/<run_name>/videos/step_<env step> (needs moviepy)"""
+    """save a video of the first episode of each evaluation to runs/<run_name>/videos/step_<env
+    step> (needs moviepy)"""
     save_model: bool = False
     """save the trained networks to runs/<run_name>/model.pt when the run ends"""
     eval_episodes: int = 10
     """number of episodes each evaluation plays; the mean of their returns is logged"""
     checkpoint_freq: int = 0
-    """save runs/<run_name>/checkpoint.pt, to resume from, every this many env steps (0: only on Ctrl-C or SIGTERM)"""
+    """save runs/<run_name>/checkpoint.pt, to resume from, every this many env steps (0: only on
+    Ctrl-C or SIGTERM)"""
     resume: str | None = None
-    """continue the run saved in this checkpoint.pt, with that run's flags; others but --resume-anyway are ignored"""
+    """continue the run saved in this checkpoint.pt, with that run's flags; others but
+    --resume-anyway are ignored"""
     resume_anyway: bool = False
-    """let --resume continue a run that has finished; what it logged to TensorBoard after that checkpoint is dropped"""
+    """let --resume continue a run that has finished; what it logged to TensorBoard after that
+    checkpoint is dropped"""
     # --- END OF COMMON ARGS ---
 
     env_id: str = "CartPole-v1"
     """environment to train on: any with Discrete actions and 1-D observations, or an Atari id"""
     total_timesteps: int = 500_000
-    """environment steps to train for, counted over all --num-envs environments; rounded down to whole segments"""
+    """environment steps to train for, counted over all --num-envs environments; rounded down to
+    whole segments"""
     num_envs: int = 8
-    """number of environments stepped in lockstep in one process (SB2 zoo's CartPole; baselines uses 16 for Atari)"""
+    """number of environments stepped in lockstep in one process (SB2 zoo's CartPole; baselines uses
+    16 for Atari)"""
     eval_freq: int = 50_000
-    """evaluate the policy without exploration noise every this many env steps, and at the end (0: only at the end)"""
+    """evaluate the policy without exploration noise every this many env steps, and at the end (0:
+    only at the end)"""
     log_freq: int = 1_600
-    """write the losses, averaged over every update since the last write, every this many env steps"""
+    """write the losses, averaged over every update since the last write, every this many env
+    steps"""
     num_steps: int = 20
-    """env steps per environment in a segment, the unit that is learned from and replayed (T_max; paper, baselines)"""
+    """env steps per environment in a segment, the unit that is learned from and replayed (T_max;
+    paper, baselines)"""
     replay_ratio: int = 4
-    """updates on segments replayed from the buffer after each update on the newest segment (paper, baselines)"""
+    """updates on segments replayed from the buffer after each update on the newest segment (paper,
+    baselines)"""
     replay_start: int = 10_000
     """transitions to store before the replayed updates begin (baselines)"""
     buffer_size: int = 50_000
-    """number of transitions the replay buffer holds, as whole segments of --num-envs x --num-steps (baselines)"""
+    """number of transitions the replay buffer holds, as whole segments of --num-envs x --num-steps
+    (baselines)"""
     replay_ratio_poisson: bool = False
-    """draw the number of replayed updates from a Poisson of mean --replay-ratio instead (baselines)"""
+    """draw the number of replayed updates from a Poisson of mean --replay-ratio instead
+    (baselines)"""
     gamma: float = 0.99
     """discount factor of future rewards (gamma; paper)"""
     truncation_c: float = 10.0
-    """cap on the importance weights in the policy gradient; the excess goes to a bias correction (c; paper)"""
+    """cap on the importance weights in the policy gradient; the excess goes to a bias correction
+    (c; paper)"""
     q_coef: float = 0.5
     """weight of the Q-head loss in the total loss (baselines)"""
     ent_coef: float = 0.01
@@ -97,13 +118,16 @@ class Args:
     trust_region: bool = True
     """keep each policy update within a trust region around the average policy (paper, Sec. 3.3)"""
     avg_decay: float = 0.99
-    """decay of the moving average of the network's parameters that is the average policy (alpha; paper)"""
+    """decay of the moving average of the network's parameters that is the average policy (alpha;
+    paper)"""
     max_kl: float = 1.0
-    """size of the trust region, a bound on the linearised KL(pi_avg || pi) (delta; paper, baselines)"""
+    """size of the trust region, a bound on the linearised KL(pi_avg || pi) (delta; paper,
+    baselines)"""
     max_grad_norm: float = 10.0
     """scale the gradient down when its global norm exceeds this value (baselines)"""
     optimizer: Literal["rmsprop", "adam"] = "rmsprop"
-    """which optimizer: rmsprop, as the paper's Atari runs and baselines (their settings tuned with it), or adam"""
+    """which optimizer: rmsprop, as the paper's Atari runs and baselines (their settings tuned with
+    it), or adam"""
     learning_rate: float = 7e-4
     """learning rate of the optimizer (baselines)"""
     rms_alpha: float = 0.99
@@ -119,10 +143,12 @@ MU_FLOOR = 1e-8  # DEVIATION(4): importance weights divide by max(mu, MU_FLOOR)
 METRICS = ("policy_loss", "q_loss", "entropy", "avg_policy_kl", "rho_mean")  # acer_loss's metrics, logged as losses/*
 
 
-# PURE MATH ------------------------------------------------------------------------------------------------------------
+# PURE MATH
+# --------------------------------------------------------------------------------------------------
 def retrace_targets(rewards, dones, q_taken, values, rho_bar, last_values, gamma: float):
-    """Q_ret(s_t, a_t) (T, N) backwards from V(s_T) = last_values (N,)   [arXiv:1611.01224 eq. 5, Alg. 2]; the rest is
-    (T, N): dones 1 where an episode ended (a truncation's bootstrap is in its reward), rho_bar = min(1, pi / mu)."""
+    """Q_ret(s_t, a_t) (T, N) backwards from V(s_T) = last_values (N,)   [arXiv:1611.01224 eq. 5,
+    Alg. 2]; the rest is (T, N): dones 1 where an episode ended (a truncation's bootstrap is in its
+    reward), rho_bar = min(1, pi / mu)."""
     q_ret, future = torch.empty_like(rewards), last_values
     for t in reversed(range(len(rewards))):
         future = q_ret[t] = rewards[t] + gamma * (1.0 - dones[t]) * future  # Q_ret <- r_t + gamma (1 - d_t) Q_ret
@@ -131,12 +157,14 @@ def retrace_targets(rewards, dones, q_taken, values, rho_bar, last_values, gamma
 
 
 def trust_region_project(g, k, delta: float):
-    """g' = g - max(0, (k.g - delta) / ||k||^2) k per row (..., A), so k.g' <= delta   [arXiv:1611.01224 eq. 12]"""
+    """g' = g - max(0, (k.g - delta) / ||k||^2) k per row (..., A), so k.g' <= delta
+    [arXiv:1611.01224 eq. 12]"""
     excess = ((k * g).sum(-1, keepdim=True) - delta).clamp(min=0.0)
     return g - excess / (k * k).sum(-1, keepdim=True).clamp(min=1e-12) * k
 
 
-# NETWORKS AND REPLAY OF WHOLE SEGMENTS --------------------------------------------------------------------------------
+# NETWORKS AND REPLAY OF WHOLE SEGMENTS
+# --------------------------------------------------------------------------------
 def layer_init(layer: nn.Module, gain: float = np.sqrt(2)) -> nn.Module:
     """Orthogonal weights with this gain and zero biases (baselines and SB3)."""
     nn.init.orthogonal_(layer.weight, gain)
@@ -145,37 +173,49 @@ def layer_init(layer: nn.Module, gain: float = np.sqrt(2)) -> nn.Module:
 
 
 class Agent(nn.Module):
-    """One trunk, a policy head (logits of pi(.|s)) and a Q head (Q(s, .))   [paper, Sec. 3]; V = sum_a pi Q(s, a)."""
+    """One trunk, a policy head (logits of pi(.|s)) and a Q head (Q(s, .))   [paper, Sec. 3]; V =
+    sum_a pi Q(s, a)."""
 
     def __init__(self, envs):
         super().__init__()
         obs_shape, num_actions = envs.single_observation_space.shape, int(envs.single_action_space.n)
         if len(obs_shape) == 3:  # NatureCNN (Mnih et al. 2015) for (stack, 84, 84) frames
-            self.trunk = nn.Sequential(layer_init(nn.Conv2d(obs_shape[0], 32, 8, stride=4)), nn.ReLU(),
-                                       layer_init(nn.Conv2d(32, 64, 4, stride=2)), nn.ReLU(),
-                                       layer_init(nn.Conv2d(64, 64, 3, stride=1)), nn.ReLU(), nn.Flatten(),
-                                       layer_init(nn.Linear(64 * 7 * 7, 512)), nn.ReLU())
+            self.trunk = nn.Sequential(
+                layer_init(nn.Conv2d(obs_shape[0], 32, 8, stride=4)),
+                nn.ReLU(),
+                layer_init(nn.Conv2d(32, 64, 4, stride=2)),
+                nn.ReLU(),
+                layer_init(nn.Conv2d(64, 64, 3, stride=1)),
+                nn.ReLU(),
+                nn.Flatten(),
+                layer_init(nn.Linear(64 * 7 * 7, 512)),
+                nn.ReLU(),
+            )
         else:  # a 64-64 tanh MLP for 1-D observations
-            self.trunk = nn.Sequential(layer_init(nn.Linear(obs_shape[0], HIDDEN)), nn.Tanh(),
-                                       layer_init(nn.Linear(HIDDEN, HIDDEN)), nn.Tanh())
+            self.trunk = nn.Sequential(
+                layer_init(nn.Linear(obs_shape[0], HIDDEN)), nn.Tanh(), layer_init(nn.Linear(HIDDEN, HIDDEN)), nn.Tanh()
+            )
         features = self.trunk[-2].out_features
         self.policy_head, self.q_head = (layer_init(nn.Linear(features, num_actions), gain) for gain in (0.01, 1.0))
 
     def forward(self, obs):
-        """(logits (B, A), Q(s, .) (B, A)), computed in float32; Atari's uint8 frames are scaled to [0, 1] here only."""
+        """(logits (B, A), Q(s, .) (B, A)), computed in float32; Atari's uint8 frames are scaled to
+        [0, 1] here only."""
         features = self.trunk(obs.float() * (1.0 / 255.0) if obs.dtype == torch.uint8 else obs.float())
         return self.policy_head(features), self.q_head(features)
 
     @torch.no_grad()
     def act(self, obs):
-        """(a ~ pi(.|s) (B,), mu = pi(.|s) (B, A)), Gumbel-max: a = argmax_a logits_a - log(-log u_a), u_a ~ U[0, 1)."""
+        """(a ~ pi(.|s) (B,), mu = pi(.|s) (B, A)), Gumbel-max: a = argmax_a logits_a - log(-log
+        u_a), u_a ~ U[0, 1)."""
         logits = self(obs)[0]
         return (logits - torch.rand_like(logits).log_().neg_().log_()).argmax(-1), logits.softmax(-1)
 
 
 class SegmentBuffer:
-    """The last `buffer_size` transitions as whole segments of T steps in N envs: s_0..s_T (uint8 Atari frames, else
-    float32), a_t, r_t, d_t, mu(.|s_t), and final_obs {(slot, t, n): s_t+1 where env n truncated at t}, DEVIATION(2)."""
+    """The last `buffer_size` transitions as whole segments of T steps in N envs: s_0..s_T (uint8
+    Atari frames, else float32), a_t, r_t, d_t, mu(.|s_t), and final_obs {(slot, t, n): s_t+1 where
+    env n truncated at t}, DEVIATION(2)."""
 
     FIELDS = ("obs", "actions", "rewards", "dones", "mu")
 
@@ -192,7 +232,8 @@ class SegmentBuffer:
         return self.size * self.T * self.N
 
     def add(self, segment: dict) -> None:
-        """Store a segment (the FIELDS and final_obs {(t, n): obs}), overwriting the oldest when full."""
+        """Store a segment (the FIELDS and final_obs {(t, n): obs}), overwriting the oldest when
+        full."""
         for name in self.FIELDS:
             getattr(self, name)[self.pos] = segment[name]
         self.final_obs = {key: value for key, value in self.final_obs.items() if key[0] != self.pos}
@@ -216,9 +257,11 @@ class SegmentBuffer:
         self.pos, self.size = state["pos"], state["size"]
 
 
-# LOSS AND UPDATE ------------------------------------------------------------------------------------------------------
+# LOSS AND UPDATE
+# --------------------------------------------------------------------------------------------------
 def acer_loss(agent: Agent, avg_agent: Agent, segment: dict, args: Args):
-    """(loss, detached metrics) of one segment, on-policy or replayed with its stored mu   [arXiv:1611.01224 Alg. 2]."""
+    """(loss, detached metrics) of one segment, on-policy or replayed with its stored mu
+    [arXiv:1611.01224 Alg. 2]."""
     T, N = segment["actions"].shape
     logits, q = (x.view(T + 1, N, -1) for x in agent(segment["obs"].flatten(0, 1)))
     actions = segment["actions"].unsqueeze(-1)
@@ -236,8 +279,10 @@ def acer_loss(agent: Agent, avg_agent: Agent, segment: dict, args: Args):
         pi_avg = avg_agent(segment["obs"][:T].flatten(0, 1))[0].view(T, N, -1).softmax(-1)
         avg_kl = (pi_avg * (pi_avg.clamp(min=1e-12).log() - pi[:T].clamp(min=1e-12).log())).sum(-1).mean()
 
-    # g = d objective / df on a leaf copy f of pi(.|s_t), the statistics phi of Sec. 3.3, per sample          [eq. 9]
-    #   = min(c, rho_t) grad log pi(a_t|s_t) (Q_ret - V(s_t)) + E_{a~pi}[relu(1 - c / rho_t(a)) grad log pi(a|s_t)
+    # g = d objective / df on a leaf copy f of pi(.|s_t), the statistics phi of Sec. 3.3, per sample
+    # [eq. 9]
+    #   = min(c, rho_t) grad log pi(a_t|s_t) (Q_ret - V(s_t)) + E_{a~pi}[relu(1 - c / rho_t(a)) grad
+    #   log pi(a|s_t)
     #     (Q(s_t, a) - V(s_t))] + beta grad H(pi(.|s_t)),   rho_t(a) = pi(a|s_t) / mu(a|s_t)
     f = pi[:T].detach().requires_grad_()
     log_pi = f.clamp(min=1e-12).log()
@@ -250,7 +295,8 @@ def acer_loss(agent: Agent, avg_agent: Agent, segment: dict, args: Args):
     if args.trust_region:  # g' from k = d KL(pi_avg || pi) / df = -pi_avg / pi                                [eq. 12]
         g = trust_region_project(g, -pi_avg / f.detach().clamp(min=1e-12), args.max_kl)
     q_loss = (q_ret - q_taken).pow(2).mean()  # DEVIATION(3): the loss has q_coef times this, not half of it
-    # the policy part -(f * g').sum(-1).mean(), f = pi with its gradient, carries g' into the network        [eq. 12]
+    # the policy part -(f * g').sum(-1).mean(), f = pi with its gradient, carries g' into the
+    # network        [eq. 12]
     loss = -(pi[:T] * g).sum(-1).mean() + args.q_coef * q_loss
     metrics = -(truncated_term + bias_correction).mean(), q_loss, entropy.mean(), avg_kl, rho.mean()
     return loss, {key: value.detach() for key, value in zip(METRICS, metrics)}
@@ -258,13 +304,16 @@ def acer_loss(agent: Agent, avg_agent: Agent, segment: dict, args: Args):
 
 @torch.no_grad()
 def update_average(avg_agent: nn.Module, agent: nn.Module, decay: float) -> None:
-    """theta_avg <- alpha * theta_avg + (1 - alpha) * theta, in place, per parameter   [arXiv:1611.01224 Sec. 3.3]"""
+    """theta_avg <- alpha * theta_avg + (1 - alpha) * theta, in place, per parameter
+    [arXiv:1611.01224 Sec. 3.3]"""
     torch._foreach_lerp_(list(avg_agent.parameters()), list(agent.parameters()), 1.0 - decay)
 
 
-# MAIN -----------------------------------------------------------------------------------------------------------------
+# MAIN
+# --------------------------------------------------------------------------------------------------
 def main(args: Args) -> dict:
-    """Train; returns a summary. Raises ConfigError, before writing anything, on bad flags, envs or checkpoints."""
+    """Train; returns a summary. Raises ConfigError, before writing anything, on bad flags, envs or
+    checkpoints."""
     args, checkpoint, device = setup(args, observation_wrappers)
     T, N = args.num_steps, args.num_envs
     if args.total_timesteps % (T * N):  # whole segments only
@@ -273,11 +322,14 @@ def main(args: Args) -> dict:
     with Run(args, checkpoint, device, "--num-envs or --num-steps", observation_wrappers) as run:
         agent, avg_agent = Agent(run.envs).to(device), Agent(run.envs).to(device).requires_grad_(False)
         avg_agent.load_state_dict(agent.state_dict())  # theta_avg, the average policy's network, starts at theta
-        optimizer = (torch.optim.RMSprop(agent.parameters(), args.learning_rate, args.rms_alpha, args.optimizer_eps)
-                     if args.optimizer == "rmsprop" else torch.optim.Adam(agent.parameters(), args.learning_rate,
-                                                                          eps=args.optimizer_eps))
-        buffer = SegmentBuffer(args.buffer_size, T, N, run.envs.single_observation_space,
-                               int(run.envs.single_action_space.n), device)
+        optimizer = (
+            torch.optim.RMSprop(agent.parameters(), args.learning_rate, args.rms_alpha, args.optimizer_eps)
+            if args.optimizer == "rmsprop"
+            else torch.optim.Adam(agent.parameters(), args.learning_rate, eps=args.optimizer_eps)
+        )
+        buffer = SegmentBuffer(
+            args.buffer_size, T, N, run.envs.single_observation_space, int(run.envs.single_action_space.n), device
+        )
         metric_sums = torch.zeros(len(METRICS) + 1, device=device)  # METRICS summed since the last write, and a count
         stateful = dict(agent=agent, avg_agent=avg_agent, optimizer=optimizer, buffer=buffer, metric_sums=metric_sums)
         (global_step, replay_updates), obs = run.resume(stateful, (0, 0))
@@ -290,6 +342,7 @@ def main(args: Args) -> dict:
             optimizer.step()
             update_average(avg_agent, agent, args.avg_decay)  # [paper, Alg. 2]
             return metrics
+
         update = torch.compile(update) if args.compile else update
 
         def policy(obs):  # the greedy action argmax_a pi(a|s), for evaluation
@@ -312,7 +365,8 @@ def main(args: Args) -> dict:
             segment["obs"][T] = torch.as_tensor(obs)
             buffer.add(segment)  # STORE
 
-            # UPDATE: on-policy on this segment, then `replay_ratio` updates on replayed segments   [paper, Alg. 1]
+            # UPDATE: on-policy on this segment, then `replay_ratio` updates on replayed segments
+            # [paper, Alg. 1]
             if args.anneal_lr:
                 optimizer.param_groups[0]["lr"] = args.learning_rate * (1.0 - previous_step / args.total_timesteps)
             replays = args.replay_ratio if buffer.transitions >= args.replay_start else 0
@@ -333,50 +387,80 @@ def main(args: Args) -> dict:
     return {**summary, "iterations": global_step // (T * N), "replay_updates": replay_updates}
 
 
-# VALIDATION AND ATARI OBSERVATIONS ------------------------------------------------------------------------------------
+# VALIDATION AND ATARI OBSERVATIONS
+# ------------------------------------------------------------------------------------
 def check_args(args: Args) -> None:
     """Raise ConfigError for this script's out-of-range or contradictory flags."""
     segment = args.num_envs * args.num_steps
-    check([(args.total_timesteps < segment, f"--total-timesteps must be at least --num-envs x --num-steps = {segment}"),
-           (args.buffer_size < segment, f"--buffer-size must be at least --num-envs x --num-steps = {segment}"),
-           *((not getattr(args, name) >= 0, f"--{name.replace('_', '-')} must be non-negative")
-             for name in ("replay_ratio", "replay_start", "q_coef", "ent_coef")),
-           (args.replay_ratio > 0 and args.replay_start > args.buffer_size // segment * segment, f"--replay-start "
-            f"{args.replay_start} exceeds the {args.buffer_size // segment * segment} transitions --buffer-size "
-            "holds: lower it"),
-           *((not getattr(args, name) > 0, f"--{name.replace('_', '-')} must be positive")
-             for name in ("num_steps", "learning_rate", "truncation_c", "max_kl", "max_grad_norm", "optimizer_eps")),
-           (not (0 < args.gamma <= 1 and 0 <= args.avg_decay < 1), "--gamma must be in (0, 1], --avg-decay in [0, 1)"),
-           (not 0 <= args.rms_alpha < 1, "--rms-alpha must lie in [0, 1)")])
+    check(
+        [
+            (
+                args.total_timesteps < segment,
+                f"--total-timesteps must be at least --num-envs x --num-steps = {segment}",
+            ),
+            (args.buffer_size < segment, f"--buffer-size must be at least --num-envs x --num-steps = {segment}"),
+            *(
+                (not getattr(args, name) >= 0, f"--{name.replace('_', '-')} must be non-negative")
+                for name in ("replay_ratio", "replay_start", "q_coef", "ent_coef")
+            ),
+            (
+                args.replay_ratio > 0 and args.replay_start > args.buffer_size // segment * segment,
+                f"--replay-start "
+                f"{args.replay_start} exceeds the {args.buffer_size // segment * segment} transitions --buffer-size "
+                "holds: lower it",
+            ),
+            *(
+                (not getattr(args, name) > 0, f"--{name.replace('_', '-')} must be positive")
+                for name in ("num_steps", "learning_rate", "truncation_c", "max_kl", "max_grad_norm", "optimizer_eps")
+            ),
+            (not (0 < args.gamma <= 1 and 0 <= args.avg_decay < 1), "--gamma must be in (0, 1], --avg-decay in [0, 1)"),
+            (not 0 <= args.rms_alpha < 1, "--rms-alpha must lie in [0, 1)"),
+        ]
+    )
 
 
 def check_spaces(env_id: str, obs_space, action_space) -> None:
-    """Raise ConfigError unless the env has Discrete actions and 1-D Box observations or (stack, 84, 84) frames."""
+    """Raise ConfigError unless the env has Discrete actions and 1-D Box observations or (stack, 84,
+    84) frames."""
     frames_or_flat = obs_space.shape is not None and (len(obs_space.shape) == 1 or obs_space.shape[1:] == (84, 84))
-    check([(not isinstance(action_space, gym.spaces.Discrete), f"{env_id} has a {type(action_space).__name__} action "
-            "space; ACER needs Discrete actions: use sac_continuous_action.py or a2c.py for Box actions"),
-           (not (isinstance(obs_space, gym.spaces.Box) and frames_or_flat), f"{env_id} has {obs_space} observations; "
-            "this script needs Atari frames or a 1-D Box: wrap the env in gymnasium.wrappers.FlattenObservation")])
+    check(
+        [
+            (
+                not isinstance(action_space, gym.spaces.Discrete),
+                f"{env_id} has a {type(action_space).__name__} action "
+                "space; ACER needs Discrete actions: use sac_continuous_action.py or a2c.py for Box actions",
+            ),
+            (
+                not (isinstance(obs_space, gym.spaces.Box) and frames_or_flat),
+                f"{env_id} has {obs_space} observations; "
+                "this script needs Atari frames or a 1-D Box: wrap the env in gymnasium.wrappers.FlattenObservation",
+            ),
+        ]
+    )
 
 
 def observation_wrappers(args, make):
-    """`make`'s env or, for Atari, SB3's AtariWrapper (no-op starts, 4 frames skipped and max-pooled, episodic life,
-    fire on reset, 84 x 84 grey frames, clipped rewards) stacked by 4; ALE/* ids (ale_py) keep their sticky actions."""
+    """`make`'s env or, for Atari, SB3's AtariWrapper (no-op starts, 4 frames skipped and
+    max-pooled, episodic life, fire on reset, 84 x 84 grey frames, clipped rewards) stacked by 4;
+    ALE/* ids (ale_py) keep their sticky actions."""
     if not (args.env_id.startswith("ALE/") or "NoFrameskip" in args.env_id):
         return make()
     from stable_baselines3.common.atari_wrappers import AtariWrapper
+
     gym.register_envs(__import__("ale_py"))
     env = make(**({"frameskip": 1} if args.env_id.startswith("ALE/") else {}))  # AtariWrapper's MaxAndSkip skips
     env = gym.wrappers.TransformObservation(AtariWrapper(env), np.squeeze, gym.spaces.Box(0, 255, (84, 84), np.uint8))
     return gym.wrappers.FrameStackObservation(env, 4)  # pads a new episode with its first frame
 
 
-# COMMON BLOCK: the same text in all six scripts (tests/test_common_block.py compares it); a reader may stop here =====
+# COMMON BLOCK: the same text in all six scripts (tests/test_common_block.py compares it); a reader
+# may stop here =====
 EVAL_SEED_OFFSET = 1_000_000  # evaluation episode k is reset with seed + EVAL_SEED_OFFSET + k
 
 
 class ConfigError(Exception):
-    """A bad flag, env or checkpoint, a failed save or a diverged run: `cli` prints one line and exits with code 2."""
+    """A bad flag, env or checkpoint, a failed save or a diverged run: `cli` prints one line and
+    exits with code 2."""
 
 
 def check(problems) -> None:
@@ -391,8 +475,8 @@ def crossed(before: int, now: int, every: int) -> bool:
 
 
 def make_env(args, video_dir: str | None = None, wrap=None):
-    """A thunk making args.env_id with episode statistics (and a video_dir's first episode), through `wrap(args, make)`
-    where the script passes its observation wrappers."""
+    """A thunk making args.env_id with episode statistics (and a video_dir's first episode), through
+    `wrap(args, make)` where the script passes its observation wrappers."""
 
     def make(**kwargs):  # gym.make(env_id, **kwargs), its first episode's video, its statistics
         kwargs.update({"render_mode": "rgb_array"} if video_dir is not None else {})
@@ -409,25 +493,27 @@ def make_env(args, video_dir: str | None = None, wrap=None):
 
 
 def pickle_envs(envs: list, states: list) -> bytes:
-    """The sub-envs beside their simulator states, but for EzPickle envs (MuJoCo's, Atari's), whose constructor
-    arguments gymnasium records shifted for some: `unpickle_envs` makes them anew, and Run.__init__ restores their
-    state."""
-    (pickler := pickle.Pickler(out := io.BytesIO())).persistent_id = lambda obj: "env" if isinstance(obj, gym.Env) \
-        and isinstance(obj, gym.utils.EzPickle) else None
+    """The sub-envs beside their simulator states, but for EzPickle envs (MuJoCo's, Atari's), whose
+    constructor arguments gymnasium records shifted for some: `unpickle_envs` makes them anew, and
+    Run.__init__ restores their state."""
+    (pickler := pickle.Pickler(out := io.BytesIO())).persistent_id = lambda obj: (
+        "env" if isinstance(obj, gym.Env) and isinstance(obj, gym.utils.EzPickle) else None
+    )
     pickler.dump((envs, states))
     return out.getvalue()
 
 
 def unpickle_envs(data: bytes, args, wrap=None, make: bool = True) -> tuple:
-    """pickle_envs' (envs, states), each EzPickle env made by make_env (make=False: not made, to check the rest)."""
+    """pickle_envs' (envs, states), each EzPickle env made by make_env (make=False: not made, to
+    check the rest)."""
     unpickler = pickle.Unpickler(io.BytesIO(data))
     unpickler.persistent_load = lambda i: make and make_env(args, None, wrap)().unwrapped
     return unpickler.load()
 
 
 def final_observations(next_obs: np.ndarray, infos: dict) -> np.ndarray:
-    """The true s_{t+1}, key by key for Dict observations: SAME_STEP autoreset puts an ended sub-env's reset in
-    next_obs."""
+    """The true s_{t+1}, key by key for Dict observations: SAME_STEP autoreset puts an ended
+    sub-env's reset in next_obs."""
     real_next_obs = {key: x.copy() for key, x in next_obs.items()} if isinstance(next_obs, dict) else next_obs.copy()
     for i in np.flatnonzero(infos.get("_final_obs", [])):
         finals = infos["final_obs"][i].items() if isinstance(next_obs, dict) else [(..., infos["final_obs"][i])]
@@ -437,41 +523,69 @@ def final_observations(next_obs: np.ndarray, infos: dict) -> np.ndarray:
 
 
 def setup(args, wrap=None):
-    """Before anything is written: --resume's checkpoint (its flags win), checks, seeds and the device; `wrap`: the
-    script's observation wrappers, as make_env takes them."""
+    """Before anything is written: --resume's checkpoint (its flags win), checks, seeds and the
+    device; `wrap`: the script's observation wrappers, as make_env takes them."""
     checkpoint = None
     if args.resume:
         check([(not os.path.isfile(args.resume), f"--resume {args.resume}: no such file; pass a run's checkpoint.pt")])
         try:  # weights_only=False: the checkpoint holds pickled environments; resume only from checkpoints you wrote
             checkpoint = torch.load(args.resume, map_location="cpu", weights_only=False)
         except Exception as e:  # a truncated zip or no torch file at all
-            raise ConfigError(f"--resume {args.resume}: not a readable checkpoint ({type(e).__name__}); pass a "
-                              "checkpoint.pt written by --checkpoint-freq or on SIGINT/SIGTERM") from None
+            raise ConfigError(
+                f"--resume {args.resume}: not a readable checkpoint ({type(e).__name__}); pass a "
+                "checkpoint.pt written by --checkpoint-freq or on SIGINT/SIGTERM"
+            ) from None
         own = os.path.basename(__file__)
         written_by = isinstance(checkpoint, dict) and checkpoint.get("script")
-        check([(isinstance(checkpoint, dict) and "args" in checkpoint and "counters" not in checkpoint, f"--resume "
-                f"{args.resume}: a model.pt (the trained networks), not a checkpoint; pass the run's checkpoint.pt"),
-               (written_by and written_by != own, f"--resume {args.resume}: a checkpoint of {written_by}; resume it "
-                f"with {written_by}")])
+        check(
+            [
+                (
+                    isinstance(checkpoint, dict) and "args" in checkpoint and "counters" not in checkpoint,
+                    f"--resume "
+                    f"{args.resume}: a model.pt (the trained networks), not a checkpoint; pass the run's checkpoint.pt",
+                ),
+                (
+                    written_by and written_by != own,
+                    f"--resume {args.resume}: a checkpoint of {written_by}; resume it with {written_by}",
+                ),
+            ]
+        )
         finished = os.path.join(os.path.dirname(args.resume), "finished")  # written by Run.finish
         if os.path.isfile(finished) and not args.resume_anyway:
-            raise ConfigError(f"--resume {args.resume}: that run {open(finished).read().strip()}, and resuming drops "
-                              "what it logged since: add --resume-anyway to do so")
+            raise ConfigError(
+                f"--resume {args.resume}: that run {open(finished).read().strip()}, and resuming drops "
+                "what it logged since: add --resume-anyway to do so"
+            )
         try:
             args = Args(**{**checkpoint["args"], "resume": args.resume})
             unpickle_envs(checkpoint["envs"], args, wrap, make=False)
         except Exception as e:  # another script's flags or envs, a foreign pickle or missing keys
-            raise ConfigError(f"--resume {args.resume}: not a checkpoint of {own} ({type(e).__name__}); pass a "
-                              "checkpoint.pt this script wrote, by --checkpoint-freq or on SIGINT/SIGTERM") from None
-    check([(not math.isfinite(value), f"--{key.replace('_', '-')} must be finite, not {value}")
-           for key, value in asdict(args).items() if isinstance(value, float)])
-    check([(not 0 <= args.seed < 2**32, f"--seed must lie in [0, 2**32 - 1], not {args.seed}"),
-           (min(args.num_envs, args.eval_episodes, args.log_freq) < 1,
-            "--num-envs, --eval-episodes and --log-freq must be at least 1"),
-           (0 < args.total_timesteps < args.num_envs, "--total-timesteps must be 0 or at least --num-envs"),
-           (min(args.eval_freq, args.checkpoint_freq) < 0, "--eval-freq and --checkpoint-freq must be non-negative"),
-           (args.capture_video and not importlib.util.find_spec("moviepy"),
-            "--capture-video needs `pip install moviepy`")])
+            raise ConfigError(
+                f"--resume {args.resume}: not a checkpoint of {own} ({type(e).__name__}); pass a "
+                "checkpoint.pt this script wrote, by --checkpoint-freq or on SIGINT/SIGTERM"
+            ) from None
+    check(
+        [
+            (not math.isfinite(value), f"--{key.replace('_', '-')} must be finite, not {value}")
+            for key, value in asdict(args).items()
+            if isinstance(value, float)
+        ]
+    )
+    check(
+        [
+            (not 0 <= args.seed < 2**32, f"--seed must lie in [0, 2**32 - 1], not {args.seed}"),
+            (
+                min(args.num_envs, args.eval_episodes, args.log_freq) < 1,
+                "--num-envs, --eval-episodes and --log-freq must be at least 1",
+            ),
+            (0 < args.total_timesteps < args.num_envs, "--total-timesteps must be 0 or at least --num-envs"),
+            (min(args.eval_freq, args.checkpoint_freq) < 0, "--eval-freq and --checkpoint-freq must be non-negative"),
+            (
+                args.capture_video and not importlib.util.find_spec("moviepy"),
+                "--capture-video needs `pip install moviepy`",
+            ),
+        ]
+    )
     check_args(args)
     if args.capture_video:
         os.environ.setdefault("MUJOCO_GL", "egl")  # headless MuJoCo rendering; read when mujoco is first imported
@@ -485,9 +599,13 @@ def setup(args, wrap=None):
     except gym.error.DependencyNotInstalled as e:  # gymnasium's message says what to install
         raise ConfigError(f"{args.env_id} needs a package that is not installed: {e}") from None
     except Exception as e:  # an unknown id, a missing package or renderer: one line, whatever the library raised
-        raise e if isinstance(e, ConfigError) else ConfigError(  # a ConfigError names the flag to change
-            f"{args.env_id} cannot be made ({type(e).__name__}: {e}): an unknown env id (see "
-            "gymnasium.pprint_registry()), or a missing extra or (--capture-video, --from-pixels) MuJoCo renderer?"
+        raise (
+            e
+            if isinstance(e, ConfigError)
+            else ConfigError(  # a ConfigError names the flag to change
+                f"{args.env_id} cannot be made ({type(e).__name__}: {e}): an unknown env id (see "
+                "gymnasium.pprint_registry()), or a missing extra or (--capture-video, --from-pixels) MuJoCo renderer?"
+            )
         ) from None
     check([(args.capture_video and frame is None, f"--capture-video: {args.env_id} renders no frames")])
     check_spaces(args.env_id, env.observation_space, env.action_space)
@@ -501,12 +619,14 @@ def setup(args, wrap=None):
     if args.compile:  # compiled code draws its random numbers from torch's generator, as eager code does
         importlib.import_module("torch._inductor.config").fallback_random = True
         logging.getLogger("torch._dynamo.variables.ctx_manager").addFilter(  # a note on the optimizer's profiling
-            lambda record: "Profiler record function" not in record.getMessage())
+            lambda record: "Profiler record function" not in record.getMessage()
+        )
     return args, checkpoint, device
 
 
 class Run:
-    """A run's envs, directory, TensorBoard writer, signal handling, progress line, evaluations and checkpoints."""
+    """A run's envs, directory, TensorBoard writer, signal handling, progress line, evaluations and
+    checkpoints."""
 
     def __init__(self, args, checkpoint: dict | None, device, memory_flags: str, wrap=None):
         self.args, self.checkpoint, self.device = args, checkpoint, device
@@ -515,8 +635,15 @@ class Run:
         safe = re.sub(r"[^\w.+-]", "-", f"{args.env_id}__{args.exp_name}", flags=re.ASCII)  # a file name anywhere
         self.name = checkpoint["run_name"] if checkpoint else f"{safe}__{args.seed}__{int(time.time())}"
         self.dir = os.path.dirname(os.path.abspath(args.resume)) if checkpoint else f"runs/{self.name}"
-        check([(len(self.name.encode()) > 255, f"the run name {self.name[:40]}... is longer than a file name may be "
-                "(255 bytes): shorten --exp-name")])
+        check(
+            [
+                (
+                    len(self.name.encode()) > 255,
+                    f"the run name {self.name[:40]}... is longer than a file name may be "
+                    "(255 bytes): shorten --exp-name",
+                )
+            ]
+        )
         saved = checkpoint and unpickle_envs(checkpoint["envs"], args, wrap)  # the sub-envs, their RNG and state
         for env, (np_random, state) in zip(*saved) if saved else []:
             env.unwrapped.np_random = np_random
@@ -525,18 +652,23 @@ class Run:
             elif state is not None:  # after make_env's first frame, which aims the camera, as in the saved run
                 __import__("mujoco").mj_copyData(env.unwrapped.data, env.unwrapped.model, state)
         thunks = [lambda env=env: env for env in saved[0]] if saved else [make_env(args, None, wrap)] * args.num_envs
-        # SAME_STEP autoreset: a step that ends an episode returns the reset observation, the final one in infos
+        # SAME_STEP autoreset: a step that ends an episode returns the reset observation, the final
+        # one in infos
         self.envs = gym.vector.SyncVectorEnv(thunks, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
-        self.exact = saved and all(state is not None or not isinstance(env.unwrapped, gym.utils.EzPickle)
-                                   for env, (_, state) in zip(*saved))  # else make_env made a new env
+        self.exact = saved and all(
+            state is not None or not isinstance(env.unwrapped, gym.utils.EzPickle) for env, (_, state) in zip(*saved)
+        )  # else make_env made a new env
         self.last_return = checkpoint["last_return"] if checkpoint else None
         self.eval_return, self.eval_step, self.stop_signal = None, None, []
         self.progress = False  # a progress line is on the terminal, not yet ended by a newline
-        self.handlers = {sig: signal.signal(sig, lambda signum, frame: self.stop_signal.append(signum))
-                         for sig in (signal.SIGINT, signal.SIGTERM)}
+        self.handlers = {
+            sig: signal.signal(sig, lambda signum, frame: self.stop_signal.append(signum))
+            for sig in (signal.SIGINT, signal.SIGTERM)
+        }
 
     def resume(self, stateful: dict, counters: tuple):
-        """(counters, obs): these counters and a first observation, or the checkpoint's, its `stateful` loaded."""
+        """(counters, obs): these counters and a first observation, or the checkpoint's, its
+        `stateful` loaded."""
         self.stateful, checkpoint, obs = stateful, self.checkpoint, None
         try:  # the run directory, made now that main() has built all it needs: a failure before leaves nothing on disk
             os.makedirs(self.dir, exist_ok=True)
@@ -544,8 +676,10 @@ class Run:
             with contextlib.suppress(FileNotFoundError):
                 os.remove(f"{self.dir}/finished")  # a finished run resumed with --resume-anyway: running again
         except OSError as e:
-            raise ConfigError(f"cannot make the run directory {self.dir} ({e.strerror}): is runs/ a file, or "
-                              "read-only? nothing is written") from None
+            raise ConfigError(
+                f"cannot make the run directory {self.dir} ({e.strerror}): is runs/ a file, or "
+                "read-only? nothing is written"
+            ) from None
         # purge_step drops what a killed run logged after its last checkpoint
         self.writer = SummaryWriter(self.dir, purge_step=checkpoint["counters"][0] + 1 if checkpoint else None)
         self.writer.add_text("hyperparameters", "\n".join(f"|{k}|{v}|" for k, v in asdict(self.args).items()))
@@ -564,26 +698,52 @@ class Run:
         return counters, self.envs.reset(seed=self.args.seed + counters[0])[0] if obs is None else obs
 
     def save_checkpoint(self, counters: tuple, obs) -> str:
-        """runs/<run_name>/checkpoint.pt, written atomically; the sub-envs beside their RNG and simulator state."""
-        states = [(env.unwrapped.np_random, env.unwrapped.ale.cloneState(include_rng=True)
-                   if hasattr(env.unwrapped, "ale") else getattr(env.unwrapped, "data", None))
-                  for env in self.envs.envs]
-        state = {key: obj.detach().cpu() if isinstance(obj, torch.Tensor) else obj.state_dict()
-                 for key, obj in self.stateful.items()}
+        """runs/<run_name>/checkpoint.pt, written atomically; the sub-envs beside their RNG and
+        simulator state."""
+        states = [
+            (
+                env.unwrapped.np_random,
+                env.unwrapped.ale.cloneState(include_rng=True)
+                if hasattr(env.unwrapped, "ale")
+                else getattr(env.unwrapped, "data", None),
+            )
+            for env in self.envs.envs
+        ]
+        state = {
+            key: obj.detach().cpu() if isinstance(obj, torch.Tensor) else obj.state_dict()
+            for key, obj in self.stateful.items()
+        }
         rng = torch.get_rng_state(), np.random.get_state(), random.getstate()
-        state.update(script=os.path.basename(__file__), args=asdict(self.args), run_name=self.name, counters=counters,
-                     obs=obs, last_return=self.last_return,
-                     rng=(*rng, torch.cuda.get_rng_state_all() if self.device.type == "cuda" else []),
-                     envs=pickle_envs(self.envs.envs, states))
+        state.update(
+            script=os.path.basename(__file__),
+            args=asdict(self.args),
+            run_name=self.name,
+            counters=counters,
+            obs=obs,
+            last_return=self.last_return,
+            rng=(*rng, torch.cuda.get_rng_state_all() if self.device.type == "cuda" else []),
+            envs=pickle_envs(self.envs.envs, states),
+        )
         return self.save(state, "checkpoint.pt", counters[0], "the previous checkpoint, if any, is kept")
 
     def save(self, obj, name: str, global_step: int, kept: str) -> str:
-        """`obj` (bytes, a function that writes a file, or by torch.save) to runs/<run_name>/<name> (or an absolute
-        name) durably, via a temporary file fsynced and renamed, unless the NaN guard finds non-finite parameters."""
-        bad = [key for key, net in self.stateful.items() if isinstance(net, nn.Module)
-               and not all(p.isfinite().all() for p in net.parameters())]
-        check([(bad, f"step {global_step:,}: the run diverged, {', '.join(bad)} holds non-finite values; nothing is "
-                     f"saved and {kept}: lower the learning rates")])
+        """`obj` (bytes, a function that writes a file, or by torch.save) to runs/<run_name>/<name>
+        (or an absolute name) durably, via a temporary file fsynced and renamed, unless the NaN
+        guard finds non-finite parameters."""
+        bad = [
+            key
+            for key, net in self.stateful.items()
+            if isinstance(net, nn.Module) and not all(p.isfinite().all() for p in net.parameters())
+        ]
+        check(
+            [
+                (
+                    bad,
+                    f"step {global_step:,}: the run diverged, {', '.join(bad)} holds non-finite values; nothing is "
+                    f"saved and {kept}: lower the learning rates",
+                )
+            ]
+        )
         path = os.path.join(self.dir, name)
         try:
             with open(f"{path}.tmp", "wb") as f:
@@ -600,8 +760,8 @@ class Run:
         return path
 
     def log(self, infos: dict, metrics: dict | None, previous_step: int, global_step: int) -> None:
-        """Ended episodes; every --log-freq steps `metrics` (0-d tensors, one sync; non-finite stops the run), SPS and
-        the progress line."""
+        """Ended episodes; every --log-freq steps `metrics` (0-d tensors, one sync; non-finite stops
+        the run), SPS and the progress line."""
         for i in np.flatnonzero(infos.get("final_info", {}).get("_episode", [])):
             self.last_return = float(infos["final_info"]["episode"]["r"][i])
             self.writer.add_scalar("charts/episodic_return", self.last_return, global_step)
@@ -609,8 +769,15 @@ class Run:
         if metrics and crossed(previous_step, global_step, self.args.log_freq):
             values = dict(zip(metrics, torch.stack([v.float() for v in metrics.values()]).tolist()))
             diverged = [f"{key} is {value}" for key, value in values.items() if not math.isfinite(value)]
-            check([(diverged, f"step {global_step:,}: the run diverged, {', '.join(diverged)}; nothing is saved and "
-                    "the last checkpoint, if any, is kept: lower the learning rates")])
+            check(
+                [
+                    (
+                        diverged,
+                        f"step {global_step:,}: the run diverged, {', '.join(diverged)}; nothing is saved and "
+                        "the last checkpoint, if any, is kept: lower the learning rates",
+                    )
+                ]
+            )
             for key, value in values.items():
                 self.writer.add_scalar(f"losses/{key}", value, global_step)
             (then, step), self.last_log = self.last_log, (time.time(), global_step)
@@ -621,7 +788,8 @@ class Run:
             self.progress = True
 
     def evaluate(self, policy, global_step: int) -> None:
-        """eval/episodic_return: the mean return of `policy` (numpy in and out, no torch RNG) over real episodes."""
+        """eval/episodic_return: the mean return of `policy` (numpy in and out, no torch RNG) over
+        real episodes."""
         video_dir = f"{self.dir}/videos/step_{global_step}" if self.args.capture_video else None
         env, returns = make_env(self.args, video_dir, self.wrap)(), []
         for k in range(self.args.eval_episodes):
@@ -647,13 +815,15 @@ class Run:
             self.save_checkpoint(counters, obs)
 
     def finish(self, counters: tuple, obs, policy, model: dict) -> dict:
-        """On a signal a checkpoint and the command to continue; else the last evaluation, --save-model and
-        `finished`."""
+        """On a signal a checkpoint and the command to continue; else the last evaluation,
+        --save-model and `finished`."""
         if stopped := self.stop_signal[:1]:  # a signal in the final evaluation below comes too late: the run finishes
             path = self.save_checkpoint(counters, obs)
             command = shlex.join(["python", os.path.abspath(__file__), "--resume", os.path.abspath(path)])
-            print(f"\nstopped by signal {self.stop_signal[0]} at step {counters[0]:,}; checkpoint written to {path}; "
-                  f"continue with:\n{command}")
+            print(
+                f"\nstopped by signal {self.stop_signal[0]} at step {counters[0]:,}; checkpoint written to {path}; "
+                f"continue with:\n{command}"
+            )
         else:
             if self.eval_step != counters[0]:
                 self.evaluate(policy, counters[0])
@@ -662,16 +832,21 @@ class Run:
                 self.save({**model, "args": asdict(self.args)}, "model.pt", counters[0], "no model.pt is written")
                 print(f"model saved to {self.dir}/model.pt")
             self.save(f"finished at step {counters[0]:,}\n".encode(), "finished", counters[0], "its checkpoint is kept")
-        return {"run_dir": self.dir, "global_step": counters[0], "eval_return": self.eval_return,
-                "stopped_by": stopped[0] if stopped else None}
+        return {
+            "run_dir": self.dir,
+            "global_step": counters[0],
+            "eval_return": self.eval_return,
+            "stopped_by": stopped[0] if stopped else None,
+        }
 
     def __enter__(self):
         return self
 
     def __exit__(self, kind, error, tb) -> None:
-        """Close the run; torch's failure to allocate memory (CPU or CUDA) becomes a ConfigError naming the flags to
-        lower: --buffer-size before the run directory is made (the buffers), `memory_flags` after it (a training step),
-        with the traceback printed first, for the run's log."""
+        """Close the run; torch's failure to allocate memory (CPU or CUDA) becomes a ConfigError
+        naming the flags to lower: --buffer-size before the run directory is made (the buffers),
+        `memory_flags` after it (a training step), with the traceback printed first, for the run's
+        log."""
         self.close()
         if error is not None and self.progress:  # the error's line starts a line of its own
             print(flush=True)
@@ -692,8 +867,8 @@ class Run:
 
 
 def cli(argv=None) -> dict:
-    """Command line: bad input ends in one line on stderr and exit code 2; a stop by a signal exits with 128 +
-    signum."""
+    """Command line: bad input ends in one line on stderr and exit code 2; a stop by a signal exits
+    with 128 + signum."""
     argv = sys.argv[1:] if argv is None else list(argv)
     try:  # tyro's error box is silenced and replaced by one line; --help prints as usual
         with contextlib.redirect_stderr(sys.stderr if {"-h", "--help"} & set(argv) else io.StringIO()):
@@ -703,8 +878,11 @@ def cli(argv=None) -> dict:
     except (SystemExit, ConfigError) as e:  # bad input: one line on stderr, whatever it says, exit code 2
         if isinstance(e, SystemExit) and not e.code:
             raise  # --help
-        message = str(e) if isinstance(e, ConfigError) else f"a flag's value is missing or does not parse in " \
-            f"`{' '.join(argv)}`; see --help"
+        message = (
+            str(e)
+            if isinstance(e, ConfigError)
+            else f"a flag's value is missing or does not parse in `{' '.join(argv)}`; see --help"
+        )
         print("error: " + " ".join(message.split()), file=sys.stderr)
         raise SystemExit(2) from None
     if summary["stopped_by"]:

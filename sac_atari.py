@@ -1,21 +1,28 @@
-"""Soft Actor-Critic for discrete actions (SAC-discrete): Atari from pixels, and flat-observation Discrete envs.
+"""Soft Actor-Critic for discrete actions (SAC-discrete): Atari from pixels, and flat-observation
+Discrete envs.
 
 Papers:
     Christodoulou 2019, "Soft Actor-Critic for Discrete Action Settings", arXiv:1910.07207
-    Haarnoja et al. 2018, "Soft Actor-Critic Algorithms and Applications" (automatic alpha), arXiv:1812.05905
-    Mnih et al. 2015, "Human-level control through deep reinforcement learning" (NatureCNN, Atari preprocessing)
+    Haarnoja et al. 2018, "Soft Actor-Critic Algorithms and Applications" (automatic alpha),
+    arXiv:1812.05905 Mnih et al. 2015, "Human-level control through deep reinforcement learning"
+    (NatureCNN, Atari preprocessing)
 
 Example:
     python sac_atari.py --env-id BreakoutNoFrameskip-v4 --seed 1
 
 Deviations from the papers and from CleanRL (each marked `# DEVIATION(n)` in the code):
-    1. The actor and alpha losses sum over actions (eq. 12, 11's expectations); CleanRL averages, dividing both by |A|.
-    2. The target entropy is 0.89 * log|A| (CleanRL, more stable past 100k steps); the paper uses 0.98 * log|A|.
-    3. Every `update_frequency` env steps an update, every `target_network_frequency` a target copy (Table 1;
-       Alg. 1: Polyak).
-    4. The critic loss is the plain mean squared error summed over the two critics, without the 1/2 (as CleanRL).
-    5. Training starts with `learning_starts` env steps of uniformly random actions (Table 1, CleanRL; not in Alg. 1).
-    6. The replay buffer stores each frame once (CleanRL's SB3 buffer: 8 per transition) and rebuilds stacks exactly.
+    1. The actor and alpha losses sum over actions (eq. 12, 11's expectations); CleanRL averages,
+       dividing both by |A|.
+    2. The target entropy is 0.89 * log|A| (CleanRL, more stable past 100k steps); the paper uses
+       0.98 * log|A|.
+    3. Every `update_frequency` env steps an update, every `target_network_frequency` a target copy
+       (Table 1; Alg. 1: Polyak).
+    4. The critic loss is the plain mean squared error summed over the two critics, without the 1/2
+       (as CleanRL).
+    5. Training starts with `learning_starts` env steps of uniformly random actions (Table 1,
+       CleanRL; not in Alg. 1).
+    6. The replay buffer stores each frame once (CleanRL's SB3 buffer: 8 per transition) and
+       rebuilds stacks exactly.
 """
 
 import contextlib
@@ -48,88 +55,112 @@ from torch.utils.tensorboard import SummaryWriter
 class Args:
     # --- COMMON ARGS: the same text in all six scripts ---
     exp_name: str = os.path.basename(__file__)[: -len(".py")]
-    """experiment name, part of the run folder runs/<env_id>__<exp_name>__<seed>__<unix time> (odd characters: '-')"""
+    """experiment name, part of the run folder runs/<env_id>__<exp_name>__<seed>__<unix time> (odd
+    characters: '-')"""
     seed: int = 1
     """random seed of torch, numpy, Python's random, the environments and the evaluation episodes"""
     cuda: bool = True
     """train on a CUDA GPU when one is present, else on the CPU (--no-cuda: always on the CPU)"""
     compile: bool = False
-    """torch.compile the update functions as they are written (on a GPU, also captured as CUDA graphs)"""
+    """torch.compile the update functions as they are written (on a GPU, also captured as CUDA
+    graphs)"""
     capture_video: bool = False
-    """save a video of the first episode of each evaluation to runs/<run_name>/videos/step_<env step> (needs moviepy)"""
+    """save a video of the first episode of each evaluation to runs/<run_name>/videos/step_<env
+    step> (needs moviepy)"""
     save_model: bool = False
     """save the trained networks to runs/<run_name>/model.pt when the run ends"""
     eval_episodes: int = 10
     """number of episodes each evaluation plays; the mean of their returns is logged"""
     checkpoint_freq: int = 0
-    """save runs/<run_name>/checkpoint.pt, to resume from, every this many env steps (0: only on Ctrl-C or SIGTERM)"""
+    """save runs/<run_name>/checkpoint.pt, to resume from, every this many env steps (0: only on
+    Ctrl-C or SIGTERM)"""
     resume: str | None = None
-    """continue the run saved in this checkpoint.pt, with that run's flags; others but --resume-anyway are ignored"""
+    """continue the run saved in this checkpoint.pt, with that run's flags; others but
+    --resume-anyway are ignored"""
     resume_anyway: bool = False
-    """let --resume continue a run that has finished; what it logged to TensorBoard after that checkpoint is dropped"""
+    """let --resume continue a run that has finished; what it logged to TensorBoard after that
+    checkpoint is dropped"""
     # --- END OF COMMON ARGS ---
 
     env_id: str = "BreakoutNoFrameskip-v4"
-    """env to train on: an Atari id (*NoFrameskip-v4, ALE/*-v5) or any with Discrete actions and 1-D observations"""
+    """env to train on: an Atari id (*NoFrameskip-v4, ALE/*-v5) or any with Discrete actions and 1-D
+    observations"""
     total_timesteps: int = 5_000_000
-    """environment steps to train for, counted over all --num-envs environments together (CleanRL)"""
+    """environment steps to train for, counted over all --num-envs environments together
+    (CleanRL)"""
     num_envs: int = 1
     """number of environments stepped in lockstep in one process (gymnasium's SyncVectorEnv)"""
     eval_freq: int = 100_000
-    """evaluate the policy without exploration noise every this many env steps, and at the end (0: only at the end)"""
+    """evaluate the policy without exploration noise every this many env steps, and at the end (0:
+    only at the end)"""
     log_freq: int = 100
     """write the losses to TensorBoard every this many env steps"""
     buffer_size: int = 1_000_000
-    """replay slots: one per transition and one more per episode end, the oldest overwritten first (CleanRL: 1M)"""
+    """replay slots: one per transition and one more per episode end, the oldest overwritten first
+    (CleanRL: 1M)"""
     checkpoint_buffer: bool = True
-    """save the replay buffer in checkpoints (7 GB at 1M Atari frames); if not, a resumed run refills it first"""
+    """save the replay buffer in checkpoints (7 GB at 1M Atari frames); if not, a resumed run
+    refills it first"""
     gamma: float = 0.99
     """discount factor of future rewards (gamma; arXiv:1910.07207, Table 1)"""
     tau: float = 1.0
-    """how far the target critics move toward the trained ones at each target update; 1.0 copies them (tau; CleanRL)"""
+    """how far the target critics move toward the trained ones at each target update; 1.0 copies
+    them (tau; CleanRL)"""
     batch_size: int = 64
     """transitions sampled from the replay buffer for each update (arXiv:1910.07207, Table 1)"""
     learning_starts: int = 20_000
-    """env steps of uniformly random actions before the first update (arXiv:1910.07207, Table 1; CleanRL)"""
+    """env steps of uniformly random actions before the first update (arXiv:1910.07207, Table 1;
+    CleanRL)"""
     policy_lr: float = 3e-4
     """learning rate of the actor's Adam (arXiv:1910.07207, Table 1)"""
     q_lr: float = 3e-4
-    """learning rate of the critics' Adam and of the entropy temperature alpha's (arXiv:1910.07207, Table 1)"""
+    """learning rate of the critics' Adam and of the entropy temperature alpha's (arXiv:1910.07207,
+    Table 1)"""
     optimizer_eps: float = 1e-4
-    """Adam's epsilon, the constant added to its step's denominator (CleanRL: steadier than 1e-8 on Atari)"""
+    """Adam's epsilon, the constant added to its step's denominator (CleanRL: steadier than 1e-8 on
+    Atari)"""
     update_frequency: int = 4
-    """update the critics, the actor and alpha once every this many env steps (arXiv:1910.07207, Table 1; CleanRL)"""
+    """update the critics, the actor and alpha once every this many env steps (arXiv:1910.07207,
+    Table 1; CleanRL)"""
     target_network_frequency: int = 8_000
     """update the target critics every this many env steps (arXiv:1910.07207, Table 1; CleanRL)"""
     alpha: float = 0.2
-    """entropy temperature, the weight of the policy's entropy in the objective, when --no-autotune fixes it (alpha)"""
+    """entropy temperature, the weight of the policy's entropy in the objective, when --no-autotune
+    fixes it (alpha)"""
     autotune: bool = True
-    """adjust alpha during training to hold the policy's entropy at a target (arXiv:1910.07207, eq. 11)"""
+    """adjust alpha during training to hold the policy's entropy at a target (arXiv:1910.07207, eq.
+    11)"""
     target_entropy_scale: float = 0.89
-    """the entropy target is this fraction of log(number of actions), a uniform policy's (CleanRL; paper: 0.98)"""
+    """the entropy target is this fraction of log(number of actions), a uniform policy's (CleanRL;
+    paper: 0.98)"""
 
 
 HIDDEN, CNN_FEATURES = 256, 512  # hidden units of the MLP for flat observations, and of NatureCNN's last layer
 
 
-# PURE MATH ------------------------------------------------------------------------------------------------------------
+# PURE MATH
+# --------------------------------------------------------------------------------------------------
 def discrete_soft_q_target(rewards, terminations, next_probs, next_log_probs, next_q_min, alpha, gamma: float):
-    """Soft Bellman target, the expectation over a' exact under pi; rewards, terminations (B,), the others (B, |A|).
-    y = r + gamma * (1 - terminated) * sum_a' pi(a'|s') * (min_i Q'_i(s', a') - alpha * log pi(a'|s'))   [eq. 9, 10]"""
+    """Soft Bellman target, the expectation over a' exact under pi; rewards, terminations (B,), the
+    others (B, |A|). y = r + gamma * (1 - terminated) * sum_a' pi(a'|s') * (min_i Q'_i(s', a') -
+    alpha * log pi(a'|s'))   [eq. 9, 10]"""
     return rewards + gamma * (1.0 - terminations) * (next_probs * (next_q_min - alpha * next_log_probs)).sum(dim=1)
 
 
 def discrete_actor_loss(probs, log_probs, q_min, alpha):
-    """J_pi = E_s[sum_a pi(a|s) * (alpha * log pi(a|s) - min_i Q_i(s, a))], all (B, |A|)   [eq. 12; DEVIATION(1)]"""
+    """J_pi = E_s[sum_a pi(a|s) * (alpha * log pi(a|s) - min_i Q_i(s, a))], all (B, |A|)   [eq. 12;
+    DEVIATION(1)]"""
     return (probs * (alpha * log_probs - q_min)).sum(dim=1).mean()
 
 
 def discrete_alpha_loss(log_alpha, probs, log_probs, target_entropy: float):
-    """J(alpha) = E_s[sum_a pi(a|s) * (-alpha * (log pi(a|s) + H-bar))], pi (B, |A|) detached  [eq. 11; DEVIATION(1)]"""
+    """J(alpha) = E_s[sum_a pi(a|s) * (-alpha * (log pi(a|s) + H-bar))], pi (B, |A|) detached  [eq.
+    11; DEVIATION(1)]"""
     return (probs * (-log_alpha.exp() * (log_probs + target_entropy))).sum(dim=1).mean()
 
 
-# NETWORKS AND REPLAY BUFFER -------------------------------------------------------------------------------------------
+# NETWORKS AND REPLAY BUFFER
+# -------------------------------------------------------------------------------------------
 def layer_init(layer: nn.Module) -> nn.Module:
     """He (Kaiming normal) weights and zero biases (CleanRL's sac_atari.py; He et al. 2015)."""
     nn.init.kaiming_normal_(layer.weight)
@@ -138,26 +169,36 @@ def layer_init(layer: nn.Module) -> nn.Module:
 
 
 def network_input(obs: torch.Tensor) -> torch.Tensor:
-    """uint8 frames (B, stack, 84, 84) to [0, 1], channels-last float32 (faster CPU convolutions); others to float32."""
+    """uint8 frames (B, stack, 84, 84) to [0, 1], channels-last float32 (faster CPU convolutions);
+    others to float32."""
     if obs.dtype != torch.uint8:
         return obs.float()
     return torch.mul(obs, 1.0 / 255.0, out=torch.empty(obs.shape, device=obs.device, memory_format=torch.channels_last))
 
 
 class SoftQNetwork(nn.Module):
-    """Q(s, .) (B, |A|): NatureCNN on frame stacks, or a 256-256 MLP on 1-D observations, then a linear head."""
+    """Q(s, .) (B, |A|): NatureCNN on frame stacks, or a 256-256 MLP on 1-D observations, then a
+    linear head."""
 
     def __init__(self, envs):
         super().__init__()
         shape = envs.single_observation_space.shape
         if len(shape) == 3:
-            self.encoder = nn.Sequential(layer_init(nn.Conv2d(shape[0], 32, 8, stride=4)), nn.ReLU(),
-                                         layer_init(nn.Conv2d(32, 64, 4, stride=2)), nn.ReLU(),
-                                         layer_init(nn.Conv2d(64, 64, 3, stride=1)), nn.ReLU(), nn.Flatten(),
-                                         layer_init(nn.Linear(64 * 7 * 7, CNN_FEATURES)), nn.ReLU())
+            self.encoder = nn.Sequential(
+                layer_init(nn.Conv2d(shape[0], 32, 8, stride=4)),
+                nn.ReLU(),
+                layer_init(nn.Conv2d(32, 64, 4, stride=2)),
+                nn.ReLU(),
+                layer_init(nn.Conv2d(64, 64, 3, stride=1)),
+                nn.ReLU(),
+                nn.Flatten(),
+                layer_init(nn.Linear(64 * 7 * 7, CNN_FEATURES)),
+                nn.ReLU(),
+            )
         else:
-            self.encoder = nn.Sequential(layer_init(nn.Linear(shape[0], HIDDEN)), nn.ReLU(),
-                                         layer_init(nn.Linear(HIDDEN, HIDDEN)), nn.ReLU())
+            self.encoder = nn.Sequential(
+                layer_init(nn.Linear(shape[0], HIDDEN)), nn.ReLU(), layer_init(nn.Linear(HIDDEN, HIDDEN)), nn.ReLU()
+            )
         self.head = layer_init(nn.Linear(self.encoder[-2].out_features, int(envs.single_action_space.n)))
         self.to(memory_format=torch.channels_last)  # convolution weights in the layout of `network_input`
 
@@ -166,20 +207,24 @@ class SoftQNetwork(nn.Module):
 
 
 class Actor(SoftQNetwork):
-    """Categorical policy, the critics' network with logits as outputs; CleanRL's interface: forward, get_action."""
+    """Categorical policy, the critics' network with logits as outputs; CleanRL's interface:
+    forward, get_action."""
 
     def get_action(self, obs):
-        """Returns (action (B,), log pi(.|s) (B, |A|), pi(.|s) (B, |A|)); log_softmax, never log(softmax)."""
+        """Returns (action (B,), log pi(.|s) (B, |A|), pi(.|s) (B, |A|)); log_softmax, never
+        log(softmax)."""
         logits = self(obs)
         log_probs = logits.log_softmax(1)
-        # nan_to_num: a diverged actor acts until the NaN guard stops the run, rather than Categorical raising
+        # nan_to_num: a diverged actor acts until the NaN guard stops the run, rather than
+        # Categorical raising
         return torch.distributions.Categorical(logits=logits.nan_to_num()).sample(), log_probs, log_probs.exp()
 
 
 class ReplayBuffer:
-    """Each frame once (DEVIATION(6)), on the CPU, in a circular stream of slots per sub-env: a transition's slot holds
-    its newest frame, action, reward and termination, the next slot its s' (an episode's end writes two: final, reset).
-    Slot k's stack, rebuilt when sampling, is slots k-stack+1..k, padded with the episode's first as FrameStack pads."""
+    """Each frame once (DEVIATION(6)), on the CPU, in a circular stream of slots per sub-env: a
+    transition's slot holds its newest frame, action, reward and termination, the next slot its s'
+    (an episode's end writes two: final, reset). Slot k's stack, rebuilt when sampling, is slots
+    k-stack+1..k, padded with the episode's first as FrameStack pads."""
 
     FIELDS = ("frames", "actions", "rewards", "terminations", "age", "valid")  # per slot (num_envs, slots, ...)
 
@@ -187,7 +232,8 @@ class ReplayBuffer:
         self.stack = obs_space.shape[0] if len(obs_space.shape) == 3 else 1
         self.slots, self.num_envs, self.device = -(-capacity // num_envs), num_envs, device  # ceil(capacity / envs)
         shape, dtype = (num_envs, self.slots), torch.uint8 if obs_space.dtype == np.uint8 else torch.float32
-        # torch.empty commits memory as frames arrive (not 7 GB at once); `size` and `valid` keep unwritten slots unread
+        # torch.empty commits memory as frames arrive (not 7 GB at once); `size` and `valid` keep
+        # unwritten slots unread
         self.frames = torch.empty(shape + (obs_space.shape[1:] if self.stack > 1 else obs_space.shape), dtype=dtype)
         self.actions = torch.zeros(shape, dtype=torch.long)
         self.rewards, self.terminations = torch.zeros(shape), torch.zeros(shape)
@@ -197,7 +243,8 @@ class ReplayBuffer:
         self.transitions = 0  # since the buffer was created or restored: a run resumed without it refills it first
 
     def start(self, obs, envs=None, first: bool = True):
-        """Write obs (num_envs, *obs_shape) to the next slot of each stream (or of streams `envs`); first: reset obs."""
+        """Write obs (num_envs, *obs_shape) to the next slot of each stream (or of streams `envs`);
+        first: reset obs."""
         for env in range(self.num_envs) if envs is None else envs:
             p, frame = self.pos[env], (obs[env][-1] if self.stack > 1 else obs[env])  # the newest frame of a stack
             self.frames[env, p], self.valid[env, p] = torch.as_tensor(frame), False
@@ -205,7 +252,8 @@ class ReplayBuffer:
             self.pos[env], self.size[env] = (p + 1) % self.slots, min(self.size[env] + 1, self.slots)
 
     def add(self, actions, rewards, real_next_obs, terminations, dones, next_obs):
-        """Complete each stream's newest slot's transition with s'; where `dones`, start a new episode with next_obs."""
+        """Complete each stream's newest slot's transition with s'; where `dones`, start a new
+        episode with next_obs."""
         for env in range(self.num_envs):
             p = (self.pos[env] - 1) % self.slots
             self.actions[env, p], self.rewards[env, p] = int(actions[env]), float(rewards[env])
@@ -215,13 +263,15 @@ class ReplayBuffer:
         self.transitions += self.num_envs
 
     def observations(self, env, slot):
-        """The observations (B, *obs_shape) of slots `slot` (B,) of streams `env` (B,), their stacks padded as above."""
+        """The observations (B, *obs_shape) of slots `slot` (B,) of streams `env` (B,), their stacks
+        padded as above."""
         back = torch.minimum(torch.arange(self.stack - 1, -1, -1), self.age[env, slot][:, None])  # (B, stack)
         frames = self.frames[env[:, None], (slot[:, None] - back) % self.slots]
         return frames if self.stack > 1 else frames[:, 0]
 
     def sample(self, batch_size: int):
-        """(obs, actions, rewards, next_obs, terminations) of `batch_size` stored transitions, uniform, on `device`."""
+        """(obs, actions, rewards, next_obs, terminations) of `batch_size` stored transitions,
+        uniform, on `device`."""
         env, slot = torch.zeros(0, dtype=torch.long), torch.zeros(0, dtype=torch.long)
         wrapped, pos = torch.as_tensor(self.size == self.slots), torch.as_tensor(self.pos)
         while len(env) < batch_size:  # by rejection: redraw slots with no transition or a stack on overwritten slots
@@ -230,23 +280,30 @@ class ReplayBuffer:
             keep = self.valid[e, s] & ~(wrapped[e] & ((s - pos[e]) % self.slots < self.stack - 1))
             env, slot = torch.cat([env, e[keep]]), torch.cat([slot, s[keep]])
         env, slot = env[:batch_size], slot[:batch_size]
-        batch = (self.observations(env, slot), self.actions[env, slot], self.rewards[env, slot],
-                 self.observations(env, (slot + 1) % self.slots), self.terminations[env, slot])
+        batch = (
+            self.observations(env, slot),
+            self.actions[env, slot],
+            self.rewards[env, slot],
+            self.observations(env, (slot + 1) % self.slots),
+            self.terminations[env, slot],
+        )
         return tuple(x.to(self.device, non_blocking=True) for x in batch)
 
     def state_dict(self):  # the slots in use: streams fill from slot 0
-        fields = {k: getattr(self, k)[:, :int(self.size.max())].clone() for k in self.FIELDS}
+        fields = {k: getattr(self, k)[:, : int(self.size.max())].clone() for k in self.FIELDS}
         return {"pos": self.pos.copy(), "size": self.size.copy(), "transitions": self.transitions, **fields}
 
     def load_state_dict(self, state):
         self.pos, self.size, self.transitions = state["pos"].copy(), state["size"].copy(), state["transitions"]
         for k in self.FIELDS:
-            getattr(self, k)[:, :state[k].shape[1]] = state[k]
+            getattr(self, k)[:, : state[k].shape[1]] = state[k]
 
 
-# LOSSES AND UPDATES ---------------------------------------------------------------------------------------------------
+# LOSSES AND UPDATES
+# --------------------------------------------------------------------------------------------------
 def compute_loss_q(actor, qf1, qf2, qf1_target, qf2_target, batch, alpha, gamma):
-    """J_Q = sum_i E[(Q_i(s, a) - y)^2], y from `discrete_soft_q_target`   [arXiv:1910.07207 eq. 9; DEVIATION(4)]."""
+    """J_Q = sum_i E[(Q_i(s, a) - y)^2], y from `discrete_soft_q_target`   [arXiv:1910.07207 eq. 9;
+    DEVIATION(4)]."""
     obs, actions, rewards, next_obs, terminations = batch
     with torch.no_grad():
         _, next_log_probs, next_probs = actor.get_action(next_obs)
@@ -254,13 +311,19 @@ def compute_loss_q(actor, qf1, qf2, qf1_target, qf2_target, batch, alpha, gamma)
         y = discrete_soft_q_target(rewards, terminations, next_probs, next_log_probs, next_q_min, alpha, gamma)
     q1, q2 = (qf(obs).gather(1, actions[:, None]).squeeze(1) for qf in (qf1, qf2))
     qf1_loss, qf2_loss = nn.functional.mse_loss(q1, y), nn.functional.mse_loss(q2, y)
-    metrics = {"qf1_values": q1.detach().mean(), "qf2_values": q2.detach().mean(), "qf1_loss": qf1_loss.detach(),
-               "qf2_loss": qf2_loss.detach(), "qf_loss": (qf1_loss.detach() + qf2_loss.detach()) / 2}
+    metrics = {
+        "qf1_values": q1.detach().mean(),
+        "qf2_values": q2.detach().mean(),
+        "qf1_loss": qf1_loss.detach(),
+        "qf2_loss": qf2_loss.detach(),
+        "qf_loss": (qf1_loss.detach() + qf2_loss.detach()) / 2,
+    }
     return qf1_loss + qf2_loss, metrics
 
 
 def compute_loss_pi(actor, qf1, qf2, obs, alpha):
-    """`discrete_actor_loss` with the critics held fixed; returns (loss, probs, log_probs), the last two detached."""
+    """`discrete_actor_loss` with the critics held fixed; returns (loss, probs, log_probs), the last
+    two detached."""
     _, log_probs, probs = actor.get_action(obs)
     with torch.no_grad():
         q_min = torch.min(qf1(obs), qf2(obs))
@@ -268,8 +331,10 @@ def compute_loss_pi(actor, qf1, qf2, obs, alpha):
 
 
 def sac_update(actor, qf1, qf2, qf1_target, qf2_target, log_alpha, q_optimizer, actor_optimizer, args):
-    """update(batch): one critic step, then one actor and log alpha step; returns detached metrics (no host sync)."""
-    # H-bar = scale * log|A|, a fraction of the uniform policy's entropy   [arXiv:1910.07207 Sec. 4; DEVIATION(2)]
+    """update(batch): one critic step, then one actor and log alpha step; returns detached metrics
+    (no host sync)."""
+    # H-bar = scale * log|A|, a fraction of the uniform policy's entropy   [arXiv:1910.07207 Sec. 4;
+    # DEVIATION(2)]
     target_entropy = args.target_entropy_scale * float(np.log(actor.head.out_features))
 
     def update(batch):
@@ -292,9 +357,11 @@ def sac_update(actor, qf1, qf2, qf1_target, qf2_target, log_alpha, q_optimizer, 
     return torch.compile(update) if args.compile else update
 
 
-# MAIN -----------------------------------------------------------------------------------------------------------------
+# MAIN
+# --------------------------------------------------------------------------------------------------
 def main(args: Args) -> dict:
-    """Train; returns a summary. Raises ConfigError, before writing anything, on bad flags, envs or checkpoints."""
+    """Train; returns a summary. Raises ConfigError, before writing anything, on bad flags, envs or
+    checkpoints."""
     args, checkpoint, device = setup(args, observation_wrappers)
     with Run(args, checkpoint, device, "--batch-size", observation_wrappers) as run:
         actor = Actor(run.envs).to(device)
@@ -310,8 +377,16 @@ def main(args: Args) -> dict:
         if args.autotune:  # log alpha's Adam: a parameter group of the actor's optimizer, with its own learning rate
             actor_optimizer.add_param_group({"params": [log_alpha], "lr": args.q_lr})
         rb = ReplayBuffer(args.buffer_size, args.num_envs, run.envs.single_observation_space, device)
-        stateful = dict(actor=actor, qf1=qf1, qf2=qf2, qf1_target=qf1_target, qf2_target=qf2_target,
-                        q_optimizer=q_optimizer, actor_optimizer=actor_optimizer, log_alpha=log_alpha)
+        stateful = dict(
+            actor=actor,
+            qf1=qf1,
+            qf2=qf2,
+            qf1_target=qf1_target,
+            qf2_target=qf2_target,
+            q_optimizer=q_optimizer,
+            actor_optimizer=actor_optimizer,
+            log_alpha=log_alpha,
+        )
         (global_step, updates), obs = run.resume(stateful | ({"rb": rb} if args.checkpoint_buffer else {}), (0, 0))
         for i in range(rb.stack) if not (run.exact and args.checkpoint_buffer) else ():  # a fresh stream: each frame
             rb.start(obs[:, : i + 1] if rb.stack > 1 else obs, first=i == 0)  # of the first stack, oldest first
@@ -322,7 +397,8 @@ def main(args: Args) -> dict:
 
         metrics = {}
         while global_step + args.num_envs <= args.total_timesteps and not run.stop_signal:
-            # COLLECT: random actions for the first learning_starts steps (DEVIATION(5)), then a ~ pi(.|s)
+            # COLLECT: random actions for the first learning_starts steps (DEVIATION(5)), then a ~
+            # pi(.|s)
             if global_step < args.learning_starts:
                 actions = torch.randint(0, actor.head.out_features, (args.num_envs,), device=device).cpu().numpy()
             else:
@@ -331,12 +407,14 @@ def main(args: Args) -> dict:
             next_obs, rewards, terminations, truncations, infos = run.envs.step(actions)
             previous_step, global_step = global_step, global_step + args.num_envs
 
-            # STORE the true final s': bootstrap through truncations, never terminations; no transition spans a reset
+            # STORE the true final s': bootstrap through truncations, never terminations; no
+            # transition spans a reset
             real_next_obs = final_observations(next_obs, infos)
             rb.add(actions, rewards, real_next_obs, terminations, terminations | truncations, next_obs)
             obs = next_obs
 
-            # UPDATE every update_frequency env steps (DEVIATION(3)) once the buffer holds learning_starts transitions
+            # UPDATE every update_frequency env steps (DEVIATION(3)) once the buffer holds
+            # learning_starts transitions
             if rb.transitions >= args.learning_starts:
                 for _ in range(global_step // args.update_frequency - previous_step // args.update_frequency):
                     metrics = update(rb.sample(args.batch_size))
@@ -353,49 +431,86 @@ def main(args: Args) -> dict:
     return {**summary, "critic_updates": updates, "actor_updates": updates}
 
 
-# VALIDATION AND ATARI OBSERVATIONS ------------------------------------------------------------------------------------
+# VALIDATION AND ATARI OBSERVATIONS
+# ------------------------------------------------------------------------------------
 def check_args(args: Args) -> None:
     """Raise ConfigError for this script's out-of-range or contradictory flags."""
-    check([(args.buffer_size < max(args.batch_size, 6 * args.num_envs), f"--buffer-size must be at least --batch-size "
-            f"({args.batch_size}) and 6 x --num-envs ({args.num_envs}): each sub-env's share holds a 4-frame stack "
-            "and s'"),
-           (args.learning_starts >= args.total_timesteps, f"--learning-starts {args.learning_starts} >= "
-            f"--total-timesteps {args.total_timesteps}: no update would run; lower one or raise the other"),
-           (args.learning_starts < args.batch_size, "--learning-starts must be at least --batch-size"),
-           *((not getattr(args, name) > 0, f"--{name.replace('_', '-')} must be positive") for name in
-             ("policy_lr", "q_lr", "optimizer_eps", "batch_size", "update_frequency", "target_network_frequency")),
-           (not (0 < args.tau <= 1 and 0 < args.gamma <= 1), "--tau and --gamma must lie in (0, 1]"),
-           (not args.alpha >= 0, "--alpha must be non-negative"),
-           (not 0 <= args.target_entropy_scale <= 1, "--target-entropy-scale must lie in [0, 1]")])
+    check(
+        [
+            (
+                args.buffer_size < max(args.batch_size, 6 * args.num_envs),
+                f"--buffer-size must be at least --batch-size "
+                f"({args.batch_size}) and 6 x --num-envs ({args.num_envs}): each sub-env's share holds a 4-frame stack "
+                "and s'",
+            ),
+            (
+                args.learning_starts >= args.total_timesteps,
+                f"--learning-starts {args.learning_starts} >= "
+                f"--total-timesteps {args.total_timesteps}: no update would run; lower one or raise the other",
+            ),
+            (args.learning_starts < args.batch_size, "--learning-starts must be at least --batch-size"),
+            *(
+                (not getattr(args, name) > 0, f"--{name.replace('_', '-')} must be positive")
+                for name in (
+                    "policy_lr",
+                    "q_lr",
+                    "optimizer_eps",
+                    "batch_size",
+                    "update_frequency",
+                    "target_network_frequency",
+                )
+            ),
+            (not (0 < args.tau <= 1 and 0 < args.gamma <= 1), "--tau and --gamma must lie in (0, 1]"),
+            (not args.alpha >= 0, "--alpha must be non-negative"),
+            (not 0 <= args.target_entropy_scale <= 1, "--target-entropy-scale must lie in [0, 1]"),
+        ]
+    )
 
 
 def check_spaces(env_id: str, obs_space, action_space) -> None:
-    """Raise ConfigError unless the env has a Discrete action space and Atari frame stacks or 1-D Box observations."""
+    """Raise ConfigError unless the env has a Discrete action space and Atari frame stacks or 1-D
+    Box observations."""
     box = isinstance(obs_space, gym.spaces.Box)
-    check([(not isinstance(action_space, gym.spaces.Discrete), f"{env_id} has a {type(action_space).__name__} action "
-            "space; this script needs a Discrete one (for a Box one: sac_continuous_action.py)"),
-           (not (box and (len(obs_space.shape) == 1 or obs_space.shape == (4, 84, 84) and obs_space.dtype == np.uint8)),
-            f"{env_id} has {obs_space} observations, not Atari frames or a 1-D Box (use FlattenObservation)")])
+    check(
+        [
+            (
+                not isinstance(action_space, gym.spaces.Discrete),
+                f"{env_id} has a {type(action_space).__name__} action "
+                "space; this script needs a Discrete one (for a Box one: sac_continuous_action.py)",
+            ),
+            (
+                not (
+                    box
+                    and (len(obs_space.shape) == 1 or obs_space.shape == (4, 84, 84) and obs_space.dtype == np.uint8)
+                ),
+                f"{env_id} has {obs_space} observations, not Atari frames or a 1-D Box (use FlattenObservation)",
+            ),
+        ]
+    )
 
 
 def observation_wrappers(args, make):
-    """`make`'s env or, for Atari, SB3's AtariWrapper (no-op starts, 4 frames skipped and max-pooled, episodic life,
-    fire on reset, 84 x 84 grey frames, clipped rewards) stacked by 4; ALE/* ids (ale_py) keep their sticky actions."""
+    """`make`'s env or, for Atari, SB3's AtariWrapper (no-op starts, 4 frames skipped and
+    max-pooled, episodic life, fire on reset, 84 x 84 grey frames, clipped rewards) stacked by 4;
+    ALE/* ids (ale_py) keep their sticky actions."""
     if not (args.env_id.startswith("ALE/") or "NoFrameskip" in args.env_id):
         return make()
     from stable_baselines3.common.atari_wrappers import AtariWrapper
+
     gym.register_envs(__import__("ale_py"))
     env = make(**({"frameskip": 1} if args.env_id.startswith("ALE/") else {}))  # AtariWrapper's MaxAndSkip skips
     env = gym.wrappers.TransformObservation(AtariWrapper(env), np.squeeze, gym.spaces.Box(0, 255, (84, 84), np.uint8))
     return gym.wrappers.FrameStackObservation(env, 4)  # pads a new episode with its first frame
 
 
-# COMMON BLOCK: the same text in all six scripts (tests/test_common_block.py compares it); a reader may stop here =====
+# COMMON BLOCK: the same text in all six scripts (tests/test_common_block.py compares it); a reader
+# may stop here =====
 EVAL_SEED_OFFSET = 1_000_000  # evaluation episode k is reset with seed + EVAL_SEED_OFFSET + k
 
 
 class ConfigError(Exception):
-    """A bad flag, env or checkpoint, a failed save or a diverged run: `cli` prints one line and exits with code 2."""
+    """A bad flag, env or checkpoint, a failed save or a diverged run: `cli` prints one line and
+    exits with code 2."""
 
 
 def check(problems) -> None:
@@ -410,8 +525,8 @@ def crossed(before: int, now: int, every: int) -> bool:
 
 
 def make_env(args, video_dir: str | None = None, wrap=None):
-    """A thunk making args.env_id with episode statistics (and a video_dir's first episode), through `wrap(args, make)`
-    where the script passes its observation wrappers."""
+    """A thunk making args.env_id with episode statistics (and a video_dir's first episode), through
+    `wrap(args, make)` where the script passes its observation wrappers."""
 
     def make(**kwargs):  # gym.make(env_id, **kwargs), its first episode's video, its statistics
         kwargs.update({"render_mode": "rgb_array"} if video_dir is not None else {})
@@ -428,25 +543,27 @@ def make_env(args, video_dir: str | None = None, wrap=None):
 
 
 def pickle_envs(envs: list, states: list) -> bytes:
-    """The sub-envs beside their simulator states, but for EzPickle envs (MuJoCo's, Atari's), whose constructor
-    arguments gymnasium records shifted for some: `unpickle_envs` makes them anew, and Run.__init__ restores their
-    state."""
-    (pickler := pickle.Pickler(out := io.BytesIO())).persistent_id = lambda obj: "env" if isinstance(obj, gym.Env) \
-        and isinstance(obj, gym.utils.EzPickle) else None
+    """The sub-envs beside their simulator states, but for EzPickle envs (MuJoCo's, Atari's), whose
+    constructor arguments gymnasium records shifted for some: `unpickle_envs` makes them anew, and
+    Run.__init__ restores their state."""
+    (pickler := pickle.Pickler(out := io.BytesIO())).persistent_id = lambda obj: (
+        "env" if isinstance(obj, gym.Env) and isinstance(obj, gym.utils.EzPickle) else None
+    )
     pickler.dump((envs, states))
     return out.getvalue()
 
 
 def unpickle_envs(data: bytes, args, wrap=None, make: bool = True) -> tuple:
-    """pickle_envs' (envs, states), each EzPickle env made by make_env (make=False: not made, to check the rest)."""
+    """pickle_envs' (envs, states), each EzPickle env made by make_env (make=False: not made, to
+    check the rest)."""
     unpickler = pickle.Unpickler(io.BytesIO(data))
     unpickler.persistent_load = lambda i: make and make_env(args, None, wrap)().unwrapped
     return unpickler.load()
 
 
 def final_observations(next_obs: np.ndarray, infos: dict) -> np.ndarray:
-    """The true s_{t+1}, key by key for Dict observations: SAME_STEP autoreset puts an ended sub-env's reset in
-    next_obs."""
+    """The true s_{t+1}, key by key for Dict observations: SAME_STEP autoreset puts an ended
+    sub-env's reset in next_obs."""
     real_next_obs = {key: x.copy() for key, x in next_obs.items()} if isinstance(next_obs, dict) else next_obs.copy()
     for i in np.flatnonzero(infos.get("_final_obs", [])):
         finals = infos["final_obs"][i].items() if isinstance(next_obs, dict) else [(..., infos["final_obs"][i])]
@@ -456,41 +573,69 @@ def final_observations(next_obs: np.ndarray, infos: dict) -> np.ndarray:
 
 
 def setup(args, wrap=None):
-    """Before anything is written: --resume's checkpoint (its flags win), checks, seeds and the device; `wrap`: the
-    script's observation wrappers, as make_env takes them."""
+    """Before anything is written: --resume's checkpoint (its flags win), checks, seeds and the
+    device; `wrap`: the script's observation wrappers, as make_env takes them."""
     checkpoint = None
     if args.resume:
         check([(not os.path.isfile(args.resume), f"--resume {args.resume}: no such file; pass a run's checkpoint.pt")])
         try:  # weights_only=False: the checkpoint holds pickled environments; resume only from checkpoints you wrote
             checkpoint = torch.load(args.resume, map_location="cpu", weights_only=False)
         except Exception as e:  # a truncated zip or no torch file at all
-            raise ConfigError(f"--resume {args.resume}: not a readable checkpoint ({type(e).__name__}); pass a "
-                              "checkpoint.pt written by --checkpoint-freq or on SIGINT/SIGTERM") from None
+            raise ConfigError(
+                f"--resume {args.resume}: not a readable checkpoint ({type(e).__name__}); pass a "
+                "checkpoint.pt written by --checkpoint-freq or on SIGINT/SIGTERM"
+            ) from None
         own = os.path.basename(__file__)
         written_by = isinstance(checkpoint, dict) and checkpoint.get("script")
-        check([(isinstance(checkpoint, dict) and "args" in checkpoint and "counters" not in checkpoint, f"--resume "
-                f"{args.resume}: a model.pt (the trained networks), not a checkpoint; pass the run's checkpoint.pt"),
-               (written_by and written_by != own, f"--resume {args.resume}: a checkpoint of {written_by}; resume it "
-                f"with {written_by}")])
+        check(
+            [
+                (
+                    isinstance(checkpoint, dict) and "args" in checkpoint and "counters" not in checkpoint,
+                    f"--resume "
+                    f"{args.resume}: a model.pt (the trained networks), not a checkpoint; pass the run's checkpoint.pt",
+                ),
+                (
+                    written_by and written_by != own,
+                    f"--resume {args.resume}: a checkpoint of {written_by}; resume it with {written_by}",
+                ),
+            ]
+        )
         finished = os.path.join(os.path.dirname(args.resume), "finished")  # written by Run.finish
         if os.path.isfile(finished) and not args.resume_anyway:
-            raise ConfigError(f"--resume {args.resume}: that run {open(finished).read().strip()}, and resuming drops "
-                              "what it logged since: add --resume-anyway to do so")
+            raise ConfigError(
+                f"--resume {args.resume}: that run {open(finished).read().strip()}, and resuming drops "
+                "what it logged since: add --resume-anyway to do so"
+            )
         try:
             args = Args(**{**checkpoint["args"], "resume": args.resume})
             unpickle_envs(checkpoint["envs"], args, wrap, make=False)
         except Exception as e:  # another script's flags or envs, a foreign pickle or missing keys
-            raise ConfigError(f"--resume {args.resume}: not a checkpoint of {own} ({type(e).__name__}); pass a "
-                              "checkpoint.pt this script wrote, by --checkpoint-freq or on SIGINT/SIGTERM") from None
-    check([(not math.isfinite(value), f"--{key.replace('_', '-')} must be finite, not {value}")
-           for key, value in asdict(args).items() if isinstance(value, float)])
-    check([(not 0 <= args.seed < 2**32, f"--seed must lie in [0, 2**32 - 1], not {args.seed}"),
-           (min(args.num_envs, args.eval_episodes, args.log_freq) < 1,
-            "--num-envs, --eval-episodes and --log-freq must be at least 1"),
-           (0 < args.total_timesteps < args.num_envs, "--total-timesteps must be 0 or at least --num-envs"),
-           (min(args.eval_freq, args.checkpoint_freq) < 0, "--eval-freq and --checkpoint-freq must be non-negative"),
-           (args.capture_video and not importlib.util.find_spec("moviepy"),
-            "--capture-video needs `pip install moviepy`")])
+            raise ConfigError(
+                f"--resume {args.resume}: not a checkpoint of {own} ({type(e).__name__}); pass a "
+                "checkpoint.pt this script wrote, by --checkpoint-freq or on SIGINT/SIGTERM"
+            ) from None
+    check(
+        [
+            (not math.isfinite(value), f"--{key.replace('_', '-')} must be finite, not {value}")
+            for key, value in asdict(args).items()
+            if isinstance(value, float)
+        ]
+    )
+    check(
+        [
+            (not 0 <= args.seed < 2**32, f"--seed must lie in [0, 2**32 - 1], not {args.seed}"),
+            (
+                min(args.num_envs, args.eval_episodes, args.log_freq) < 1,
+                "--num-envs, --eval-episodes and --log-freq must be at least 1",
+            ),
+            (0 < args.total_timesteps < args.num_envs, "--total-timesteps must be 0 or at least --num-envs"),
+            (min(args.eval_freq, args.checkpoint_freq) < 0, "--eval-freq and --checkpoint-freq must be non-negative"),
+            (
+                args.capture_video and not importlib.util.find_spec("moviepy"),
+                "--capture-video needs `pip install moviepy`",
+            ),
+        ]
+    )
     check_args(args)
     if args.capture_video:
         os.environ.setdefault("MUJOCO_GL", "egl")  # headless MuJoCo rendering; read when mujoco is first imported
@@ -504,9 +649,13 @@ def setup(args, wrap=None):
     except gym.error.DependencyNotInstalled as e:  # gymnasium's message says what to install
         raise ConfigError(f"{args.env_id} needs a package that is not installed: {e}") from None
     except Exception as e:  # an unknown id, a missing package or renderer: one line, whatever the library raised
-        raise e if isinstance(e, ConfigError) else ConfigError(  # a ConfigError names the flag to change
-            f"{args.env_id} cannot be made ({type(e).__name__}: {e}): an unknown env id (see "
-            "gymnasium.pprint_registry()), or a missing extra or (--capture-video, --from-pixels) MuJoCo renderer?"
+        raise (
+            e
+            if isinstance(e, ConfigError)
+            else ConfigError(  # a ConfigError names the flag to change
+                f"{args.env_id} cannot be made ({type(e).__name__}: {e}): an unknown env id (see "
+                "gymnasium.pprint_registry()), or a missing extra or (--capture-video, --from-pixels) MuJoCo renderer?"
+            )
         ) from None
     check([(args.capture_video and frame is None, f"--capture-video: {args.env_id} renders no frames")])
     check_spaces(args.env_id, env.observation_space, env.action_space)
@@ -520,12 +669,14 @@ def setup(args, wrap=None):
     if args.compile:  # compiled code draws its random numbers from torch's generator, as eager code does
         importlib.import_module("torch._inductor.config").fallback_random = True
         logging.getLogger("torch._dynamo.variables.ctx_manager").addFilter(  # a note on the optimizer's profiling
-            lambda record: "Profiler record function" not in record.getMessage())
+            lambda record: "Profiler record function" not in record.getMessage()
+        )
     return args, checkpoint, device
 
 
 class Run:
-    """A run's envs, directory, TensorBoard writer, signal handling, progress line, evaluations and checkpoints."""
+    """A run's envs, directory, TensorBoard writer, signal handling, progress line, evaluations and
+    checkpoints."""
 
     def __init__(self, args, checkpoint: dict | None, device, memory_flags: str, wrap=None):
         self.args, self.checkpoint, self.device = args, checkpoint, device
@@ -534,8 +685,15 @@ class Run:
         safe = re.sub(r"[^\w.+-]", "-", f"{args.env_id}__{args.exp_name}", flags=re.ASCII)  # a file name anywhere
         self.name = checkpoint["run_name"] if checkpoint else f"{safe}__{args.seed}__{int(time.time())}"
         self.dir = os.path.dirname(os.path.abspath(args.resume)) if checkpoint else f"runs/{self.name}"
-        check([(len(self.name.encode()) > 255, f"the run name {self.name[:40]}... is longer than a file name may be "
-                "(255 bytes): shorten --exp-name")])
+        check(
+            [
+                (
+                    len(self.name.encode()) > 255,
+                    f"the run name {self.name[:40]}... is longer than a file name may be "
+                    "(255 bytes): shorten --exp-name",
+                )
+            ]
+        )
         saved = checkpoint and unpickle_envs(checkpoint["envs"], args, wrap)  # the sub-envs, their RNG and state
         for env, (np_random, state) in zip(*saved) if saved else []:
             env.unwrapped.np_random = np_random
@@ -544,18 +702,23 @@ class Run:
             elif state is not None:  # after make_env's first frame, which aims the camera, as in the saved run
                 __import__("mujoco").mj_copyData(env.unwrapped.data, env.unwrapped.model, state)
         thunks = [lambda env=env: env for env in saved[0]] if saved else [make_env(args, None, wrap)] * args.num_envs
-        # SAME_STEP autoreset: a step that ends an episode returns the reset observation, the final one in infos
+        # SAME_STEP autoreset: a step that ends an episode returns the reset observation, the final
+        # one in infos
         self.envs = gym.vector.SyncVectorEnv(thunks, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
-        self.exact = saved and all(state is not None or not isinstance(env.unwrapped, gym.utils.EzPickle)
-                                   for env, (_, state) in zip(*saved))  # else make_env made a new env
+        self.exact = saved and all(
+            state is not None or not isinstance(env.unwrapped, gym.utils.EzPickle) for env, (_, state) in zip(*saved)
+        )  # else make_env made a new env
         self.last_return = checkpoint["last_return"] if checkpoint else None
         self.eval_return, self.eval_step, self.stop_signal = None, None, []
         self.progress = False  # a progress line is on the terminal, not yet ended by a newline
-        self.handlers = {sig: signal.signal(sig, lambda signum, frame: self.stop_signal.append(signum))
-                         for sig in (signal.SIGINT, signal.SIGTERM)}
+        self.handlers = {
+            sig: signal.signal(sig, lambda signum, frame: self.stop_signal.append(signum))
+            for sig in (signal.SIGINT, signal.SIGTERM)
+        }
 
     def resume(self, stateful: dict, counters: tuple):
-        """(counters, obs): these counters and a first observation, or the checkpoint's, its `stateful` loaded."""
+        """(counters, obs): these counters and a first observation, or the checkpoint's, its
+        `stateful` loaded."""
         self.stateful, checkpoint, obs = stateful, self.checkpoint, None
         try:  # the run directory, made now that main() has built all it needs: a failure before leaves nothing on disk
             os.makedirs(self.dir, exist_ok=True)
@@ -563,8 +726,10 @@ class Run:
             with contextlib.suppress(FileNotFoundError):
                 os.remove(f"{self.dir}/finished")  # a finished run resumed with --resume-anyway: running again
         except OSError as e:
-            raise ConfigError(f"cannot make the run directory {self.dir} ({e.strerror}): is runs/ a file, or "
-                              "read-only? nothing is written") from None
+            raise ConfigError(
+                f"cannot make the run directory {self.dir} ({e.strerror}): is runs/ a file, or "
+                "read-only? nothing is written"
+            ) from None
         # purge_step drops what a killed run logged after its last checkpoint
         self.writer = SummaryWriter(self.dir, purge_step=checkpoint["counters"][0] + 1 if checkpoint else None)
         self.writer.add_text("hyperparameters", "\n".join(f"|{k}|{v}|" for k, v in asdict(self.args).items()))
@@ -583,26 +748,52 @@ class Run:
         return counters, self.envs.reset(seed=self.args.seed + counters[0])[0] if obs is None else obs
 
     def save_checkpoint(self, counters: tuple, obs) -> str:
-        """runs/<run_name>/checkpoint.pt, written atomically; the sub-envs beside their RNG and simulator state."""
-        states = [(env.unwrapped.np_random, env.unwrapped.ale.cloneState(include_rng=True)
-                   if hasattr(env.unwrapped, "ale") else getattr(env.unwrapped, "data", None))
-                  for env in self.envs.envs]
-        state = {key: obj.detach().cpu() if isinstance(obj, torch.Tensor) else obj.state_dict()
-                 for key, obj in self.stateful.items()}
+        """runs/<run_name>/checkpoint.pt, written atomically; the sub-envs beside their RNG and
+        simulator state."""
+        states = [
+            (
+                env.unwrapped.np_random,
+                env.unwrapped.ale.cloneState(include_rng=True)
+                if hasattr(env.unwrapped, "ale")
+                else getattr(env.unwrapped, "data", None),
+            )
+            for env in self.envs.envs
+        ]
+        state = {
+            key: obj.detach().cpu() if isinstance(obj, torch.Tensor) else obj.state_dict()
+            for key, obj in self.stateful.items()
+        }
         rng = torch.get_rng_state(), np.random.get_state(), random.getstate()
-        state.update(script=os.path.basename(__file__), args=asdict(self.args), run_name=self.name, counters=counters,
-                     obs=obs, last_return=self.last_return,
-                     rng=(*rng, torch.cuda.get_rng_state_all() if self.device.type == "cuda" else []),
-                     envs=pickle_envs(self.envs.envs, states))
+        state.update(
+            script=os.path.basename(__file__),
+            args=asdict(self.args),
+            run_name=self.name,
+            counters=counters,
+            obs=obs,
+            last_return=self.last_return,
+            rng=(*rng, torch.cuda.get_rng_state_all() if self.device.type == "cuda" else []),
+            envs=pickle_envs(self.envs.envs, states),
+        )
         return self.save(state, "checkpoint.pt", counters[0], "the previous checkpoint, if any, is kept")
 
     def save(self, obj, name: str, global_step: int, kept: str) -> str:
-        """`obj` (bytes, a function that writes a file, or by torch.save) to runs/<run_name>/<name> (or an absolute
-        name) durably, via a temporary file fsynced and renamed, unless the NaN guard finds non-finite parameters."""
-        bad = [key for key, net in self.stateful.items() if isinstance(net, nn.Module)
-               and not all(p.isfinite().all() for p in net.parameters())]
-        check([(bad, f"step {global_step:,}: the run diverged, {', '.join(bad)} holds non-finite values; nothing is "
-                     f"saved and {kept}: lower the learning rates")])
+        """`obj` (bytes, a function that writes a file, or by torch.save) to runs/<run_name>/<name>
+        (or an absolute name) durably, via a temporary file fsynced and renamed, unless the NaN
+        guard finds non-finite parameters."""
+        bad = [
+            key
+            for key, net in self.stateful.items()
+            if isinstance(net, nn.Module) and not all(p.isfinite().all() for p in net.parameters())
+        ]
+        check(
+            [
+                (
+                    bad,
+                    f"step {global_step:,}: the run diverged, {', '.join(bad)} holds non-finite values; nothing is "
+                    f"saved and {kept}: lower the learning rates",
+                )
+            ]
+        )
         path = os.path.join(self.dir, name)
         try:
             with open(f"{path}.tmp", "wb") as f:
@@ -619,8 +810,8 @@ class Run:
         return path
 
     def log(self, infos: dict, metrics: dict | None, previous_step: int, global_step: int) -> None:
-        """Ended episodes; every --log-freq steps `metrics` (0-d tensors, one sync; non-finite stops the run), SPS and
-        the progress line."""
+        """Ended episodes; every --log-freq steps `metrics` (0-d tensors, one sync; non-finite stops
+        the run), SPS and the progress line."""
         for i in np.flatnonzero(infos.get("final_info", {}).get("_episode", [])):
             self.last_return = float(infos["final_info"]["episode"]["r"][i])
             self.writer.add_scalar("charts/episodic_return", self.last_return, global_step)
@@ -628,8 +819,15 @@ class Run:
         if metrics and crossed(previous_step, global_step, self.args.log_freq):
             values = dict(zip(metrics, torch.stack([v.float() for v in metrics.values()]).tolist()))
             diverged = [f"{key} is {value}" for key, value in values.items() if not math.isfinite(value)]
-            check([(diverged, f"step {global_step:,}: the run diverged, {', '.join(diverged)}; nothing is saved and "
-                    "the last checkpoint, if any, is kept: lower the learning rates")])
+            check(
+                [
+                    (
+                        diverged,
+                        f"step {global_step:,}: the run diverged, {', '.join(diverged)}; nothing is saved and "
+                        "the last checkpoint, if any, is kept: lower the learning rates",
+                    )
+                ]
+            )
             for key, value in values.items():
                 self.writer.add_scalar(f"losses/{key}", value, global_step)
             (then, step), self.last_log = self.last_log, (time.time(), global_step)
@@ -640,7 +838,8 @@ class Run:
             self.progress = True
 
     def evaluate(self, policy, global_step: int) -> None:
-        """eval/episodic_return: the mean return of `policy` (numpy in and out, no torch RNG) over real episodes."""
+        """eval/episodic_return: the mean return of `policy` (numpy in and out, no torch RNG) over
+        real episodes."""
         video_dir = f"{self.dir}/videos/step_{global_step}" if self.args.capture_video else None
         env, returns = make_env(self.args, video_dir, self.wrap)(), []
         for k in range(self.args.eval_episodes):
@@ -666,13 +865,15 @@ class Run:
             self.save_checkpoint(counters, obs)
 
     def finish(self, counters: tuple, obs, policy, model: dict) -> dict:
-        """On a signal a checkpoint and the command to continue; else the last evaluation, --save-model and
-        `finished`."""
+        """On a signal a checkpoint and the command to continue; else the last evaluation,
+        --save-model and `finished`."""
         if stopped := self.stop_signal[:1]:  # a signal in the final evaluation below comes too late: the run finishes
             path = self.save_checkpoint(counters, obs)
             command = shlex.join(["python", os.path.abspath(__file__), "--resume", os.path.abspath(path)])
-            print(f"\nstopped by signal {self.stop_signal[0]} at step {counters[0]:,}; checkpoint written to {path}; "
-                  f"continue with:\n{command}")
+            print(
+                f"\nstopped by signal {self.stop_signal[0]} at step {counters[0]:,}; checkpoint written to {path}; "
+                f"continue with:\n{command}"
+            )
         else:
             if self.eval_step != counters[0]:
                 self.evaluate(policy, counters[0])
@@ -681,16 +882,21 @@ class Run:
                 self.save({**model, "args": asdict(self.args)}, "model.pt", counters[0], "no model.pt is written")
                 print(f"model saved to {self.dir}/model.pt")
             self.save(f"finished at step {counters[0]:,}\n".encode(), "finished", counters[0], "its checkpoint is kept")
-        return {"run_dir": self.dir, "global_step": counters[0], "eval_return": self.eval_return,
-                "stopped_by": stopped[0] if stopped else None}
+        return {
+            "run_dir": self.dir,
+            "global_step": counters[0],
+            "eval_return": self.eval_return,
+            "stopped_by": stopped[0] if stopped else None,
+        }
 
     def __enter__(self):
         return self
 
     def __exit__(self, kind, error, tb) -> None:
-        """Close the run; torch's failure to allocate memory (CPU or CUDA) becomes a ConfigError naming the flags to
-        lower: --buffer-size before the run directory is made (the buffers), `memory_flags` after it (a training step),
-        with the traceback printed first, for the run's log."""
+        """Close the run; torch's failure to allocate memory (CPU or CUDA) becomes a ConfigError
+        naming the flags to lower: --buffer-size before the run directory is made (the buffers),
+        `memory_flags` after it (a training step), with the traceback printed first, for the run's
+        log."""
         self.close()
         if error is not None and self.progress:  # the error's line starts a line of its own
             print(flush=True)
@@ -711,8 +917,8 @@ class Run:
 
 
 def cli(argv=None) -> dict:
-    """Command line: bad input ends in one line on stderr and exit code 2; a stop by a signal exits with 128 +
-    signum."""
+    """Command line: bad input ends in one line on stderr and exit code 2; a stop by a signal exits
+    with 128 + signum."""
     argv = sys.argv[1:] if argv is None else list(argv)
     try:  # tyro's error box is silenced and replaced by one line; --help prints as usual
         with contextlib.redirect_stderr(sys.stderr if {"-h", "--help"} & set(argv) else io.StringIO()):
@@ -722,8 +928,11 @@ def cli(argv=None) -> dict:
     except (SystemExit, ConfigError) as e:  # bad input: one line on stderr, whatever it says, exit code 2
         if isinstance(e, SystemExit) and not e.code:
             raise  # --help
-        message = str(e) if isinstance(e, ConfigError) else f"a flag's value is missing or does not parse in " \
-            f"`{' '.join(argv)}`; see --help"
+        message = (
+            str(e)
+            if isinstance(e, ConfigError)
+            else f"a flag's value is missing or does not parse in `{' '.join(argv)}`; see --help"
+        )
         print("error: " + " ".join(message.split()), file=sys.stderr)
         raise SystemExit(2) from None
     if summary["stopped_by"]:

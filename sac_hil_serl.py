@@ -1,32 +1,41 @@
-"""HIL-SERL's Soft Actor-Critic for robot learning (LeRobot's SAC policy): image and state observations through DrQ or
-ResNet-10 encoders, offline and mixed data (RLPD), the discrete gripper critic, critic ensembles. Plain SAC for state
-observations is sac_continuous_action.py; this file repeats its core (Args, the losses, the updates) on purpose.
+"""HIL-SERL's Soft Actor-Critic for robot learning (LeRobot's SAC policy): image and state
+observations through DrQ or ResNet-10 encoders, offline and mixed data (RLPD), the discrete gripper
+critic, critic ensembles. Plain SAC for state observations is sac_continuous_action.py; this file
+repeats its core (Args, the losses, the updates) on purpose.
 
 Papers:
-    Haarnoja et al. 2018, "Soft Actor-Critic: Off-Policy Maximum Entropy Deep RL with a Stochastic Actor",
+    Haarnoja et al. 2018, "Soft Actor-Critic: Off-Policy Maximum Entropy Deep RL with a Stochastic
+    Actor",
         arXiv:1801.01290
-    Haarnoja et al. 2018, "Soft Actor-Critic Algorithms and Applications" (automatic alpha), arXiv:1812.05905
-    Chen et al. 2021, "Randomized Ensembled Double Q-Learning" (critic ensembles, subsampled min, UTD), arXiv:2101.05982
-    Ball et al. 2023, "Efficient Online RL with Offline Data" (RLPD: LayerNorm in the critics), arXiv:2302.02948
-    van Hasselt et al. 2016, "Deep RL with Double Q-learning" (the discrete gripper critic's target), arXiv:1509.06461
+    Haarnoja et al. 2018, "Soft Actor-Critic Algorithms and Applications" (automatic alpha),
+    arXiv:1812.05905 Chen et al. 2021, "Randomized Ensembled Double Q-Learning" (critic ensembles,
+    subsampled min, UTD), arXiv:2101.05982 Ball et al. 2023, "Efficient Online RL with Offline Data"
+    (RLPD: LayerNorm in the critics), arXiv:2302.02948 van Hasselt et al. 2016, "Deep RL with Double
+    Q-learning" (the discrete gripper critic's target), arXiv:1509.06461
 
 Example:
     python sac_hil_serl.py --env-id InvertedPendulum-v5 --from-pixels --image-size 64 --seed 1
 
 Deviations from the papers (each marked `# DEVIATION(n)` in the code):
-    1. Clipped double-Q and no V network, the SAC-v2 form (arXiv:1812.05905), generalised to an ensemble of N critics
-       whose target takes the min over a random subset of M (REDQ); the actor's loss, the min over all N (HIL-SERL's),
-       where REDQ's takes their mean.
-    2. The critic loss is the squared error summed over critics, without eq. 5's 1/2 (CleanRL); Adam ignores the factor.
-    3. log_std is squashed into [LOG_STD_MIN, LOG_STD_MAX] = [-5, 2] by a tanh rescale (SpinningUp, D. Yarats).
-    4. The actor is updated `policy_frequency` times every `policy_frequency` update steps (TD3's delay, made up for;
-       CleanRL's schedule), not once per step as in Algorithm 1.
-    5. The temperature loss reuses the actor step's log pi(a|s), drawn before the actor moved, not a fresh sample.
-    6. Training starts with `learning_starts` env steps of uniformly random actions (SpinningUp, CleanRL).
-    7. With --num-discrete-actions and a shared encoder, the discrete critic reads the encoder's features detached, as
-       the actor does, and its target reads the target critics' encoder; LeRobot's lets its loss train the encoder.
-    8. --image-pooling spatial's dropout acts in gradient steps only and its head is 50 wide (LeRobot: in train mode, 256
-       wide); the ResNet-10's BatchNorms always use their running statistics (LeRobot's, when frozen).
+    1. Clipped double-Q and no V network, the SAC-v2 form (arXiv:1812.05905), generalised to an
+       ensemble of N critics whose target takes the min over a random subset of M (REDQ); the
+       actor's loss, the min over all N (HIL-SERL's), where REDQ's takes their mean.
+    2. The critic loss is the squared error summed over critics, without eq. 5's 1/2 (CleanRL); Adam
+       ignores the factor.
+    3. log_std is squashed into [LOG_STD_MIN, LOG_STD_MAX] = [-5, 2] by a tanh rescale (SpinningUp,
+       D. Yarats).
+    4. The actor is updated `policy_frequency` times every `policy_frequency` update steps (TD3's
+       delay, made up for; CleanRL's schedule), not once per step as in Algorithm 1.
+    5. The temperature loss reuses the actor step's log pi(a|s), drawn before the actor moved, not a
+       fresh sample.
+    6. Training starts with `learning_starts` env steps of uniformly random actions (SpinningUp,
+       CleanRL).
+    7. With --num-discrete-actions and a shared encoder, the discrete critic reads the encoder's
+       features detached, as the actor does, and its target reads the target critics' encoder;
+       LeRobot's lets its loss train the encoder.
+    8. --image-pooling spatial's dropout acts in gradient steps only and its head is 50 wide
+       (LeRobot: in train mode, 256 wide); the ResNet-10's BatchNorms always use their running
+       statistics (LeRobot's, when frozen).
 """
 
 import contextlib
@@ -63,25 +72,31 @@ from torch.utils.tensorboard import SummaryWriter
 class Args:
     # --- COMMON ARGS: the same text in all six scripts ---
     exp_name: str = os.path.basename(__file__)[: -len(".py")]
-    """experiment name, part of the run folder runs/<env_id>__<exp_name>__<seed>__<unix time> (odd characters: '-')"""
+    """experiment name, part of the run folder runs/<env_id>__<exp_name>__<seed>__<unix time> (odd
+    characters: '-')"""
     seed: int = 1
     """random seed of torch, numpy, Python's random, the environments and the evaluation episodes"""
     cuda: bool = True
     """train on a CUDA GPU when one is present, else on the CPU (--no-cuda: always on the CPU)"""
     compile: bool = False
-    """torch.compile the update functions as they are written (on a GPU, also captured as CUDA graphs)"""
+    """torch.compile the update functions as they are written (on a GPU, also captured as CUDA
+    graphs)"""
     capture_video: bool = False
-    """save a video of the first episode of each evaluation to runs/<run_name>/videos/step_<env step> (needs moviepy)"""
+    """save a video of the first episode of each evaluation to runs/<run_name>/videos/step_<env
+    step> (needs moviepy)"""
     save_model: bool = False
     """save the trained networks to runs/<run_name>/model.pt when the run ends"""
     eval_episodes: int = 10
     """number of episodes each evaluation plays; the mean of their returns is logged"""
     checkpoint_freq: int = 0
-    """save runs/<run_name>/checkpoint.pt, to resume from, every this many env steps (0: only on Ctrl-C or SIGTERM)"""
+    """save runs/<run_name>/checkpoint.pt, to resume from, every this many env steps (0: only on
+    Ctrl-C or SIGTERM)"""
     resume: str | None = None
-    """continue the run saved in this checkpoint.pt, with that run's flags; others but --resume-anyway are ignored"""
+    """continue the run saved in this checkpoint.pt, with that run's flags; others but
+    --resume-anyway are ignored"""
     resume_anyway: bool = False
-    """let --resume continue a run that has finished; what it logged to TensorBoard after that checkpoint is dropped"""
+    """let --resume continue a run that has finished; what it logged to TensorBoard after that
+    checkpoint is dropped"""
     # --- END OF COMMON ARGS ---
 
     env_id: str = "Hopper-v5"
@@ -91,15 +106,18 @@ class Args:
     num_envs: int = 1
     """number of environments stepped in lockstep in one process (gymnasium's SyncVectorEnv)"""
     eval_freq: int = 10_000
-    """evaluate the policy without exploration noise every this many env steps, and at the end (0: only at the end)"""
+    """evaluate the policy without exploration noise every this many env steps, and at the end (0:
+    only at the end)"""
     log_freq: int = 100
     """write the losses to TensorBoard every this many env steps"""
     buffer_size: int = 1_000_000
-    """number of transitions the replay buffer holds, the oldest overwritten first (SAC paper, Table 1)"""
+    """number of transitions the replay buffer holds, the oldest overwritten first (SAC paper, Table
+    1)"""
     gamma: float = 0.99
     """discount factor of future rewards (gamma; SAC paper, Table 1)"""
     tau: float = 0.005
-    """how far the target critics move toward the critics at each update (Polyak tau; SAC paper, Table 1)"""
+    """how far the target critics move toward the critics at each update (Polyak tau; SAC paper,
+    Table 1)"""
     batch_size: int = 256
     """transitions per gradient step (SAC paper, Table 1)"""
     learning_starts: int = 5_000
@@ -107,57 +125,78 @@ class Args:
     policy_lr: float = 3e-4
     """learning rate of the actor's Adam (SAC paper, Table 1)"""
     q_lr: float = 1e-3
-    """learning rate of the critics' and of the temperature's Adam (CleanRL; the SAC paper uses 3e-4)"""
+    """learning rate of the critics' and of the temperature's Adam (CleanRL; the SAC paper uses
+    3e-4)"""
     policy_frequency: int = 2
-    """update the actor this many times every this many update steps, each of --utd-ratio critic updates (CleanRL)"""
+    """update the actor this many times every this many update steps, each of --utd-ratio critic
+    updates (CleanRL)"""
     target_update_interval: int = 1
-    """move the target critics every this many critic updates (Stable-Baselines3's name and unit; SAC paper: 1)"""
+    """move the target critics every this many critic updates (Stable-Baselines3's name and unit;
+    SAC paper: 1)"""
     alpha: float = 0.2
     """entropy temperature when it is fixed by --no-autotune (alpha; SAC paper)"""
     autotune: bool = True
-    """tune the temperature so that the policy's entropy tracks --target-entropy (arXiv:1812.05905, eq. 18)"""
+    """tune the temperature so that the policy's entropy tracks --target-entropy (arXiv:1812.05905,
+    eq. 18)"""
     target_entropy: float | None = None
-    """entropy the tuned temperature aims at; unset: minus the number of action dimensions (H-bar; arXiv:1812.05905)"""
+    """entropy the tuned temperature aims at; unset: minus the number of action dimensions (H-bar;
+    arXiv:1812.05905)"""
     backup_entropy: bool = True
-    """add the entropy bonus -alpha log pi(a'|s') to the critics' target (arXiv:1812.05905 eq. 3; HIL-SERL)"""
+    """add the entropy bonus -alpha log pi(a'|s') to the critics' target (arXiv:1812.05905 eq. 3;
+    HIL-SERL)"""
     num_critics: int = 2
     """number of critics in the ensemble (N; SAC: 2, REDQ: 10)"""
     num_subsample_critics: int | None = None
-    """the target's minimum is over this many critics drawn at random each update; unset: all (M; REDQ: 2)"""
+    """the target's minimum is over this many critics drawn at random each update; unset: all (M;
+    REDQ: 2)"""
     utd_ratio: int = 1
     """critic updates per environment step (update-to-data ratio G; REDQ: 20)"""
     max_grad_norm: float | None = None
-    """clip the gradient norm of the actor and the critics to this value; unset: no clipping (HIL-SERL: 40)"""
+    """clip the gradient norm of the actor and the critics to this value; unset: no clipping
+    (HIL-SERL: 40)"""
     critic_layer_norm: bool = False
-    """normalise each hidden layer of the critics with LayerNorm, before its ReLU (RLPD, arXiv:2302.02948)"""
+    """normalise each hidden layer of the critics with LayerNorm, before its ReLU (RLPD,
+    arXiv:2302.02948)"""
     from_pixels: bool = False
-    """observe a rendered frame of --image-size pixels beside the env's own observation, as a Dict (pixels, state)"""
+    """observe a rendered frame of --image-size pixels beside the env's own observation, as a Dict
+    (pixels, state)"""
     image_size: int = 84
     """height and width of --from-pixels frames, in pixels (DrQ, arXiv:2004.13649: 84)"""
     frame_stack: int = 1
-    """with --from-pixels, observe the last k frames, stacked on the channel axis (DrQ, arXiv:2004.13649: 3)"""
+    """with --from-pixels, observe the last k frames, stacked on the channel axis (DrQ,
+    arXiv:2004.13649: 3)"""
     augment: bool = True
-    """shift each image of a batch at random by up to 4 pixels (DrQ's random shift, arXiv:2004.13649)"""
+    """shift each image of a batch at random by up to 4 pixels (DrQ's random shift,
+    arXiv:2004.13649)"""
     shared_encoder: bool = True
-    """with Dict observations, one image encoder, trained by the critics and read detached by the actor (HIL-SERL)"""
+    """with Dict observations, one image encoder, trained by the critics and read detached by the
+    actor (HIL-SERL)"""
     image_pooling: Literal["flatten", "spatial"] = "flatten"
-    """how the CNN's maps become a vector: flattened (DrQ), or each channel pooled by 8 learned maps (HIL-SERL)"""
+    """how the CNN's maps become a vector: flattened (DrQ), or each channel pooled by 8 learned maps
+    (HIL-SERL)"""
     freeze_image_encoder: bool = False
-    """train no CNN weight (pooling and head still train); the replay keeps each frame's features, 157 kB at 84 px (DrQ)"""
+    """train no CNN weight (pooling and head still train); the replay keeps each frame's features,
+    157 kB at 84 px (DrQ)"""
     image_encoder_weights: str | None = None
-    """the CNN is a ResNet-10 with this file's weights (HIL-SERL; the page shows how to make one from a ResNet-18)"""
+    """the CNN is a ResNet-10 with this file's weights (HIL-SERL; the page shows how to make one
+    from a ResNet-18)"""
     save_replay: str | None = None
-    """write the replay buffer to this .npz at the end and on Ctrl-C or SIGTERM, for a later --offline-data"""
+    """write the replay buffer to this .npz at the end and on Ctrl-C or SIGTERM, for a later
+    --offline-data"""
     offline_data: str | None = None
-    """train on this .npz of transitions (written by --save-replay) too: a share of each batch comes from it (RLPD)"""
+    """train on this .npz of transitions (written by --save-replay) too: a share of each batch comes
+    from it (RLPD)"""
     offline_ratio: float | None = None
     """share of each batch drawn from --offline-data; unset: 0.5, RLPD's symmetric sampling"""
     offline_steps: int = 0
-    """update steps on --offline-data alone before the first env step (HIL-SERL's offline learner)"""
+    """update steps on --offline-data alone before the first env step (HIL-SERL's offline
+    learner)"""
     num_discrete_actions: int = 0
-    """make the last action dimension a gripper of K commands, chosen by a discrete critic; 0: off (HIL-SERL)"""
+    """make the last action dimension a gripper of K commands, chosen by a discrete critic; 0: off
+    (HIL-SERL)"""
     gripper_epsilon: float = 0.1
-    """chance of a random gripper command in training (epsilon-greedy; DQN's final epsilon, Nature 2015)"""
+    """chance of a random gripper command in training (epsilon-greedy; DQN's final epsilon, Nature
+    2015)"""
     discrete_q_lr: float | None = None
     """learning rate of the gripper critic's Adam; unset: --q-lr"""
 
@@ -167,23 +206,26 @@ HIDDEN = 256  # units per hidden layer (SAC paper, Table 1); also the state enco
 LOG_2PI = math.log(2 * math.pi)
 
 
-# PURE MATH ------------------------------------------------------------------------------------------------------------
+# PURE MATH
+# --------------------------------------------------------------------------------------------------
 def tanh_gaussian_log_prob(u: torch.Tensor, eps: torch.Tensor, log_std: torch.Tensor, action_scale: torch.Tensor):
-    """log pi(a|s) of a = tanh(u) * action_scale + action_bias, u = mean + exp(log_std) * eps, eps ~ N(0, I).
-    Shapes: u, eps, log_std (B, |A|); action_scale (|A|,). Returns (B, 1).
+    """log pi(a|s) of a = tanh(u) * action_scale + action_bias, u = mean + exp(log_std) * eps, eps ~
+    N(0, I). Shapes: u, eps, log_std (B, |A|); action_scale (|A|,). Returns (B, 1).
     log pi(a|s) = sum_i [log N(u_i; mean_i, std_i) - log(1 - tanh(u_i)^2) - log(action_scale_i)]
-                                                                                           [arXiv:1801.01290 eq. 21]
-    with log N(u_i; mean_i, std_i) = -eps_i^2 / 2 - log std_i - log(2 pi) / 2, as (u - mean) / std = eps, and the stable
-    log(1 - tanh(u)^2) = 2 * (log 2 - u - softplus(-2u)), exact where tanh(u) rounds to +-1."""
+                                                                       [arXiv:1801.01290 eq. 21]
+    with log N(u_i; mean_i, std_i) = -eps_i^2 / 2 - log std_i - log(2 pi) / 2, as (u - mean) / std =
+    eps, and the stable log(1 - tanh(u)^2) = 2 * (log 2 - u - softplus(-2u)), exact where tanh(u)
+    rounds to +-1."""
     log_det_tanh = 2.0 * (math.log(2.0) - u - F.softplus(-2.0 * u))
     per_dim = -0.5 * eps.pow(2) - log_std - log_det_tanh
     return per_dim.sum(-1, keepdim=True) - (0.5 * LOG_2PI * u.shape[-1] + torch.log(action_scale).sum())
 
 
 def soft_q_target(rewards, terminations, next_q, next_log_prob, alpha, gamma: float, backup_entropy: bool):
-    """Shapes: rewards, terminations, next_log_prob (B,); next_q (M, B), Q'_i(s', a') with a' ~ pi(.|s').
-    y = r + gamma * (1 - terminated) * (min_i Q'_i(s', a') - alpha * log pi(a'|s'))   [arXiv:1812.05905 eq. 3, 5]
-    backup_entropy=False drops the -alpha log pi term (HIL-SERL's `use_backup_entropy`)."""
+    """Shapes: rewards, terminations, next_log_prob (B,); next_q (M, B), Q'_i(s', a') with a' ~
+    pi(.|s'). y = r + gamma * (1 - terminated) * (min_i Q'_i(s', a') - alpha * log pi(a'|s'))
+    [arXiv:1812.05905 eq. 3, 5] backup_entropy=False drops the -alpha log pi term (HIL-SERL's
+    `use_backup_entropy`)."""
     next_v = next_q.min(dim=0).values  # DEVIATION(1): clipped double-Q over the (subsampled) ensemble
     if backup_entropy:
         next_v = next_v - alpha * next_log_prob
@@ -191,16 +233,19 @@ def soft_q_target(rewards, terminations, next_q, next_log_prob, alpha, gamma: fl
 
 
 def subsample_critics(num_critics: int, num_subsample: int, device=None):
-    """Indices of `num_subsample` distinct critics of `num_critics`, drawn uniformly (REDQ, Alg. 1 line 8); all: [:]."""
+    """Indices of `num_subsample` distinct critics of `num_critics`, drawn uniformly (REDQ, Alg. 1
+    line 8); all: [:]."""
     return slice(None) if num_subsample == num_critics else torch.randperm(num_critics, device=device)[:num_subsample]
 
 
-# NETWORKS AND REPLAY BUFFER -------------------------------------------------------------------------------------------
+# NETWORKS AND REPLAY BUFFER
+# -------------------------------------------------------------------------------------------
 class QEnsemble(nn.Module):
-    """N soft Q networks Q_i(s, a), each 256-256-1 with ReLU on one shared `Encoder`'s features of s (a flat s passes
-    through it; images: the robot-learning section), in one batched pass: layer weights are stacked to (N, in, out) for
-    `torch.baddbmm`. Each member is initialised as `nn.Linear` is: U(+-1/sqrt(fan_in)). With layer_norm, each hidden
-    layer is Linear, LayerNorm (its own gain and bias per member, eps 1e-5), ReLU, as RLPD's."""
+    """N soft Q networks Q_i(s, a), each 256-256-1 with ReLU on one shared `Encoder`'s features of s
+    (a flat s passes through it; images: the robot-learning section), in one batched pass: layer
+    weights are stacked to (N, in, out) for `torch.baddbmm`. Each member is initialised as
+    `nn.Linear` is: U(+-1/sqrt(fan_in)). With layer_norm, each hidden layer is Linear, LayerNorm
+    (its own gain and bias per member, eps 1e-5), ReLU, as RLPD's."""
 
     def __init__(self, envs, num_critics: int = 2, layer_norm: bool = False, gripper: bool = False, **image):
         super().__init__()
@@ -218,26 +263,30 @@ class QEnsemble(nn.Module):
         self.norm_biases = nn.ParameterList(nn.Parameter(torch.zeros(num_critics, 1, HIDDEN)) for _ in range(hidden))
 
     def forward(self, obs, actions, idx=slice(None), detach_params: bool = False):
-        """Q values (N, B), or (M, B) for the critics `idx` selects; detach_params=True lets no gradient into the critics
-        or their encoder."""
+        """Q values (N, B), or (M, B) for the critics `idx` selects; detach_params=True lets no
+        gradient into the critics or their encoder."""
         features = self.encoder(obs)
         x = torch.cat([features.detach() if detach_params else features, actions], dim=-1)
-        ws, bs, gs, hs = ([p[idx].detach() if detach_params else p[idx] for p in ps]
-                          for ps in (self.weights, self.biases, self.norm_gains, self.norm_biases))
+        ws, bs, gs, hs = (
+            [p[idx].detach() if detach_params else p[idx] for p in ps]
+            for ps in (self.weights, self.biases, self.norm_gains, self.norm_biases)
+        )
         x = x.expand(ws[0].shape[0], *x.shape)
         for k, (w, b) in enumerate(zip(ws[:-1], bs[:-1])):
             x = torch.baddbmm(b, x, w)
             if gs:  # --critic-layer-norm: g * (x - mean(x)) / sqrt(var(x) + eps) + h over the hidden units
                 x = torch.addcmul(hs[k], F.layer_norm(x, x.shape[-1:]), gs[k])
             x = F.relu(x, inplace=True)
-        # the output layer as multiply-and-sum: a batched matmul with one output column takes a slow path on the CPU
+        # the output layer as multiply-and-sum: a batched matmul with one output column takes a slow
+        # path on the CPU
         return (x * ws[-1].transpose(1, 2)).sum(-1) + bs[-1].squeeze(-1)
 
 
 class Actor(nn.Module):
-    """Tanh-squashed Gaussian policy with CleanRL's interface: Actor(envs), forward, get_action; with a gripper, over
-    the other action dimensions. It reads s through its own `Encoder` or, given the critics' (--shared-encoder), through
-    theirs, detached: its loss trains no encoder (HIL-SERL's rule)."""
+    """Tanh-squashed Gaussian policy with CleanRL's interface: Actor(envs), forward, get_action;
+    with a gripper, over the other action dimensions. It reads s through its own `Encoder` or, given
+    the critics' (--shared-encoder), through theirs, detached: its loss trains no encoder
+    (HIL-SERL's rule)."""
 
     def __init__(self, envs, shared_encoder=None, gripper: bool = False):
         super().__init__()
@@ -263,10 +312,12 @@ class Actor(nn.Module):
         return self.fc_mean(x), log_std
 
     def get_action(self, obs):
-        """Returns (action, log_prob (B, 1), deterministic action tanh(mean)), actions rescaled to the Box bounds."""
+        """Returns (action, log_prob (B, 1), deterministic action tanh(mean)), actions rescaled to
+        the Box bounds."""
         mean, log_std = self(obs)
         eps = torch.randn_like(mean)
-        # a = tanh(mean + std * eps) * scale + bias: the reparameterization trick   [arXiv:1801.01290 eq. 11]
+        # a = tanh(mean + std * eps) * scale + bias: the reparameterization trick
+        # [arXiv:1801.01290 eq. 11]
         u = torch.addcmul(mean, log_std.exp(), eps)
         action = torch.addcmul(self.action_bias, torch.tanh(u), self.action_scale)
         log_prob = tanh_gaussian_log_prob(u, eps, log_std, self.action_scale)
@@ -274,8 +325,9 @@ class Actor(nn.Module):
 
 
 class ReplayBuffer:
-    """Preallocated circular storage of (s, a, r, s', terminated), sampled uniformly: column blocks of one float
-    tensor, so storing a step is one copy and drawing a minibatch one gather (Dict observations: ImageReplayBuffer)."""
+    """Preallocated circular storage of (s, a, r, s', terminated), sampled uniformly: column blocks
+    of one float tensor, so storing a step is one copy and drawing a minibatch one gather (Dict
+    observations: ImageReplayBuffer)."""
 
     def __init__(self, capacity: int, obs_dim: int, act_dim: int, device):
         self.capacity, self.pos, self.size, self.device = capacity, 0, 0, device
@@ -283,8 +335,8 @@ class ReplayBuffer:
         self.storage = torch.empty((capacity, sum(self.widths)), device=device)  # rows >= size are never read
 
     def add(self, obs, actions, rewards, next_obs, terminations, dones):
-        """Store one row per sub-env; arrays are (num_envs, ...), next_obs the true s', `dones` where episodes ended
-        (read by ImageReplayBuffer). Returns the rows' indices."""
+        """Store one row per sub-env; arrays are (num_envs, ...), next_obs the true s', `dones`
+        where episodes ended (read by ImageReplayBuffer). Returns the rows' indices."""
         rows = np.concatenate([obs, actions, rewards[:, None], next_obs, terminations[:, None]], 1, dtype=np.float32)
         idx = torch.arange(self.pos, self.pos + len(rows)) % self.capacity
         self.storage[idx.to(self.device)] = torch.from_numpy(rows).to(self.device)
@@ -292,7 +344,8 @@ class ReplayBuffer:
         return idx
 
     def sample(self, batch_size: int):
-        """(obs, actions, rewards, next_obs, terminations) of `batch_size` transitions drawn uniformly."""
+        """(obs, actions, rewards, next_obs, terminations) of `batch_size` transitions drawn
+        uniformly."""
         return self.rows(torch.randint(0, self.size, (batch_size,), device=self.device))
 
     def rows(self, idx):
@@ -307,10 +360,11 @@ class ReplayBuffer:
         self.storage[: self.size] = state["storage"].to(self.device)
 
 
-# LOSSES AND UPDATES ---------------------------------------------------------------------------------------------------
+# LOSSES AND UPDATES
+# --------------------------------------------------------------------------------------------------
 def compute_loss_q(actor, qf, qf_target, batch, alpha, gamma, backup_entropy, num_subsample):
-    """J_Q = sum_i E[(Q_i(s, a) - y)^2], y from `soft_q_target`   [arXiv:1812.05905 eq. 5; DEVIATION(2)].
-    Returns (loss, metrics)."""
+    """J_Q = sum_i E[(Q_i(s, a) - y)^2], y from `soft_q_target`   [arXiv:1812.05905 eq. 5;
+    DEVIATION(2)]. Returns (loss, metrics)."""
     obs, actions, rewards, next_obs, terminations = batch
     with torch.no_grad():
         next_actions, next_log_prob, _ = actor.get_action(next_obs)
@@ -320,14 +374,20 @@ def compute_loss_q(actor, qf, qf_target, batch, alpha, gamma, backup_entropy, nu
     q = qf(obs, actions[:, : next_actions.shape[-1]])  # the arm's dimensions: a gripper's value is Q_d's
     per_critic = (q - y).pow(2).mean(dim=1)
     q_means, losses = q.detach().mean(dim=1), per_critic.detach()  # detached: logging records no autograd graph
-    metrics = {"qf1_values": q_means[0], "qf2_values": q_means[1], "qf1_loss": losses[0], "qf2_loss": losses[1],
-               "qf_loss": losses.mean()}
+    metrics = {
+        "qf1_values": q_means[0],
+        "qf2_values": q_means[1],
+        "qf1_loss": losses[0],
+        "qf2_loss": losses[1],
+        "qf_loss": losses.mean(),
+    }
     return per_critic.sum(), metrics
 
 
 def compute_loss_pi(actor, qf, obs, alpha):
-    """J_pi = E_s[alpha * log pi(a|s) - min_i Q_i(s, a)], a ~ pi(.|s) reparameterized   [arXiv:1801.01290 eq. 12]; the
-    critics' parameters enter detached, so gradients reach the actor only. Returns (loss, detached log_prob (B,))."""
+    """J_pi = E_s[alpha * log pi(a|s) - min_i Q_i(s, a)], a ~ pi(.|s) reparameterized
+    [arXiv:1801.01290 eq. 12]; the critics' parameters enter detached, so gradients reach the actor
+    only. Returns (loss, detached log_prob (B,))."""
     actions, log_prob, _ = actor.get_action(obs)
     q = qf(obs, actions, detach_params=True).min(dim=0).values  # DEVIATION(1): REDQ's actor takes the mean over N
     log_prob = log_prob.squeeze(-1)
@@ -335,13 +395,15 @@ def compute_loss_pi(actor, qf, obs, alpha):
 
 
 def compute_loss_alpha(log_alpha, log_prob, target_entropy: float):
-    """J(alpha) = E_a~pi[-alpha * log pi(a|s) - alpha * H-bar]   [arXiv:1812.05905 eq. 18]; log_prob is detached."""
+    """J(alpha) = E_a~pi[-alpha * log pi(a|s) - alpha * H-bar]   [arXiv:1812.05905 eq. 18]; log_prob
+    is detached."""
     return (-log_alpha.exp() * (log_prob + target_entropy)).mean()
 
 
 def compute_loss_actor_alpha(actor, qf, obs, log_alpha, target_entropy: float, autotune: bool):
-    """J_pi, plus J(alpha) when alpha is tuned, as one loss: they share no parameter (alpha and log pi enter each
-    other's detached), so one backward pass serves both. Returns (loss, detached metrics)."""
+    """J_pi, plus J(alpha) when alpha is tuned, as one loss: they share no parameter (alpha and log
+    pi enter each other's detached), so one backward pass serves both. Returns (loss, detached
+    metrics)."""
     alpha = log_alpha.detach().exp()
     loss, log_prob = compute_loss_pi(actor, qf, obs, alpha)
     metrics = {"actor_loss": loss.detach(), "alpha": alpha[0], "entropy": -log_prob.mean()}
@@ -358,7 +420,8 @@ def polyak_update(targets: list, params: list, tau: float) -> None:
 
 
 def optimizer_step(optimizer, loss, module, max_norm: float | None) -> None:
-    """One step of `optimizer` on `loss`, the gradient norm of `module` first clipped to max_norm (None: not)."""
+    """One step of `optimizer` on `loss`, the gradient norm of `module` first clipped to max_norm
+    (None: not)."""
     optimizer.zero_grad()
     loss.backward()
     if max_norm is not None:
@@ -367,16 +430,17 @@ def optimizer_step(optimizer, loss, module, max_norm: float | None) -> None:
 
 
 def sac_updates(actor, qf, qf_target, log_alpha, q_optimizer, actor_optimizer, args, target_entropy: float):
-    """update_critic(batch, update_target) and update_actor(obs): one gradient step each on the losses above, returning
-    detached metrics (no host sync); act(obs), a ~ pi(.|s) to collect with. log alpha is a parameter group of the
-    actor's optimizer, stepped with it."""
+    """update_critic(batch, update_target) and update_actor(obs): one gradient step each on the
+    losses above, returning detached metrics (no host sync); act(obs), a ~ pi(.|s) to collect with.
+    log alpha is a parameter group of the actor's optimizer, stepped with it."""
     num_subsample = args.num_subsample_critics or args.num_critics
     step = functools.partial(optimizer_step, max_norm=args.max_grad_norm)
 
     def update_critic(batch, update_target: bool):
         alpha = log_alpha.exp().detach()
-        loss, metrics = compute_loss_q(actor, qf, qf_target, batch, alpha, args.gamma, args.backup_entropy,
-                                       num_subsample)
+        loss, metrics = compute_loss_q(
+            actor, qf, qf_target, batch, alpha, args.gamma, args.backup_entropy, num_subsample
+        )
         step(q_optimizer, loss, qf)
         if update_target:
             polyak_update(list(qf_target.parameters()), list(qf.parameters()), args.tau)
@@ -395,14 +459,17 @@ def sac_updates(actor, qf, qf_target, log_alpha, q_optimizer, actor_optimizer, a
 
 
 def target_of(source: nn.Module, target: nn.Module) -> nn.Module:
-    """`target` made a copy of `source` that takes no gradient: the target network, moved by `polyak_update`."""
+    """`target` made a copy of `source` that takes no gradient: the target network, moved by
+    `polyak_update`."""
     target.load_state_dict(source.state_dict())
     return target.requires_grad_(False)
 
 
-# MAIN -----------------------------------------------------------------------------------------------------------------
+# MAIN
+# --------------------------------------------------------------------------------------------------
 def main(args: Args) -> dict:
-    """Train; returns a summary. Raises ConfigError, before writing anything, on bad flags, envs or checkpoints."""
+    """Train; returns a summary. Raises ConfigError, before writing anything, on bad flags, envs or
+    checkpoints."""
     args, checkpoint, device = setup(args, observation_wrappers)
     files = ("offline_data", "save_replay", "image_encoder_weights")  # made absolute: a resume runs from anywhere
     args = replace(args, **{key: os.path.abspath(path) for key in files if (path := getattr(args, key))})
@@ -413,8 +480,9 @@ def main(args: Args) -> dict:
         act_dim = action_space.shape[0] - gripper  # |A|: the arm's dimensions, without a gripper's
         actor = None if share else Actor(run.envs, gripper=gripper).to(device)  # first, as the seed's draws have gone
         image = dict(pooling=args.image_pooling, weights=args.image_encoder_weights, frozen=args.freeze_image_encoder)
-        qf, qf_target = (QEnsemble(run.envs, args.num_critics, args.critic_layer_norm, gripper, **image).to(device)
-                         for _ in range(2))
+        qf, qf_target = (
+            QEnsemble(run.envs, args.num_critics, args.critic_layer_norm, gripper, **image).to(device) for _ in range(2)
+        )
         actor = actor or Actor(run.envs, qf.encoder, gripper).to(device)
         qf_target = target_of(qf, qf_target)  # with the critics' encoder: a Polyak-averaged copy, as theirs
         grip = Gripper(args, run.envs, qf, qf_target, share, device) if gripper else None  # its own critic and Adam
@@ -429,11 +497,20 @@ def main(args: Args) -> dict:
         # H-bar = -|A| (arXiv:1812.05905, Sec. 5) unless --target-entropy sets it
         target_entropy = -float(act_dim) if args.target_entropy is None else args.target_entropy
         rb = replay_buffer(args, args.buffer_size, obs_space, action_space.shape[0], device, qf.encoder)
-        stateful = dict(actor=actor, qf=qf, qf_target=qf_target, q_optimizer=q_optimizer,
-                        actor_optimizer=actor_optimizer, rb=rb, log_alpha=log_alpha, **(grip.stateful if grip else {}))
+        stateful = dict(
+            actor=actor,
+            qf=qf,
+            qf_target=qf_target,
+            q_optimizer=q_optimizer,
+            actor_optimizer=actor_optimizer,
+            rb=rb,
+            log_alpha=log_alpha,
+            **(grip.stateful if grip else {}),
+        )
         (global_step, critic_updates, actor_updates, update_steps), obs = run.resume(stateful, (0, 0, 0, 0))
-        update_critic, update_actor, act = sac_updates(actor, qf, qf_target, log_alpha, q_optimizer, actor_optimizer,
-                                                       args, target_entropy)
+        update_critic, update_actor, act = sac_updates(
+            actor, qf, qf_target, log_alpha, q_optimizer, actor_optimizer, args, target_entropy
+        )
         if args.compile:  # the same functions, compiled (on a GPU, captured too)
             update_critic, update_actor, act = compiled([update_critic, update_actor, act], device)
         counters = lambda: (global_step, critic_updates, actor_updates, update_steps)  # noqa: E731
@@ -451,7 +528,9 @@ def main(args: Args) -> dict:
                 batch = replay.sample(args.batch_size)
                 critic_updates += 1
                 update_target = critic_updates % args.target_update_interval == 0
-                metrics.update(update_critic(batch, update_target), **(grip.update(batch, update_target) if grip else {}))
+                metrics.update(
+                    update_critic(batch, update_target), **(grip.update(batch, update_target) if grip else {})
+                )
             update_steps += 1
             if update_steps % args.policy_frequency == 0:
                 for _ in range(args.policy_frequency):
@@ -461,7 +540,8 @@ def main(args: Args) -> dict:
         metrics = {}
         offline_phase(run, update, offline, metrics, counters, args)  # --offline-steps on the offline data alone
         while global_step + args.num_envs <= args.total_timesteps and not run.stop_signal:
-            # COLLECT: random actions for the first learning_starts steps (DEVIATION(6)), then a ~ pi(.|s)
+            # COLLECT: random actions for the first learning_starts steps (DEVIATION(6)), then a ~
+            # pi(.|s)
             x = to_tensors(obs, device)
             if global_step < args.learning_starts:
                 u = torch.rand((args.num_envs, act_dim), device=device) * 2.0 - 1.0
@@ -472,8 +552,9 @@ def main(args: Args) -> dict:
             next_obs, rewards, terminations, truncations, infos = run.envs.step(actions)
             previous_step, global_step = global_step, global_step + args.num_envs
 
-            # STORE: bootstrap through truncations, never through terminations: s' is the true final observation and
-            # `terminations` alone masks the target. SAME_STEP autoreset means no stored transition spans a reset.
+            # STORE: bootstrap through truncations, never through terminations: s' is the true final
+            # observation and `terminations` alone masks the target. SAME_STEP autoreset means no
+            # stored transition spans a reset.
             rb.add(obs, actions, rewards, final_observations(next_obs, infos), terminations, terminations | truncations)
             obs = next_obs
 
@@ -485,8 +566,12 @@ def main(args: Args) -> dict:
             # LOG, EVALUATE, CHECKPOINT
             run.log(infos, metrics, previous_step, global_step)
             run.after_step(previous_step, counters(), obs, policy)
-        model = {"actor": actor.state_dict(), "qf": qf.state_dict(), "log_alpha": log_alpha.detach().cpu(),
-                 **({"discrete_qf": grip.dq.state_dict()} if grip else {})}
+        model = {
+            "actor": actor.state_dict(),
+            "qf": qf.state_dict(),
+            "log_alpha": log_alpha.detach().cpu(),
+            **({"discrete_qf": grip.dq.state_dict()} if grip else {}),
+        }
         summary = run.finish(counters(), obs, policy, model)
         if args.save_replay:  # durably, whole or not at all
             run.save(lambda f: np.savez(f, **replay_arrays(rb)), args.save_replay, global_step, "other files are kept")
@@ -494,80 +579,141 @@ def main(args: Args) -> dict:
     return {**summary, "critic_updates": critic_updates, "actor_updates": actor_updates}
 
 
-# VALIDATION -----------------------------------------------------------------------------------------------------------
+# VALIDATION
+# --------------------------------------------------------------------------------------------------
 def check_args(args: Args) -> None:
     """Raise ConfigError for this script's out-of-range or contradictory flags."""
     replay_dir = os.path.dirname(os.path.abspath(args.save_replay or "."))
-    check([(args.buffer_size < max(args.batch_size, 2 * args.num_envs), f"--buffer-size must be at least --batch-size "
-            f"({args.batch_size}) and twice --num-envs ({args.num_envs})"),
-           (args.learning_starts >= args.total_timesteps and not args.offline_steps, f"--learning-starts must lie "
-            f"below --total-timesteps ({args.total_timesteps}), or no update runs"),
-           (not 1 <= args.batch_size <= (args.buffer_size if args.offline_data else args.learning_starts),
-            "--batch-size must lie in [1, --learning-starts] ([1, --buffer-size] with --offline-data)"),
-           (not min(x for x in (args.policy_lr, args.q_lr, args.discrete_q_lr, args.max_grad_norm) if x is not None) > 0,
-            "--policy-lr, --q-lr, --discrete-q-lr and --max-grad-norm must be positive"),
-           (not (0 < args.tau <= 1 and 0 < args.gamma <= 1), "--tau and --gamma must lie in (0, 1]"),
-           (not args.alpha >= 0, "--alpha must be non-negative"),
-           (args.num_critics < 2, "--num-critics must be at least 2"),
-           (args.num_subsample_critics not in (None, *range(1, args.num_critics + 1)),
-            f"--num-subsample-critics must lie in [1, --num-critics={args.num_critics}]"),
-           (min(args.utd_ratio, args.policy_frequency, args.target_update_interval) < 1,
-            "--utd-ratio, --policy-frequency and --target-update-interval must be at least 1"),
-           (not 16 <= args.image_size <= 512, "--image-size must lie in [16, 512] pixels"),  # 512: 99M weights a head
-           (not 1 <= args.frame_stack < args.image_size / 3 or args.frame_stack > 1 and not args.from_pixels,
-            "--frame-stack must lie in [1, --image-size / 3) and above 1 needs --from-pixels"),
-           (not 0 <= (args.offline_ratio or 0) <= 1 or args.offline_steps < 0,
-            "--offline-ratio must lie in [0, 1] and --offline-steps be non-negative"),
-           (args.num_discrete_actions < 0 or args.num_discrete_actions == 1, "--num-discrete-actions must be 0 (off) or "
-            "at least 2: a gripper of one command has nothing to choose"),
-           (not 0 <= args.gripper_epsilon <= 1, "--gripper-epsilon must lie in [0, 1]"),
-           ((args.offline_ratio or args.offline_steps) and not args.offline_data,
-            "--offline-ratio and --offline-steps need --offline-data PATH, an .npz written by --save-replay"),
-           (args.save_replay and args.offline_data and os.path.abspath(args.save_replay) == os.path.abspath(
-               args.offline_data), "--save-replay would overwrite the --offline-data file; pass another file name"),
-           (args.save_replay and (os.path.isdir(args.save_replay) or not os.access(replay_dir, os.W_OK | os.X_OK)),
-            f"--save-replay {args.save_replay} is a directory, or its directory is missing or read-only; pass a file "
-            "name, such as replay.npz, in a writable directory")])
+    check(
+        [
+            (
+                args.buffer_size < max(args.batch_size, 2 * args.num_envs),
+                f"--buffer-size must be at least --batch-size "
+                f"({args.batch_size}) and twice --num-envs ({args.num_envs})",
+            ),
+            (
+                args.learning_starts >= args.total_timesteps and not args.offline_steps,
+                f"--learning-starts must lie below --total-timesteps ({args.total_timesteps}), or no update runs",
+            ),
+            (
+                not 1 <= args.batch_size <= (args.buffer_size if args.offline_data else args.learning_starts),
+                "--batch-size must lie in [1, --learning-starts] ([1, --buffer-size] with --offline-data)",
+            ),
+            (
+                not min(x for x in (args.policy_lr, args.q_lr, args.discrete_q_lr, args.max_grad_norm) if x is not None)
+                > 0,
+                "--policy-lr, --q-lr, --discrete-q-lr and --max-grad-norm must be positive",
+            ),
+            (not (0 < args.tau <= 1 and 0 < args.gamma <= 1), "--tau and --gamma must lie in (0, 1]"),
+            (not args.alpha >= 0, "--alpha must be non-negative"),
+            (args.num_critics < 2, "--num-critics must be at least 2"),
+            (
+                args.num_subsample_critics not in (None, *range(1, args.num_critics + 1)),
+                f"--num-subsample-critics must lie in [1, --num-critics={args.num_critics}]",
+            ),
+            (
+                min(args.utd_ratio, args.policy_frequency, args.target_update_interval) < 1,
+                "--utd-ratio, --policy-frequency and --target-update-interval must be at least 1",
+            ),
+            (not 16 <= args.image_size <= 512, "--image-size must lie in [16, 512] pixels"),  # 512: 99M weights a head
+            (
+                not 1 <= args.frame_stack < args.image_size / 3 or args.frame_stack > 1 and not args.from_pixels,
+                "--frame-stack must lie in [1, --image-size / 3) and above 1 needs --from-pixels",
+            ),
+            (
+                not 0 <= (args.offline_ratio or 0) <= 1 or args.offline_steps < 0,
+                "--offline-ratio must lie in [0, 1] and --offline-steps be non-negative",
+            ),
+            (
+                args.num_discrete_actions < 0 or args.num_discrete_actions == 1,
+                "--num-discrete-actions must be 0 (off) or at least 2: a gripper of one command has nothing to choose",
+            ),
+            (not 0 <= args.gripper_epsilon <= 1, "--gripper-epsilon must lie in [0, 1]"),
+            (
+                (args.offline_ratio or args.offline_steps) and not args.offline_data,
+                "--offline-ratio and --offline-steps need --offline-data PATH, an .npz written by --save-replay",
+            ),
+            (
+                args.save_replay
+                and args.offline_data
+                and os.path.abspath(args.save_replay) == os.path.abspath(args.offline_data),
+                "--save-replay would overwrite the --offline-data file; pass another file name",
+            ),
+            (
+                args.save_replay and (os.path.isdir(args.save_replay) or not os.access(replay_dir, os.W_OK | os.X_OK)),
+                f"--save-replay {args.save_replay} is a directory, or its directory is missing or read-only; "
+                "pass a file name, such as replay.npz, in a writable directory",
+            ),
+        ]
+    )
 
 
 def check_spaces(env_id: str, obs_space, action_space) -> None:
-    """Raise ConfigError unless observations are a 1-D Box or a Dict of vectors and uint8 images; actions a Box."""
+    """Raise ConfigError unless observations are a 1-D Box or a Dict of vectors and uint8 images;
+    actions a Box."""
     box = isinstance(action_space, gym.spaces.Box)  # the bounds are read only from a Box
     spaces = obs_space.spaces if isinstance(obs_space, gym.spaces.Dict) else {}
-    bad = [key for key, space in spaces.items()
-           if not isinstance(space, gym.spaces.Box) or (space.dtype == np.uint8) != (len(space.shape) == 3)]
-    check([(isinstance(action_space, gym.spaces.Discrete), f"{env_id} has a Discrete action space: use sac_atari.py"),
-           (not box, f"{env_id}'s action space is no Box; this script needs one"),
-           (not (spaces or isinstance(obs_space, gym.spaces.Box) and len(obs_space.shape) == 1), f"{env_id} has "
-            f"{obs_space} observations; this script needs a 1-D Box (see gymnasium.wrappers.FlattenObservation) or a Dict"),
-           (bad, f"{env_id}'s observation keys {bad} are neither vector Boxes nor 3-d uint8 images (H, W, C) or (C, H, W)"),
-           (box and not np.all(np.isfinite(action_space.low) & np.isfinite(action_space.high) & (action_space.high >
-            action_space.low)), f"{env_id} has unbounded or empty action bounds; tanh needs finite low < high")])
+    bad = [
+        key
+        for key, space in spaces.items()
+        if not isinstance(space, gym.spaces.Box) or (space.dtype == np.uint8) != (len(space.shape) == 3)
+    ]
+    check(
+        [
+            (isinstance(action_space, gym.spaces.Discrete), f"{env_id} has a Discrete action space: use sac_atari.py"),
+            (not box, f"{env_id}'s action space is no Box; this script needs one"),
+            (
+                not (spaces or isinstance(obs_space, gym.spaces.Box) and len(obs_space.shape) == 1),
+                f"{env_id} has {obs_space} observations; "
+                "this script needs a 1-D Box (see gymnasium.wrappers.FlattenObservation) or a Dict",
+            ),
+            (
+                bad,
+                f"{env_id}'s observation keys {bad} are neither vector Boxes "
+                "nor 3-d uint8 images (H, W, C) or (C, H, W)",
+            ),
+            (
+                box
+                and not np.all(
+                    np.isfinite(action_space.low)
+                    & np.isfinite(action_space.high)
+                    & (action_space.high > action_space.low)
+                ),
+                f"{env_id} has unbounded or empty action bounds; tanh needs finite low < high",
+            ),
+        ]
+    )
 
 
-# ======================================================================================================================
-# ROBOT-LEARNING OPTIONS (HIL-SERL): images with their encoder and replay, gripper, offline data. SAC readers may stop.
-# ======================================================================================================================
+# ==================================================================================================
+# ROBOT-LEARNING OPTIONS (HIL-SERL): images with their encoder and replay, gripper, offline data.
+# SAC readers may stop.
+# ==================================================================================================
 IMAGE_FEATURES = 50  # an image's encoding width (DrQ, SAC-AE)
 SPATIAL_FEATURES = 8  # SpatialEmbedding's K, learned maps per channel (HIL-SERL's image_embedding_pooling_dim)
 IMAGENET = torch.tensor([0.485, 0.456, 0.406]), torch.tensor([0.229, 0.224, 0.225])  # mean and std of each colour
 
 
 def to_tensors(obs, device):
-    """Observations (B, ...) as float32: a Dict's vectors flattened, its uint8 images made (B, C, H, W) in [0, 1]."""
+    """Observations (B, ...) as float32: a Dict's vectors flattened, its uint8 images made (B, C, H,
+    W) in [0, 1]."""
     if not isinstance(obs, dict):
         return torch.as_tensor(obs, dtype=torch.float32, device=device)
     out = {}
     for key, x in obs.items():
         x = torch.as_tensor(np.ascontiguousarray(x) if isinstance(x, np.ndarray) else x, device=device)
-        out[key] = (x if x.shape[1] < x.shape[-1] else x.permute(0, 3, 1, 2)).float() / 255 if x.dtype == torch.uint8 \
+        out[key] = (
+            (x if x.shape[1] < x.shape[-1] else x.permute(0, 3, 1, 2)).float() / 255
+            if x.dtype == torch.uint8
             else x.reshape(len(x), -1).float()
+        )
     return out
 
 
 class Encoder(nn.Module):
-    """HIL-SERL's SACObservationEncoder: a flat Box passes; a Dict's images each through a CNN (DrQ's or ResNet-10;
-    `frozen`: no gradient), a pooling (flatten or spatial) and a head, its vectors through theirs; all concatenated."""
+    """HIL-SERL's SACObservationEncoder: a flat Box passes; a Dict's images each through a CNN
+    (DrQ's or ResNet-10; `frozen`: no gradient), a pooling (flatten or spatial) and a head, its
+    vectors through theirs; all concatenated."""
 
     def __init__(self, obs_space, pooling: str = "flatten", weights: str | None = None, frozen: bool = False):
         super().__init__()
@@ -577,16 +723,26 @@ class Encoder(nn.Module):
         self.cnns, self.heads, self.maps = nn.ModuleDict(), nn.ModuleDict(), {}  # of each image
         for key in self.images:
             shape = spaces[key].shape if spaces[key].shape[0] < spaces[key].shape[-1] else np.roll(spaces[key].shape, 1)
-            # DrQ's CNN (arXiv:2004.13649 App. B, from SAC-AE, arXiv:1910.01741), each convolution with a ReLU: conv1
-            # C -> 32 channels, 3x3, stride 2; conv2, conv3, conv4 32 -> 32, 3x3, stride 1 (84 px: 41, 39, 37, 35)
-            self.cnns[key] = ResNet10(int(shape[0]), weights) if weights else nn.Sequential(
-                nn.Conv2d(int(shape[0]), 32, 3, stride=2), nn.ReLU(),
-                *(m for _ in range(3) for m in (nn.Conv2d(32, 32, 3), nn.ReLU())))
+            # DrQ's CNN (arXiv:2004.13649 App. B, from SAC-AE, arXiv:1910.01741), each convolution
+            # with a ReLU: conv1 C -> 32 channels, 3x3, stride 2; conv2, conv3, conv4 32 -> 32, 3x3,
+            # stride 1 (84 px: 41, 39, 37, 35)
+            self.cnns[key] = (
+                ResNet10(int(shape[0]), weights)
+                if weights
+                else nn.Sequential(
+                    nn.Conv2d(int(shape[0]), 32, 3, stride=2),
+                    nn.ReLU(),
+                    *(m for _ in range(3) for m in (nn.Conv2d(32, 32, 3), nn.ReLU())),
+                )
+            )
             with torch.no_grad():
                 maps = self.cnns[key].requires_grad_(not frozen)(torch.zeros(1, *map(int, shape))).shape[1:]
             pool = SpatialEmbedding(*maps) if pooling == "spatial" else nn.Flatten()
-            head = (nn.Linear(maps[0] * SPATIAL_FEATURES if pooling == "spatial" else maps.numel(), IMAGE_FEATURES),
-                    nn.LayerNorm(IMAGE_FEATURES), nn.Tanh())  # the head: Linear to 50 features (DrQ), LayerNorm, Tanh
+            head = (
+                nn.Linear(maps[0] * SPATIAL_FEATURES if pooling == "spatial" else maps.numel(), IMAGE_FEATURES),
+                nn.LayerNorm(IMAGE_FEATURES),
+                nn.Tanh(),
+            )  # the head: Linear to 50 features (DrQ), LayerNorm, Tanh
             self.heads[key], self.maps[key] = nn.Sequential(pool, *head), maps
         state_dim = sum(int(np.prod(spaces[key].shape)) for key in self.vectors)  # the vectors: Linear, LayerNorm, Tanh
         self.state = nn.Sequential(nn.Linear(state_dim, HIDDEN), nn.LayerNorm(HIDDEN), nn.Tanh()) if state_dim else None
@@ -605,8 +761,9 @@ class Encoder(nn.Module):
 
 
 class SpatialEmbedding(nn.Module):
-    """HIL-SERL's SpatialLearnedEmbeddings: each channel of the maps x (B, C, H, W) pooled by K learned maps,
-    e[b, c, k] = sum_{h, w} x[b, c, h, w] * W[c, h, w, k], flattened to (B, C K); then dropout, p 0.1 (LeRobot's)."""
+    """HIL-SERL's SpatialLearnedEmbeddings: each channel of the maps x (B, C, H, W) pooled by K
+    learned maps, e[b, c, k] = sum_{h, w} x[b, c, h, w] * W[c, h, w, k], flattened to (B, C K); then
+    dropout, p 0.1 (LeRobot's)."""
 
     def __init__(self, channels: int, height: int, width: int):
         super().__init__()
@@ -618,33 +775,49 @@ class SpatialEmbedding(nn.Module):
 
 
 class BasicBlock(nn.Module):
-    """ResNet's basic block (arXiv:1512.03385): relu(bn2(conv2(relu(bn1(conv1(x))))) + downsample(x))."""
+    """ResNet's basic block (arXiv:1512.03385): relu(bn2(conv2(relu(bn1(conv1(x))))) +
+    downsample(x))."""
 
     def __init__(self, c_in: int, c: int, stride: int):
         super().__init__()
         self.conv1, self.bn1 = nn.Conv2d(c_in, c, 3, stride, 1, bias=False), nn.BatchNorm2d(c)
         self.conv2, self.bn2 = nn.Conv2d(c, c, 3, 1, 1, bias=False), nn.BatchNorm2d(c)
-        self.downsample = nn.Identity() if stride == 1 else nn.Sequential(nn.Conv2d(c_in, c, 1, stride, bias=False),
-                                                                          nn.BatchNorm2d(c))
+        self.downsample = (
+            nn.Identity()
+            if stride == 1
+            else nn.Sequential(nn.Conv2d(c_in, c, 1, stride, bias=False), nn.BatchNorm2d(c))
+        )
 
     def forward(self, x):
         return F.relu(self.bn2(self.conv2(F.relu(self.bn1(self.conv1(x))))) + self.downsample(x))
 
 
 class ResNet10(nn.Sequential):
-    """HIL-SERL's pretrained encoder: ResNet-18 with one block a stage, no pooling or fc; torchvision's names."""
+    """HIL-SERL's pretrained encoder: ResNet-18 with one block a stage, no pooling or fc;
+    torchvision's names."""
 
     def __init__(self, channels: int, weights: str | None = None):
-        stages = {f"layer{i}": nn.Sequential(BasicBlock(max(64, c // 2), c, 1 if c == 64 else 2))
-                  for i, c in enumerate((64, 128, 256, 512), 1)}
-        super().__init__(OrderedDict(conv1=nn.Conv2d(channels, 64, 7, 2, 3, bias=False), bn1=nn.BatchNorm2d(64),
-                                     relu=nn.ReLU(), maxpool=nn.MaxPool2d(3, 2, 1), **stages))
+        stages = {
+            f"layer{i}": nn.Sequential(BasicBlock(max(64, c // 2), c, 1 if c == 64 else 2))
+            for i, c in enumerate((64, 128, 256, 512), 1)
+        }
+        super().__init__(
+            OrderedDict(
+                conv1=nn.Conv2d(channels, 64, 7, 2, 3, bias=False),
+                bn1=nn.BatchNorm2d(64),
+                relu=nn.ReLU(),
+                maxpool=nn.MaxPool2d(3, 2, 1),
+                **stages,
+            )
+        )
         self.train()
         try:  # without a file, its own random weights (as tests write them)
             self.load_state_dict(torch.load(weights, "cpu", weights_only=True) if weights else self.state_dict())
         except Exception as e:  # missing, no state dict, or of other shapes
-            raise ConfigError(f"--image-encoder-weights {weights}: no ResNet-10 for {channels}-channel images ("
-                              f"{type(e).__name__}: {' '.join(str(e).split())[:160]}); see the page for making one") from None
+            raise ConfigError(
+                f"--image-encoder-weights {weights}: no ResNet-10 for {channels}-channel images ("
+                f"{type(e).__name__}: {' '.join(str(e).split())[:160]}); see the page for making one"
+            ) from None
 
     def train(self, mode: bool = True):  # BatchNorms as in eval mode: DEVIATION(8)
         return super().train(False)
@@ -655,7 +828,8 @@ class ResNet10(nn.Sequential):
 
 
 def random_shift(images: torch.Tensor, pad: int = 4) -> torch.Tensor:
-    """DrQ's shift (arXiv:2004.13649, Sec. 3.1): images (B, C, H, W) edge-padded by `pad`, cropped at uniform offsets."""
+    """DrQ's shift (arXiv:2004.13649, Sec. 3.1): images (B, C, H, W) edge-padded by `pad`, cropped
+    at uniform offsets."""
     n, _, h, w = images.shape
     padded = F.pad(images, (pad,) * 4, mode="replicate")
     dy, dx = torch.randint(0, 2 * pad + 1, (2, n, 1, 1), device=images.device)
@@ -664,9 +838,10 @@ def random_shift(images: torch.Tensor, pad: int = 4) -> torch.Tensor:
 
 
 class ImageReplayBuffer(ReplayBuffer):
-    """Dict observations: vectors in the rows; each image once, on the CPU: frames[i] is row i's s, frames[i + num_envs]
-    its s' or, if row i ended an episode, last[i] (torch.empty commits memory only where written). `augment`: DrQ's
-    shift of sampled images; given a frozen `encoder`, each frame's CNN features are stored too, computed once."""
+    """Dict observations: vectors in the rows; each image once, on the CPU: frames[i] is row i's s,
+    frames[i + num_envs] its s' or, if row i ended an episode, last[i] (torch.empty commits memory
+    only where written). `augment`: DrQ's shift of sampled images; given a frozen `encoder`, each
+    frame's CNN features are stored too, computed once."""
 
     def __init__(self, capacity: int, obs_space, act_dim: int, num_envs: int, device, augment: bool, encoder=None):
         self.spaces, self.num_envs, self.encoder = obs_space.spaces, num_envs, encoder
@@ -675,8 +850,13 @@ class ImageReplayBuffer(ReplayBuffer):
         super().__init__(capacity, sum(int(np.prod(shape)) for shape in self.vectors.values()), act_dim, device)
         features = {f"{key}/features": (encoder.maps[key].numel(),) for key in self.images} if encoder else {}
         shapes = {**{key: self.spaces[key].shape for key in self.images}, **features}
-        self.frames, self.last = ({key: torch.empty((capacity, *shape), dtype=torch.float32 if key in features else
-                                                    torch.uint8) for key, shape in shapes.items()} for _ in range(2))
+        self.frames, self.last = (
+            {
+                key: torch.empty((capacity, *shape), dtype=torch.float32 if key in features else torch.uint8)
+                for key, shape in shapes.items()
+            }
+            for _ in range(2)
+        )
         self.ended = torch.ones(capacity, dtype=torch.bool)  # unwritten rows count as ended: the next row's s is new
         self.sampled, self.augment = list(features) or self.images, augment and not encoder  # no shift of features
 
@@ -688,8 +868,12 @@ class ImageReplayBuffer(ReplayBuffer):
         out = {key: torch.as_tensor(obs[key]) for key in self.images}
         with torch.no_grad():
             for key in self.images if self.encoder else ():
-                out[f"{key}/features"] = torch.cat([self.encoder.cnns[key](to_tensors({key: x}, self.device)[key])
-                                                    .flatten(1).cpu() for x in out[key].split(256)])
+                out[f"{key}/features"] = torch.cat(
+                    [
+                        self.encoder.cnns[key](to_tensors({key: x}, self.device)[key]).flatten(1).cpu()
+                        for x in out[key].split(256)
+                    ]
+                )
         return out
 
     def add(self, obs, actions, rewards, next_obs, terminations, dones):
@@ -718,17 +902,22 @@ class ImageReplayBuffer(ReplayBuffer):
         idx = torch.randint(0, self.size - self.stale(), (batch_size,), device=self.device)
         idx = (idx + self.pos * (self.size == self.capacity) + self.stale()) % self.capacity if self.stale() else idx
         obs, actions, rewards, next_obs, terminations = self.rows(idx)
-        obs, next_obs = (to_tensors(self.observations(part, idx.cpu(), nxt, self.sampled), self.device) for part, nxt in
-                         ((obs, False), (next_obs, True)))
+        obs, next_obs = (
+            to_tensors(self.observations(part, idx.cpu(), nxt, self.sampled), self.device)
+            for part, nxt in ((obs, False), (next_obs, True))
+        )
         for o in (obs, next_obs) if self.augment else ():
             o.update({key: random_shift(o[key]) for key in self.images})
         return obs, actions, rewards, next_obs, terminations
 
     def state_dict(self):  # copies of the rows written, as ReplayBuffer's
         written = min(self.size + self.num_envs, self.capacity)  # the rows' s and the newest rows' s'
-        return {**super().state_dict(), "ended": self.ended[: self.size].clone(),
-                **{f"frames/{key}": self.frames[key][:written].clone() for key in self.frames},
-                **{f"last/{key}": self.last[key][: self.size][self.ended[: self.size]] for key in self.frames}}
+        return {
+            **super().state_dict(),
+            "ended": self.ended[: self.size].clone(),
+            **{f"frames/{key}": self.frames[key][:written].clone() for key in self.frames},
+            **{f"last/{key}": self.last[key][: self.size][self.ended[: self.size]] for key in self.frames},
+        }
 
     def load_state_dict(self, state):  # the newest rows end: a resume that cannot restore its envs starts new episodes
         super().load_state_dict(state)
@@ -743,46 +932,69 @@ class ImageReplayBuffer(ReplayBuffer):
 
 
 def replay_buffer(args, capacity: int, obs_space, act_dim: int, device, encoder, num_envs=None) -> ReplayBuffer:
-    """A ReplayBuffer or, for Dict observations, an ImageReplayBuffer (with --freeze-image-encoder, of `encoder`'s)."""
+    """A ReplayBuffer or, for Dict observations, an ImageReplayBuffer (with --freeze-image-encoder,
+    of `encoder`'s)."""
     if not isinstance(obs_space, gym.spaces.Dict):
         return ReplayBuffer(capacity, obs_space.shape[0], act_dim, device)
-    return ImageReplayBuffer(capacity, obs_space, act_dim, num_envs or args.num_envs, device, args.augment,
-                             encoder if args.freeze_image_encoder else None)
+    return ImageReplayBuffer(
+        capacity,
+        obs_space,
+        act_dim,
+        num_envs or args.num_envs,
+        device,
+        args.augment,
+        encoder if args.freeze_image_encoder else None,
+    )
 
 
 def replay_arrays(rb: ReplayBuffer) -> dict:
-    """--save-replay's arrays: obs, actions, rewards, next_obs, terminations (a Dict's as obs/<key>), oldest first."""
+    """--save-replay's arrays: obs, actions, rewards, next_obs, terminations (a Dict's as
+    obs/<key>), oldest first."""
     images = isinstance(rb, ImageReplayBuffer)
     idx = (torch.arange(rb.stale() if images else 0, rb.size) + (rb.pos if rb.size == rb.capacity else 0)) % rb.capacity
     obs, actions, rewards, next_obs, terminations = rb.storage[idx.to(rb.device)].cpu().split(rb.widths, -1)
     data = {"actions": actions, "rewards": rewards[:, 0], "terminations": terminations[:, 0]}
     for name, flat, nxt in (("obs", obs, False), ("next_obs", next_obs, True)):
-        data.update({f"{name}/{k}": v.reshape(len(idx), *rb.spaces[k].shape)
-                     for k, v in rb.observations(flat, idx, nxt, rb.images).items()} if images else {name: flat})
+        data.update(
+            {
+                f"{name}/{k}": v.reshape(len(idx), *rb.spaces[k].shape)
+                for k, v in rb.observations(flat, idx, nxt, rb.images).items()
+            }
+            if images
+            else {name: flat}
+        )
     return {key: value.numpy() for key, value in data.items()}
 
 
 def double_dqn_target(rewards, terminations, next_q, next_q_target, gamma: float):
-    """Shapes: rewards, terminations (B,); next_q, next_q_target (B, K), Q_d(s', .) and the target network's Q_d'(s', .).
-    y = r + gamma * (1 - terminated) * Q_d'(s', argmax_a Q_d(s', a))   [arXiv:1509.06461 eq. 4; HIL-SERL]"""
+    """Shapes: rewards, terminations (B,); next_q, next_q_target (B, K), Q_d(s', .) and the target
+    network's Q_d'(s', .). y = r + gamma * (1 - terminated) * Q_d'(s', argmax_a Q_d(s', a))
+    [arXiv:1509.06461 eq. 4; HIL-SERL]"""
     best = next_q.argmax(dim=-1, keepdim=True)  # the online network picks the command, the target network values it
     return rewards + gamma * (1.0 - terminations) * next_q_target.gather(-1, best).squeeze(-1)
 
 
 def gripper_levels(action_space, k: int) -> np.ndarray:
-    """The values of the gripper's k commands: k evenly spaced points of the last action dimension's [low, high]."""
+    """The values of the gripper's k commands: k evenly spaced points of the last action dimension's
+    [low, high]."""
     return np.linspace(action_space.low[-1], action_space.high[-1], k, dtype=np.float32)
 
 
 class DiscreteQ(nn.Module):
-    """HIL-SERL's discrete critic Q_d(s, .) of the gripper's K commands: 256-256-K with ReLU on features of s."""
+    """HIL-SERL's discrete critic Q_d(s, .) of the gripper's K commands: 256-256-K with ReLU on
+    features of s."""
 
     def __init__(self, envs, k: int, shared_encoder=None):
         super().__init__()
         self.encoder = Encoder(envs.single_observation_space) if shared_encoder is None else None
         self.shared = [shared_encoder] if shared_encoder else []  # in a list: not registered, not in .parameters()
-        self.net = nn.Sequential(nn.Linear((shared_encoder or self.encoder).out_dim, HIDDEN), nn.ReLU(),
-                                 nn.Linear(HIDDEN, HIDDEN), nn.ReLU(), nn.Linear(HIDDEN, k))
+        self.net = nn.Sequential(
+            nn.Linear((shared_encoder or self.encoder).out_dim, HIDDEN),
+            nn.ReLU(),
+            nn.Linear(HIDDEN, HIDDEN),
+            nn.ReLU(),
+            nn.Linear(HIDDEN, k),
+        )
 
     features = Actor.features
 
@@ -791,7 +1003,8 @@ class DiscreteQ(nn.Module):
 
 
 def compute_loss_discrete_q(dq, dq_target, batch, levels, gamma: float):
-    """J_d = E[(Q_d(s, g) - y)^2], g the command the env received, y `double_dqn_target`'s (HIL-SERL); (loss, metrics)"""
+    """J_d = E[(Q_d(s, g) - y)^2], g the command the env received, y `double_dqn_target`'s
+    (HIL-SERL); (loss, metrics)"""
     obs, actions, rewards, next_obs, terminations = batch
     g = (actions[:, -1:] - levels).abs().argmin(dim=-1, keepdim=True)  # the stored value back to its command's index
     with torch.no_grad():
@@ -802,8 +1015,9 @@ def compute_loss_discrete_q(dq, dq_target, batch, levels, gamma: float):
 
 
 class Gripper:
-    """--num-discrete-actions K: the last action dimension is one of K commands chosen by Q_d, with its own Adam and
-    Polyak target, updated eagerly; its encoder is its own, or the critics' read detached (target's: DEVIATION(7))."""
+    """--num-discrete-actions K: the last action dimension is one of K commands chosen by Q_d, with
+    its own Adam and Polyak target, updated eagerly; its encoder is its own, or the critics' read
+    detached (target's: DEVIATION(7))."""
 
     def __init__(self, args, envs, qf, qf_target, share: bool, device):
         k, fused = args.num_discrete_actions, {"fused": True} if device.type in ("cpu", "cuda") else {}
@@ -814,7 +1028,8 @@ class Gripper:
         self.stateful, self.args = dict(dq=self.dq, dq_target=self.dq_target, dq_optimizer=self.optimizer), args
 
     def act(self, x, global_step: int | None = None):
-        """(B, 1) values of g = argmax_a Q_d(s, a); in training (at a global_step), uniform with probability epsilon."""
+        """(B, 1) values of g = argmax_a Q_d(s, a); in training (at a global_step), uniform with
+        probability epsilon."""
         with torch.no_grad():
             g = self.dq(x).argmax(dim=-1)
         if global_step is not None:  # epsilon: 1 for the first learning_starts steps, then --gripper-epsilon
@@ -831,50 +1046,90 @@ class Gripper:
 
 
 def robot_learning_setup(args, obs_space, action_space) -> dict | None:
-    """The image and gripper flags checked against the env; --offline-data's arrays, checked in full (RLPD, HIL-SERL)."""
+    """The image and gripper flags checked against the env; --offline-data's arrays, checked in full
+    (RLPD, HIL-SERL)."""
     images = args.freeze_image_encoder or args.image_encoder_weights or args.image_pooling != "flatten"
     spaces, act_dim = getattr(obs_space, "spaces", {}), action_space.shape[0]
-    check([(args.num_discrete_actions and act_dim < 2, f"--num-discrete-actions: {args.env_id} has one action "
-            "dimension; the gripper is the last of at least two"),
-           (images and not (args.shared_encoder and any(x.dtype == np.uint8 for x in spaces.values())), "--image-"
-            "pooling spatial, --freeze-image-encoder and --image-encoder-weights need images (--from-pixels) and "
-            "--shared-encoder (HIL-SERL's: the actor reads the critics' image features)")])
+    check(
+        [
+            (
+                args.num_discrete_actions and act_dim < 2,
+                f"--num-discrete-actions: {args.env_id} has one action "
+                "dimension; the gripper is the last of at least two",
+            ),
+            (
+                images and not (args.shared_encoder and any(x.dtype == np.uint8 for x in spaces.values())),
+                "--image-"
+                "pooling spatial, --freeze-image-encoder and --image-encoder-weights need images (--from-pixels) and "
+                "--shared-encoder (HIL-SERL's: the actor reads the critics' image features)",
+            ),
+        ]
+    )
     if not args.offline_data:
         return None
     try:
         with np.load(args.offline_data) as f:
             data = dict(f)
     except Exception as e:  # missing, truncated, or no .npz at all
-        raise ConfigError(f"--offline-data {args.offline_data}: not a readable .npz ({type(e).__name__}: {e}); pass a "
-                          "file written by --save-replay") from None
+        raise ConfigError(
+            f"--offline-data {args.offline_data}: not a readable .npz ({type(e).__name__}: {e}); pass a "
+            "file written by --save-replay"
+        ) from None
     n, fields = len(np.atleast_1d(data.get("actions", ()))), {"actions": (act_dim,), "rewards": (), "terminations": ()}
-    fields.update({f"{name}/{key}" if spaces else name: space.shape for name in ("obs", "next_obs")
-                   for key, space in (spaces or {None: obs_space}).items()})
-    bad = sorted({*data} ^ {*fields}) + [f"{key} of shape {data[key].shape}" for key in {*data} & {*fields}
-                                          if data[key].shape != (n, *fields[key])]
-    bad += [f"{key} of dtype {data[key].dtype}" for key in {*data} & {*fields}  # numbers; images, and only images, uint8
-            if (data[key].dtype == np.uint8) != (len(fields[key]) == 3) or data[key].dtype.kind not in "biuf"]
-    check([(bad or not n, f"--offline-data {args.offline_data} does not fit {args.env_id}: "
-            f"{', '.join(bad) or 'no transitions'}; it needs these (N, ...) arrays: {fields}")])
+    fields.update(
+        {
+            f"{name}/{key}" if spaces else name: space.shape
+            for name in ("obs", "next_obs")
+            for key, space in (spaces or {None: obs_space}).items()
+        }
+    )
+    bad = sorted({*data} ^ {*fields}) + [
+        f"{key} of shape {data[key].shape}" for key in {*data} & {*fields} if data[key].shape != (n, *fields[key])
+    ]
+    bad += [
+        f"{key} of dtype {data[key].dtype}"
+        for key in {*data} & {*fields}  # numbers; images, and only images, uint8
+        if (data[key].dtype == np.uint8) != (len(fields[key]) == 3) or data[key].dtype.kind not in "biuf"
+    ]
+    check(
+        [
+            (
+                bad or not n,
+                f"--offline-data {args.offline_data} does not fit {args.env_id}: "
+                f"{', '.join(bad) or 'no transitions'}; it needs these (N, ...) arrays: {fields}",
+            )
+        ]
+    )
     levels, actions = gripper_levels(action_space, args.num_discrete_actions), data["actions"]
     slack = 1e-5 * (action_space.high - action_space.low)  # float rounding of tanh(u) * scale + bias
     rows = {key: ~np.isfinite(x).reshape(n, -1).all(1) for key, x in data.items() if x.dtype != np.uint8}
     rows["actions"] |= ((actions < action_space.low - slack) | (actions > action_space.high + slack)).any(1)
     rows["actions"] |= (len(levels) > 0) & ~np.isin(actions[:, -1], levels)  # the gripper's: one of its K commands
     rows["terminations"] |= ~np.isin(data["terminations"], (0, 1))
-    grip = f", the last one of the {len(levels)} gripper commands {levels} (save with the same K)" if len(levels) else ""
-    check([(bad.any(), f"--offline-data {args.offline_data}: {key} row {bad.argmax():,} holds {data[key][bad.argmax()]}"
-            f"; values must be finite, actions within {args.env_id}'s bounds{grip}, terminations 0 or 1")
-           for key, bad in rows.items()])
+    grip = (
+        f", the last one of the {len(levels)} gripper commands {levels} (save with the same K)" if len(levels) else ""
+    )
+    check(
+        [
+            (
+                bad.any(),
+                f"--offline-data {args.offline_data}: {key} row {bad.argmax():,} holds {data[key][bad.argmax()]}"
+                f"; values must be finite, actions within {args.env_id}'s bounds{grip}, terminations 0 or 1",
+            )
+            for key, bad in rows.items()
+        ]
+    )
     return data
 
 
 def offline_replay(args, data: dict, obs_space, device, encoder) -> ReplayBuffer:
-    """--offline-data's transitions (`robot_learning_setup` checked them) in a replay buffer of their own."""
+    """--offline-data's transitions (`robot_learning_setup` checked them) in a replay buffer of
+    their own."""
     n, spaces = len(data["actions"]), getattr(obs_space, "spaces", {})
     rb = replay_buffer(args, n + 1, obs_space, data["actions"].shape[1], device, encoder, num_envs=1)
-    obs, next_obs = ({key: data[f"{name}/{key}"] for key in spaces} if spaces else data[name]
-                     for name in ("obs", "next_obs"))
+    obs, next_obs = (
+        {key: data[f"{name}/{key}"] for key in spaces} if spaces else data[name] for name in ("obs", "next_obs")
+    )
     chained = np.ones(n - 1, dtype=bool)  # transition i + 1 starts at i's s': the frame is stored once
     for key in getattr(rb, "images", ()):
         chained &= (next_obs[key][:-1] == obs[key][1:]).reshape(n - 1, -1).all(1)
@@ -883,7 +1138,8 @@ def offline_replay(args, data: dict, obs_space, device, encoder) -> ReplayBuffer
 
 
 class MixedReplay:
-    """RLPD's symmetric sampling (arXiv:2302.02948): round(batch_size * ratio) of a batch from the offline buffer."""
+    """RLPD's symmetric sampling (arXiv:2302.02948): round(batch_size * ratio) of a batch from the
+    offline buffer."""
 
     def __init__(self, rb: ReplayBuffer, offline: ReplayBuffer, ratio: float | None):
         self.rb, self.offline, self.ratio = rb, offline, 0.5 if ratio is None else ratio
@@ -891,13 +1147,19 @@ class MixedReplay:
     def sample(self, batch_size: int):
         k = round(batch_size * self.ratio)
         parts = [buffer.sample(n) for buffer, n in ((self.rb, batch_size - k), (self.offline, k)) if n]
-        cat = lambda xs: {key: torch.cat([x[key] for x in xs]) for key in xs[0]} if isinstance(xs[0], dict) \
-            else torch.cat(xs)  # noqa: E731
-        return parts[0] if len(parts) == 1 else tuple(map(cat, zip(*parts)))
+        return parts[0] if len(parts) == 1 else tuple(map(concatenate, zip(*parts)))
+
+
+def concatenate(xs: list):
+    """torch.cat of tensors, or of dicts of tensors key by key."""
+    if isinstance(xs[0], dict):
+        return {key: torch.cat([x[key] for x in xs]) for key in xs[0]}
+    return torch.cat(xs)
 
 
 def offline_phase(run, update, offline, metrics: dict, counters, args) -> None:
-    """--offline-steps: updates on the offline data alone (HIL-SERL's offline learner), logged at steps 1 - N, ..., 0."""
+    """--offline-steps: updates on the offline data alone (HIL-SERL's offline learner), logged at
+    steps 1 - N, ..., 0."""
     run.last_log = time.time(), counters()[3] - args.offline_steps  # the step of the first SPS count
     while counters()[3] < args.offline_steps and not run.stop_signal:
         update(offline)
@@ -909,7 +1171,8 @@ def offline_phase(run, update, offline, metrics: dict, counters, args) -> None:
 
 
 def observation_wrappers(args, make):
-    """`make()`'s env or, with --from-pixels, {"pixels": its frame, "state": its observation}, --frame-stack frames."""
+    """`make()`'s env or, with --from-pixels, {"pixels": its frame, "state": its observation},
+    --frame-stack frames."""
     if not args.from_pixels:
         return make()
     os.environ.setdefault("MUJOCO_GL", "egl")  # headless MuJoCo rendering; read when mujoco is first imported
@@ -918,38 +1181,48 @@ def observation_wrappers(args, make):
         env = make(render_mode="rgb_array", width=args.image_size, height=args.image_size)
         env.unwrapped.render()  # MuJoCo aims the camera at its first frame's geoms: those of gym.make's state
     except Exception as e:
-        raise ConfigError(f"--from-pixels: {args.env_id} cannot render {args.image_size} x {args.image_size} frames ("
-                          f"{type(e).__name__}: {e}); use an env made with a frame size (MuJoCo's), lower --image-size, "
-                          "or set MUJOCO_GL=egl on a headless machine") from None
+        raise ConfigError(
+            f"--from-pixels: {args.env_id} cannot render {args.image_size} x {args.image_size} frames ("
+            f"{type(e).__name__}: {e}); use an env made with a frame size (MuJoCo's), lower --image-size, "
+            "or set MUJOCO_GL=egl on a headless machine"
+        ) from None
     space = gym.spaces.Box(0, 255, (args.image_size, args.image_size, 3), np.uint8)
-    env = gym.wrappers.TransformObservation(env, functools.partial(pixels_and_state, env),
-                                            gym.spaces.Dict(pixels=space, state=env.observation_space))
+    env = gym.wrappers.TransformObservation(
+        env, functools.partial(pixels_and_state, env), gym.spaces.Dict(pixels=space, state=env.observation_space)
+    )
     if args.frame_stack > 1:  # the last k frames, oldest first, on the channel axis
         space, state = gym.spaces.Box(0, 255, (*space.shape[:2], 3 * args.frame_stack), np.uint8), env.observation_space
-        env = gym.wrappers.TransformObservation(gym.wrappers.FrameStackObservation(env, args.frame_stack),
-                                                stacked_channels, gym.spaces.Dict(pixels=space, state=state["state"]))
+        env = gym.wrappers.TransformObservation(
+            gym.wrappers.FrameStackObservation(env, args.frame_stack),
+            stacked_channels,
+            gym.spaces.Dict(pixels=space, state=state["state"]),
+        )
     return env
 
 
 def pixels_and_state(env, obs) -> dict:
-    """--from-pixels' observation: `env`'s frame beside its own, its GL context made current first (gymnasium switches
-    only between one env's viewers, and another env's closed renderer would leave none current)."""
+    """--from-pixels' observation: `env`'s frame beside its own, its GL context made current first
+    (gymnasium switches only between one env's viewers, and another env's closed renderer would
+    leave none current)."""
     if viewer := getattr(getattr(env.unwrapped, "mujoco_renderer", None), "viewer", None):
         viewer.make_context_current()
     return {"pixels": env.render(), "state": obs}
 
 
 def stacked_channels(obs: dict) -> dict:
-    """--frame-stack's observation: FrameStackObservation's k frames (k, H, W, 3) as one (H, W, 3 k), the newest state."""
+    """--frame-stack's observation: FrameStackObservation's k frames (k, H, W, 3) as one (H, W, 3
+    k), the newest state."""
     return {"pixels": np.concatenate(obs["pixels"], axis=-1), "state": obs["state"][-1]}
 
 
-# COMMON BLOCK: the same text in all six scripts (tests/test_common_block.py compares it); a reader may stop here =====
+# COMMON BLOCK: the same text in all six scripts (tests/test_common_block.py compares it); a reader
+# may stop here =====
 EVAL_SEED_OFFSET = 1_000_000  # evaluation episode k is reset with seed + EVAL_SEED_OFFSET + k
 
 
 class ConfigError(Exception):
-    """A bad flag, env or checkpoint, a failed save or a diverged run: `cli` prints one line and exits with code 2."""
+    """A bad flag, env or checkpoint, a failed save or a diverged run: `cli` prints one line and
+    exits with code 2."""
 
 
 def check(problems) -> None:
@@ -964,8 +1237,8 @@ def crossed(before: int, now: int, every: int) -> bool:
 
 
 def make_env(args, video_dir: str | None = None, wrap=None):
-    """A thunk making args.env_id with episode statistics (and a video_dir's first episode), through `wrap(args, make)`
-    where the script passes its observation wrappers."""
+    """A thunk making args.env_id with episode statistics (and a video_dir's first episode), through
+    `wrap(args, make)` where the script passes its observation wrappers."""
 
     def make(**kwargs):  # gym.make(env_id, **kwargs), its first episode's video, its statistics
         kwargs.update({"render_mode": "rgb_array"} if video_dir is not None else {})
@@ -982,25 +1255,27 @@ def make_env(args, video_dir: str | None = None, wrap=None):
 
 
 def pickle_envs(envs: list, states: list) -> bytes:
-    """The sub-envs beside their simulator states, but for EzPickle envs (MuJoCo's, Atari's), whose constructor
-    arguments gymnasium records shifted for some: `unpickle_envs` makes them anew, and Run.__init__ restores their
-    state."""
-    (pickler := pickle.Pickler(out := io.BytesIO())).persistent_id = lambda obj: "env" if isinstance(obj, gym.Env) \
-        and isinstance(obj, gym.utils.EzPickle) else None
+    """The sub-envs beside their simulator states, but for EzPickle envs (MuJoCo's, Atari's), whose
+    constructor arguments gymnasium records shifted for some: `unpickle_envs` makes them anew, and
+    Run.__init__ restores their state."""
+    (pickler := pickle.Pickler(out := io.BytesIO())).persistent_id = lambda obj: (
+        "env" if isinstance(obj, gym.Env) and isinstance(obj, gym.utils.EzPickle) else None
+    )
     pickler.dump((envs, states))
     return out.getvalue()
 
 
 def unpickle_envs(data: bytes, args, wrap=None, make: bool = True) -> tuple:
-    """pickle_envs' (envs, states), each EzPickle env made by make_env (make=False: not made, to check the rest)."""
+    """pickle_envs' (envs, states), each EzPickle env made by make_env (make=False: not made, to
+    check the rest)."""
     unpickler = pickle.Unpickler(io.BytesIO(data))
     unpickler.persistent_load = lambda i: make and make_env(args, None, wrap)().unwrapped
     return unpickler.load()
 
 
 def final_observations(next_obs: np.ndarray, infos: dict) -> np.ndarray:
-    """The true s_{t+1}, key by key for Dict observations: SAME_STEP autoreset puts an ended sub-env's reset in
-    next_obs."""
+    """The true s_{t+1}, key by key for Dict observations: SAME_STEP autoreset puts an ended
+    sub-env's reset in next_obs."""
     real_next_obs = {key: x.copy() for key, x in next_obs.items()} if isinstance(next_obs, dict) else next_obs.copy()
     for i in np.flatnonzero(infos.get("_final_obs", [])):
         finals = infos["final_obs"][i].items() if isinstance(next_obs, dict) else [(..., infos["final_obs"][i])]
@@ -1010,41 +1285,69 @@ def final_observations(next_obs: np.ndarray, infos: dict) -> np.ndarray:
 
 
 def setup(args, wrap=None):
-    """Before anything is written: --resume's checkpoint (its flags win), checks, seeds and the device; `wrap`: the
-    script's observation wrappers, as make_env takes them."""
+    """Before anything is written: --resume's checkpoint (its flags win), checks, seeds and the
+    device; `wrap`: the script's observation wrappers, as make_env takes them."""
     checkpoint = None
     if args.resume:
         check([(not os.path.isfile(args.resume), f"--resume {args.resume}: no such file; pass a run's checkpoint.pt")])
         try:  # weights_only=False: the checkpoint holds pickled environments; resume only from checkpoints you wrote
             checkpoint = torch.load(args.resume, map_location="cpu", weights_only=False)
         except Exception as e:  # a truncated zip or no torch file at all
-            raise ConfigError(f"--resume {args.resume}: not a readable checkpoint ({type(e).__name__}); pass a "
-                              "checkpoint.pt written by --checkpoint-freq or on SIGINT/SIGTERM") from None
+            raise ConfigError(
+                f"--resume {args.resume}: not a readable checkpoint ({type(e).__name__}); pass a "
+                "checkpoint.pt written by --checkpoint-freq or on SIGINT/SIGTERM"
+            ) from None
         own = os.path.basename(__file__)
         written_by = isinstance(checkpoint, dict) and checkpoint.get("script")
-        check([(isinstance(checkpoint, dict) and "args" in checkpoint and "counters" not in checkpoint, f"--resume "
-                f"{args.resume}: a model.pt (the trained networks), not a checkpoint; pass the run's checkpoint.pt"),
-               (written_by and written_by != own, f"--resume {args.resume}: a checkpoint of {written_by}; resume it "
-                f"with {written_by}")])
+        check(
+            [
+                (
+                    isinstance(checkpoint, dict) and "args" in checkpoint and "counters" not in checkpoint,
+                    f"--resume "
+                    f"{args.resume}: a model.pt (the trained networks), not a checkpoint; pass the run's checkpoint.pt",
+                ),
+                (
+                    written_by and written_by != own,
+                    f"--resume {args.resume}: a checkpoint of {written_by}; resume it with {written_by}",
+                ),
+            ]
+        )
         finished = os.path.join(os.path.dirname(args.resume), "finished")  # written by Run.finish
         if os.path.isfile(finished) and not args.resume_anyway:
-            raise ConfigError(f"--resume {args.resume}: that run {open(finished).read().strip()}, and resuming drops "
-                              "what it logged since: add --resume-anyway to do so")
+            raise ConfigError(
+                f"--resume {args.resume}: that run {open(finished).read().strip()}, and resuming drops "
+                "what it logged since: add --resume-anyway to do so"
+            )
         try:
             args = Args(**{**checkpoint["args"], "resume": args.resume})
             unpickle_envs(checkpoint["envs"], args, wrap, make=False)
         except Exception as e:  # another script's flags or envs, a foreign pickle or missing keys
-            raise ConfigError(f"--resume {args.resume}: not a checkpoint of {own} ({type(e).__name__}); pass a "
-                              "checkpoint.pt this script wrote, by --checkpoint-freq or on SIGINT/SIGTERM") from None
-    check([(not math.isfinite(value), f"--{key.replace('_', '-')} must be finite, not {value}")
-           for key, value in asdict(args).items() if isinstance(value, float)])
-    check([(not 0 <= args.seed < 2**32, f"--seed must lie in [0, 2**32 - 1], not {args.seed}"),
-           (min(args.num_envs, args.eval_episodes, args.log_freq) < 1,
-            "--num-envs, --eval-episodes and --log-freq must be at least 1"),
-           (0 < args.total_timesteps < args.num_envs, "--total-timesteps must be 0 or at least --num-envs"),
-           (min(args.eval_freq, args.checkpoint_freq) < 0, "--eval-freq and --checkpoint-freq must be non-negative"),
-           (args.capture_video and not importlib.util.find_spec("moviepy"),
-            "--capture-video needs `pip install moviepy`")])
+            raise ConfigError(
+                f"--resume {args.resume}: not a checkpoint of {own} ({type(e).__name__}); pass a "
+                "checkpoint.pt this script wrote, by --checkpoint-freq or on SIGINT/SIGTERM"
+            ) from None
+    check(
+        [
+            (not math.isfinite(value), f"--{key.replace('_', '-')} must be finite, not {value}")
+            for key, value in asdict(args).items()
+            if isinstance(value, float)
+        ]
+    )
+    check(
+        [
+            (not 0 <= args.seed < 2**32, f"--seed must lie in [0, 2**32 - 1], not {args.seed}"),
+            (
+                min(args.num_envs, args.eval_episodes, args.log_freq) < 1,
+                "--num-envs, --eval-episodes and --log-freq must be at least 1",
+            ),
+            (0 < args.total_timesteps < args.num_envs, "--total-timesteps must be 0 or at least --num-envs"),
+            (min(args.eval_freq, args.checkpoint_freq) < 0, "--eval-freq and --checkpoint-freq must be non-negative"),
+            (
+                args.capture_video and not importlib.util.find_spec("moviepy"),
+                "--capture-video needs `pip install moviepy`",
+            ),
+        ]
+    )
     check_args(args)
     if args.capture_video:
         os.environ.setdefault("MUJOCO_GL", "egl")  # headless MuJoCo rendering; read when mujoco is first imported
@@ -1058,9 +1361,13 @@ def setup(args, wrap=None):
     except gym.error.DependencyNotInstalled as e:  # gymnasium's message says what to install
         raise ConfigError(f"{args.env_id} needs a package that is not installed: {e}") from None
     except Exception as e:  # an unknown id, a missing package or renderer: one line, whatever the library raised
-        raise e if isinstance(e, ConfigError) else ConfigError(  # a ConfigError names the flag to change
-            f"{args.env_id} cannot be made ({type(e).__name__}: {e}): an unknown env id (see "
-            "gymnasium.pprint_registry()), or a missing extra or (--capture-video, --from-pixels) MuJoCo renderer?"
+        raise (
+            e
+            if isinstance(e, ConfigError)
+            else ConfigError(  # a ConfigError names the flag to change
+                f"{args.env_id} cannot be made ({type(e).__name__}: {e}): an unknown env id (see "
+                "gymnasium.pprint_registry()), or a missing extra or (--capture-video, --from-pixels) MuJoCo renderer?"
+            )
         ) from None
     check([(args.capture_video and frame is None, f"--capture-video: {args.env_id} renders no frames")])
     check_spaces(args.env_id, env.observation_space, env.action_space)
@@ -1074,12 +1381,14 @@ def setup(args, wrap=None):
     if args.compile:  # compiled code draws its random numbers from torch's generator, as eager code does
         importlib.import_module("torch._inductor.config").fallback_random = True
         logging.getLogger("torch._dynamo.variables.ctx_manager").addFilter(  # a note on the optimizer's profiling
-            lambda record: "Profiler record function" not in record.getMessage())
+            lambda record: "Profiler record function" not in record.getMessage()
+        )
     return args, checkpoint, device
 
 
 class Run:
-    """A run's envs, directory, TensorBoard writer, signal handling, progress line, evaluations and checkpoints."""
+    """A run's envs, directory, TensorBoard writer, signal handling, progress line, evaluations and
+    checkpoints."""
 
     def __init__(self, args, checkpoint: dict | None, device, memory_flags: str, wrap=None):
         self.args, self.checkpoint, self.device = args, checkpoint, device
@@ -1088,8 +1397,15 @@ class Run:
         safe = re.sub(r"[^\w.+-]", "-", f"{args.env_id}__{args.exp_name}", flags=re.ASCII)  # a file name anywhere
         self.name = checkpoint["run_name"] if checkpoint else f"{safe}__{args.seed}__{int(time.time())}"
         self.dir = os.path.dirname(os.path.abspath(args.resume)) if checkpoint else f"runs/{self.name}"
-        check([(len(self.name.encode()) > 255, f"the run name {self.name[:40]}... is longer than a file name may be "
-                "(255 bytes): shorten --exp-name")])
+        check(
+            [
+                (
+                    len(self.name.encode()) > 255,
+                    f"the run name {self.name[:40]}... is longer than a file name may be "
+                    "(255 bytes): shorten --exp-name",
+                )
+            ]
+        )
         saved = checkpoint and unpickle_envs(checkpoint["envs"], args, wrap)  # the sub-envs, their RNG and state
         for env, (np_random, state) in zip(*saved) if saved else []:
             env.unwrapped.np_random = np_random
@@ -1098,18 +1414,23 @@ class Run:
             elif state is not None:  # after make_env's first frame, which aims the camera, as in the saved run
                 __import__("mujoco").mj_copyData(env.unwrapped.data, env.unwrapped.model, state)
         thunks = [lambda env=env: env for env in saved[0]] if saved else [make_env(args, None, wrap)] * args.num_envs
-        # SAME_STEP autoreset: a step that ends an episode returns the reset observation, the final one in infos
+        # SAME_STEP autoreset: a step that ends an episode returns the reset observation, the final
+        # one in infos
         self.envs = gym.vector.SyncVectorEnv(thunks, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
-        self.exact = saved and all(state is not None or not isinstance(env.unwrapped, gym.utils.EzPickle)
-                                   for env, (_, state) in zip(*saved))  # else make_env made a new env
+        self.exact = saved and all(
+            state is not None or not isinstance(env.unwrapped, gym.utils.EzPickle) for env, (_, state) in zip(*saved)
+        )  # else make_env made a new env
         self.last_return = checkpoint["last_return"] if checkpoint else None
         self.eval_return, self.eval_step, self.stop_signal = None, None, []
         self.progress = False  # a progress line is on the terminal, not yet ended by a newline
-        self.handlers = {sig: signal.signal(sig, lambda signum, frame: self.stop_signal.append(signum))
-                         for sig in (signal.SIGINT, signal.SIGTERM)}
+        self.handlers = {
+            sig: signal.signal(sig, lambda signum, frame: self.stop_signal.append(signum))
+            for sig in (signal.SIGINT, signal.SIGTERM)
+        }
 
     def resume(self, stateful: dict, counters: tuple):
-        """(counters, obs): these counters and a first observation, or the checkpoint's, its `stateful` loaded."""
+        """(counters, obs): these counters and a first observation, or the checkpoint's, its
+        `stateful` loaded."""
         self.stateful, checkpoint, obs = stateful, self.checkpoint, None
         try:  # the run directory, made now that main() has built all it needs: a failure before leaves nothing on disk
             os.makedirs(self.dir, exist_ok=True)
@@ -1117,8 +1438,10 @@ class Run:
             with contextlib.suppress(FileNotFoundError):
                 os.remove(f"{self.dir}/finished")  # a finished run resumed with --resume-anyway: running again
         except OSError as e:
-            raise ConfigError(f"cannot make the run directory {self.dir} ({e.strerror}): is runs/ a file, or "
-                              "read-only? nothing is written") from None
+            raise ConfigError(
+                f"cannot make the run directory {self.dir} ({e.strerror}): is runs/ a file, or "
+                "read-only? nothing is written"
+            ) from None
         # purge_step drops what a killed run logged after its last checkpoint
         self.writer = SummaryWriter(self.dir, purge_step=checkpoint["counters"][0] + 1 if checkpoint else None)
         self.writer.add_text("hyperparameters", "\n".join(f"|{k}|{v}|" for k, v in asdict(self.args).items()))
@@ -1137,26 +1460,52 @@ class Run:
         return counters, self.envs.reset(seed=self.args.seed + counters[0])[0] if obs is None else obs
 
     def save_checkpoint(self, counters: tuple, obs) -> str:
-        """runs/<run_name>/checkpoint.pt, written atomically; the sub-envs beside their RNG and simulator state."""
-        states = [(env.unwrapped.np_random, env.unwrapped.ale.cloneState(include_rng=True)
-                   if hasattr(env.unwrapped, "ale") else getattr(env.unwrapped, "data", None))
-                  for env in self.envs.envs]
-        state = {key: obj.detach().cpu() if isinstance(obj, torch.Tensor) else obj.state_dict()
-                 for key, obj in self.stateful.items()}
+        """runs/<run_name>/checkpoint.pt, written atomically; the sub-envs beside their RNG and
+        simulator state."""
+        states = [
+            (
+                env.unwrapped.np_random,
+                env.unwrapped.ale.cloneState(include_rng=True)
+                if hasattr(env.unwrapped, "ale")
+                else getattr(env.unwrapped, "data", None),
+            )
+            for env in self.envs.envs
+        ]
+        state = {
+            key: obj.detach().cpu() if isinstance(obj, torch.Tensor) else obj.state_dict()
+            for key, obj in self.stateful.items()
+        }
         rng = torch.get_rng_state(), np.random.get_state(), random.getstate()
-        state.update(script=os.path.basename(__file__), args=asdict(self.args), run_name=self.name, counters=counters,
-                     obs=obs, last_return=self.last_return,
-                     rng=(*rng, torch.cuda.get_rng_state_all() if self.device.type == "cuda" else []),
-                     envs=pickle_envs(self.envs.envs, states))
+        state.update(
+            script=os.path.basename(__file__),
+            args=asdict(self.args),
+            run_name=self.name,
+            counters=counters,
+            obs=obs,
+            last_return=self.last_return,
+            rng=(*rng, torch.cuda.get_rng_state_all() if self.device.type == "cuda" else []),
+            envs=pickle_envs(self.envs.envs, states),
+        )
         return self.save(state, "checkpoint.pt", counters[0], "the previous checkpoint, if any, is kept")
 
     def save(self, obj, name: str, global_step: int, kept: str) -> str:
-        """`obj` (bytes, a function that writes a file, or by torch.save) to runs/<run_name>/<name> (or an absolute
-        name) durably, via a temporary file fsynced and renamed, unless the NaN guard finds non-finite parameters."""
-        bad = [key for key, net in self.stateful.items() if isinstance(net, nn.Module)
-               and not all(p.isfinite().all() for p in net.parameters())]
-        check([(bad, f"step {global_step:,}: the run diverged, {', '.join(bad)} holds non-finite values; nothing is "
-                     f"saved and {kept}: lower the learning rates")])
+        """`obj` (bytes, a function that writes a file, or by torch.save) to runs/<run_name>/<name>
+        (or an absolute name) durably, via a temporary file fsynced and renamed, unless the NaN
+        guard finds non-finite parameters."""
+        bad = [
+            key
+            for key, net in self.stateful.items()
+            if isinstance(net, nn.Module) and not all(p.isfinite().all() for p in net.parameters())
+        ]
+        check(
+            [
+                (
+                    bad,
+                    f"step {global_step:,}: the run diverged, {', '.join(bad)} holds non-finite values; nothing is "
+                    f"saved and {kept}: lower the learning rates",
+                )
+            ]
+        )
         path = os.path.join(self.dir, name)
         try:
             with open(f"{path}.tmp", "wb") as f:
@@ -1173,8 +1522,8 @@ class Run:
         return path
 
     def log(self, infos: dict, metrics: dict | None, previous_step: int, global_step: int) -> None:
-        """Ended episodes; every --log-freq steps `metrics` (0-d tensors, one sync; non-finite stops the run), SPS and
-        the progress line."""
+        """Ended episodes; every --log-freq steps `metrics` (0-d tensors, one sync; non-finite stops
+        the run), SPS and the progress line."""
         for i in np.flatnonzero(infos.get("final_info", {}).get("_episode", [])):
             self.last_return = float(infos["final_info"]["episode"]["r"][i])
             self.writer.add_scalar("charts/episodic_return", self.last_return, global_step)
@@ -1182,8 +1531,15 @@ class Run:
         if metrics and crossed(previous_step, global_step, self.args.log_freq):
             values = dict(zip(metrics, torch.stack([v.float() for v in metrics.values()]).tolist()))
             diverged = [f"{key} is {value}" for key, value in values.items() if not math.isfinite(value)]
-            check([(diverged, f"step {global_step:,}: the run diverged, {', '.join(diverged)}; nothing is saved and "
-                    "the last checkpoint, if any, is kept: lower the learning rates")])
+            check(
+                [
+                    (
+                        diverged,
+                        f"step {global_step:,}: the run diverged, {', '.join(diverged)}; nothing is saved and "
+                        "the last checkpoint, if any, is kept: lower the learning rates",
+                    )
+                ]
+            )
             for key, value in values.items():
                 self.writer.add_scalar(f"losses/{key}", value, global_step)
             (then, step), self.last_log = self.last_log, (time.time(), global_step)
@@ -1194,7 +1550,8 @@ class Run:
             self.progress = True
 
     def evaluate(self, policy, global_step: int) -> None:
-        """eval/episodic_return: the mean return of `policy` (numpy in and out, no torch RNG) over real episodes."""
+        """eval/episodic_return: the mean return of `policy` (numpy in and out, no torch RNG) over
+        real episodes."""
         video_dir = f"{self.dir}/videos/step_{global_step}" if self.args.capture_video else None
         env, returns = make_env(self.args, video_dir, self.wrap)(), []
         for k in range(self.args.eval_episodes):
@@ -1220,13 +1577,15 @@ class Run:
             self.save_checkpoint(counters, obs)
 
     def finish(self, counters: tuple, obs, policy, model: dict) -> dict:
-        """On a signal a checkpoint and the command to continue; else the last evaluation, --save-model and
-        `finished`."""
+        """On a signal a checkpoint and the command to continue; else the last evaluation,
+        --save-model and `finished`."""
         if stopped := self.stop_signal[:1]:  # a signal in the final evaluation below comes too late: the run finishes
             path = self.save_checkpoint(counters, obs)
             command = shlex.join(["python", os.path.abspath(__file__), "--resume", os.path.abspath(path)])
-            print(f"\nstopped by signal {self.stop_signal[0]} at step {counters[0]:,}; checkpoint written to {path}; "
-                  f"continue with:\n{command}")
+            print(
+                f"\nstopped by signal {self.stop_signal[0]} at step {counters[0]:,}; checkpoint written to {path}; "
+                f"continue with:\n{command}"
+            )
         else:
             if self.eval_step != counters[0]:
                 self.evaluate(policy, counters[0])
@@ -1235,16 +1594,21 @@ class Run:
                 self.save({**model, "args": asdict(self.args)}, "model.pt", counters[0], "no model.pt is written")
                 print(f"model saved to {self.dir}/model.pt")
             self.save(f"finished at step {counters[0]:,}\n".encode(), "finished", counters[0], "its checkpoint is kept")
-        return {"run_dir": self.dir, "global_step": counters[0], "eval_return": self.eval_return,
-                "stopped_by": stopped[0] if stopped else None}
+        return {
+            "run_dir": self.dir,
+            "global_step": counters[0],
+            "eval_return": self.eval_return,
+            "stopped_by": stopped[0] if stopped else None,
+        }
 
     def __enter__(self):
         return self
 
     def __exit__(self, kind, error, tb) -> None:
-        """Close the run; torch's failure to allocate memory (CPU or CUDA) becomes a ConfigError naming the flags to
-        lower: --buffer-size before the run directory is made (the buffers), `memory_flags` after it (a training step),
-        with the traceback printed first, for the run's log."""
+        """Close the run; torch's failure to allocate memory (CPU or CUDA) becomes a ConfigError
+        naming the flags to lower: --buffer-size before the run directory is made (the buffers),
+        `memory_flags` after it (a training step), with the traceback printed first, for the run's
+        log."""
         self.close()
         if error is not None and self.progress:  # the error's line starts a line of its own
             print(flush=True)
@@ -1265,8 +1629,8 @@ class Run:
 
 
 def cli(argv=None) -> dict:
-    """Command line: bad input ends in one line on stderr and exit code 2; a stop by a signal exits with 128 +
-    signum."""
+    """Command line: bad input ends in one line on stderr and exit code 2; a stop by a signal exits
+    with 128 + signum."""
     argv = sys.argv[1:] if argv is None else list(argv)
     try:  # tyro's error box is silenced and replaced by one line; --help prints as usual
         with contextlib.redirect_stderr(sys.stderr if {"-h", "--help"} & set(argv) else io.StringIO()):
@@ -1276,8 +1640,11 @@ def cli(argv=None) -> dict:
     except (SystemExit, ConfigError) as e:  # bad input: one line on stderr, whatever it says, exit code 2
         if isinstance(e, SystemExit) and not e.code:
             raise  # --help
-        message = str(e) if isinstance(e, ConfigError) else f"a flag's value is missing or does not parse in " \
-            f"`{' '.join(argv)}`; see --help"
+        message = (
+            str(e)
+            if isinstance(e, ConfigError)
+            else f"a flag's value is missing or does not parse in `{' '.join(argv)}`; see --help"
+        )
         print("error: " + " ".join(message.split()), file=sys.stderr)
         raise SystemExit(2) from None
     if summary["stopped_by"]:
@@ -1285,18 +1652,19 @@ def cli(argv=None) -> dict:
     return summary
 
 
-# ======================================================================================================================
-# COMPILED UPDATES (--compile): `sac_updates` through torch.compile as it is, losses, backward pass and optimizer step
-# included, so an edit above runs the same compiled; on a GPU each function is also recorded as a CUDA graph and
-# replayed.
+# ==================================================================================================
+# COMPILED UPDATES (--compile): `sac_updates` through torch.compile as it is, losses, backward pass
+# and optimizer step included, so an edit above runs the same compiled; on a GPU each function is
+# also recorded as a CUDA graph and replayed.
 # A reader of the algorithm may stop above this banner.
-# ======================================================================================================================
+# ==================================================================================================
 CUDA_GRAPHS = True  # on a GPU, capture the compiled functions (False: compiled only, as benchmark/speed.py times it)
 
 
 def compiled(functions: list, device) -> list:
-    """Each of `functions` through torch.compile as it is (its losses, backward pass and optimizer step are traced from
-    the code above at the first call, so an edit there is what runs); on a GPU, each also `Captured`."""
+    """Each of `functions` through torch.compile as it is (its losses, backward pass and optimizer
+    step are traced from the code above at the first call, so an edit there is what runs); on a GPU,
+    each also `Captured`."""
     importlib.import_module("torch._inductor.config").fallback_random = True  # random draws as eager mode's
     functions = [torch.compile(function) for function in functions]
     if device.type == "cuda" and CUDA_GRAPHS:
@@ -1305,11 +1673,12 @@ def compiled(functions: list, device) -> list:
 
 
 class Captured:
-    """`fn` recorded as CUDA graphs and replayed. Each distinct call signature (the inputs' tree, the shape, dtype,
-    device and strides of each tensor, and the value of each other input, such as a flag) has a graph of its own: its
-    first `warmup` calls run `fn` on this wrapper's side stream, as capture needs; the next records it; each call after
-    copies the tensor inputs into the recorded ones and replays it. The outputs are the recorded tensors, which the
-    next replay of the same graph overwrites: clone what you keep."""
+    """`fn` recorded as CUDA graphs and replayed. Each distinct call signature (the inputs' tree,
+    the shape, dtype, device and strides of each tensor, and the value of each other input, such as
+    a flag) has a graph of its own: its first `warmup` calls run `fn` on this wrapper's side stream,
+    as capture needs; the next records it; each call after copies the tensor inputs into the
+    recorded ones and replays it. The outputs are the recorded tensors, which the next replay of the
+    same graph overwrites: clone what you keep."""
 
     def __init__(self, fn, warmup: int = 3):  # warm-up calls compile `fn` and set up what CUDA makes lazily
         self.fn = fn
@@ -1332,8 +1701,12 @@ class Captured:
             return out
         if "graph" not in g:
             g["graph"] = torch.cuda.CUDAGraph()
-            g["inputs"] = [torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=x.device).copy_(x)
-                           if torch.is_tensor(x) else x for x in leaves]  # the strides compiled for: no recompile
+            g["inputs"] = [
+                torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=x.device).copy_(x)
+                if torch.is_tensor(x)
+                else x
+                for x in leaves
+            ]  # the strides compiled for: no recompile
             with torch.cuda.graph(g["graph"]):
                 g["outputs"] = self.fn(*torch.utils._pytree.tree_unflatten(g["inputs"], spec))
         recorded = [x for x in g["inputs"] if torch.is_tensor(x)]

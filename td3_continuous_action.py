@@ -1,17 +1,19 @@
 """Twin Delayed Deep Deterministic policy gradient (TD3) for continuous (Box) action spaces.
 
 Paper:
-    Fujimoto, van Hoof, Meger 2018, "Addressing Function Approximation Error in Actor-Critic Methods", arXiv:1802.09477
+    Fujimoto, van Hoof, Meger 2018, "Addressing Function Approximation Error in Actor-Critic
+    Methods", arXiv:1802.09477
 
 Example:
     python td3_continuous_action.py --env-id Hopper-v5 --seed 1
 
 Deviations from the paper (each marked `# DEVIATION(n)` in the code):
-    1. 256-256 networks (CleanRL, SB3; the paper: 400-300); the critics take (s, a) at the first layer, as the code
-       the authors published with the paper does.
-    2. Minibatch 256 and learning rate 3e-4 (the authors' updated code and CleanRL; the paper: 100 and 1e-3).
-    3. `learning_starts` = 25,000 env steps of uniformly random actions first (the authors' updated code and CleanRL;
-       the paper: 10,000, 1,000 for the pendulums).
+    1. 256-256 networks (CleanRL, SB3; the paper: 400-300); the critics take (s, a) at the first
+       layer, as the code the authors published with the paper does.
+    2. Minibatch 256 and learning rate 3e-4 (the authors' updated code and CleanRL; the paper: 100
+       and 1e-3).
+    3. `learning_starts` = 25,000 env steps of uniformly random actions first (the authors' updated
+       code and CleanRL; the paper: 10,000, 1,000 for the pendulums).
 """
 
 import contextlib
@@ -45,25 +47,31 @@ from torch.utils.tensorboard import SummaryWriter
 class Args:
     # --- COMMON ARGS: the same text in all six scripts ---
     exp_name: str = os.path.basename(__file__)[: -len(".py")]
-    """experiment name, part of the run folder runs/<env_id>__<exp_name>__<seed>__<unix time> (odd characters: '-')"""
+    """experiment name, part of the run folder runs/<env_id>__<exp_name>__<seed>__<unix time> (odd
+    characters: '-')"""
     seed: int = 1
     """random seed of torch, numpy, Python's random, the environments and the evaluation episodes"""
     cuda: bool = True
     """train on a CUDA GPU when one is present, else on the CPU (--no-cuda: always on the CPU)"""
     compile: bool = False
-    """torch.compile the update functions as they are written (on a GPU, also captured as CUDA graphs)"""
+    """torch.compile the update functions as they are written (on a GPU, also captured as CUDA
+    graphs)"""
     capture_video: bool = False
-    """save a video of the first episode of each evaluation to runs/<run_name>/videos/step_<env step> (needs moviepy)"""
+    """save a video of the first episode of each evaluation to runs/<run_name>/videos/step_<env
+    step> (needs moviepy)"""
     save_model: bool = False
     """save the trained networks to runs/<run_name>/model.pt when the run ends"""
     eval_episodes: int = 10
     """number of episodes each evaluation plays; the mean of their returns is logged"""
     checkpoint_freq: int = 0
-    """save runs/<run_name>/checkpoint.pt, to resume from, every this many env steps (0: only on Ctrl-C or SIGTERM)"""
+    """save runs/<run_name>/checkpoint.pt, to resume from, every this many env steps (0: only on
+    Ctrl-C or SIGTERM)"""
     resume: str | None = None
-    """continue the run saved in this checkpoint.pt, with that run's flags; others but --resume-anyway are ignored"""
+    """continue the run saved in this checkpoint.pt, with that run's flags; others but
+    --resume-anyway are ignored"""
     resume_anyway: bool = False
-    """let --resume continue a run that has finished; what it logged to TensorBoard after that checkpoint is dropped"""
+    """let --resume continue a run that has finished; what it logged to TensorBoard after that
+    checkpoint is dropped"""
     # --- END OF COMMON ARGS ---
 
     env_id: str = "Hopper-v5"
@@ -73,53 +81,67 @@ class Args:
     num_envs: int = 1
     """number of environments stepped in lockstep in one process (gymnasium's SyncVectorEnv)"""
     eval_freq: int = 10_000
-    """evaluate the policy without exploration noise every this many env steps, and at the end (0: only at the end)"""
+    """evaluate the policy without exploration noise every this many env steps, and at the end (0:
+    only at the end)"""
     log_freq: int = 100
     """write the losses to TensorBoard every this many env steps"""
     buffer_size: int = 1_000_000
-    """number of transitions the replay buffer holds, the oldest overwritten first (TD3 paper, Sec. 6.1)"""
+    """number of transitions the replay buffer holds, the oldest overwritten first (TD3 paper, Sec.
+    6.1)"""
     learning_rate: float = 3e-4  # DEVIATION(2)
-    """learning rate of the actor's and the critics' Adam (authors' code and CleanRL; the paper: 1e-3)"""
+    """learning rate of the actor's and the critics' Adam (authors' code and CleanRL; the paper:
+    1e-3)"""
     gamma: float = 0.99
     """discount factor of future rewards (gamma; TD3 paper, Sec. 6.1)"""
     tau: float = 0.005
-    """how far the target networks move toward the trained ones each time they update (tau; TD3 paper, Sec. 6.1)"""
+    """how far the target networks move toward the trained ones each time they update (tau; TD3
+    paper, Sec. 6.1)"""
     batch_size: int = 256  # DEVIATION(2)
-    """transitions sampled from the replay buffer for each update (authors' code and CleanRL; the paper: 100)"""
+    """transitions sampled from the replay buffer for each update (authors' code and CleanRL; the
+    paper: 100)"""
     policy_noise: float = 0.2
-    """std of the smoothing noise on target actions, relative to half the action range (sigma~; TD3 paper, Sec. 6.1)"""
+    """std of the smoothing noise on target actions, relative to half the action range (sigma~; TD3
+    paper, Sec. 6.1)"""
     noise_clip: float = 0.5
-    """clip that smoothing noise to [-c, c], c this times half the action range (c; TD3 paper, Sec. 6.1)"""
+    """clip that smoothing noise to [-c, c], c this times half the action range (c; TD3 paper, Sec.
+    6.1)"""
     exploration_noise: float = 0.1
-    """std of the Gaussian noise added to the actions taken, relative to half the action range (TD3 paper, Sec. 6.1)"""
+    """std of the Gaussian noise added to the actions taken, relative to half the action range (TD3
+    paper, Sec. 6.1)"""
     learning_starts: int = 25_000
     """env steps of uniformly random actions before the first update (authors' code and CleanRL)"""
     policy_frequency: int = 2
-    """update the actor and the target networks once every this many critic updates (d; TD3 paper, Sec. 5.2)"""
+    """update the actor and the target networks once every this many critic updates (d; TD3 paper,
+    Sec. 5.2)"""
 
 
 HIDDEN = 256  # units per hidden layer (DEVIATION(1))
 
 
-# PURE MATH ------------------------------------------------------------------------------------------------------------
+# PURE MATH
+# --------------------------------------------------------------------------------------------------
 def smoothed_target_actions(next_actions, action_scale, low, high, policy_noise: float, noise_clip: float):
-    """a~' = clip(pi'(s') + clip(eps, -c, c), low, high)   [TD3 eq. 15], eps ~ N(0, (policy_noise * action_scale)^2)
-    per sample and dimension, c = noise_clip * action_scale. Shapes: next_actions (B, |A|); the others (|A|,)."""
+    """a~' = clip(pi'(s') + clip(eps, -c, c), low, high)   [TD3 eq. 15], eps ~ N(0, (policy_noise *
+    action_scale)^2) per sample and dimension, c = noise_clip * action_scale. Shapes: next_actions
+    (B, |A|); the others (|A|,)."""
     noise = torch.randn_like(next_actions) * (policy_noise * action_scale)
     clip = noise_clip * action_scale
     return torch.clamp(next_actions + torch.clamp(noise, -clip, clip), low, high)
 
 
 def td3_target(rewards, terminations, next_q, gamma: float):
-    """y = r + gamma * (1 - terminated) * min_{i=1,2} Q'_i(s', a~')   [TD3 eq. 10 and 15], bootstrapping through
-    truncations (stored as terminated = 0). Shapes: rewards, terminations (B,); next_q (2, B)."""
+    """y = r + gamma * (1 - terminated) * min_{i=1,2} Q'_i(s', a~')   [TD3 eq. 10 and 15],
+    bootstrapping through truncations (stored as terminated = 0). Shapes: rewards, terminations
+    (B,); next_q (2, B)."""
     return rewards + gamma * (1.0 - terminations) * next_q.min(dim=0).values
 
 
-# NETWORKS AND REPLAY BUFFER -------------------------------------------------------------------------------------------
+# NETWORKS AND REPLAY BUFFER
+# -------------------------------------------------------------------------------------------
 class QEnsemble(nn.Module):
-    """N Q networks Q_i(s, a), each 256-256-1 with ReLU, in one batched pass: layer weights stacked to (N, in, out)
-    and applied with `torch.baddbmm`, each member initialised as `nn.Linear`'s, U(-1/sqrt(fan_in), 1/sqrt(fan_in))."""
+    """N Q networks Q_i(s, a), each 256-256-1 with ReLU, in one batched pass: layer weights stacked
+    to (N, in, out) and applied with `torch.baddbmm`, each member initialised as `nn.Linear`'s,
+    U(-1/sqrt(fan_in), 1/sqrt(fan_in))."""
 
     def __init__(self, envs, num_critics: int = 2):
         super().__init__()
@@ -133,18 +155,21 @@ class QEnsemble(nn.Module):
             self.biases.append(nn.Parameter(torch.empty(num_critics, 1, fan_out).uniform_(-bound, bound)))
 
     def forward(self, obs, actions, idx=slice(None), detach_params: bool = False):
-        """Q values (N, B), or (M, B) for the critics `idx` selects; detach_params lets no gradient into the critics."""
+        """Q values (N, B), or (M, B) for the critics `idx` selects; detach_params lets no gradient
+        into the critics."""
         x = torch.cat([obs, actions], dim=-1)
         ws, bs = ([p[idx].detach() if detach_params else p[idx] for p in ps] for ps in (self.weights, self.biases))
         x = x.expand(ws[0].shape[0], *x.shape)
         for w, b in zip(ws[:-1], bs[:-1]):
             x = F.relu(torch.baddbmm(b, x, w), inplace=True)
-        # the output layer as multiply-and-sum: a batched matmul with one output column takes a slow path on the CPU
+        # the output layer as multiply-and-sum: a batched matmul with one output column takes a slow
+        # path on the CPU
         return (x * ws[-1].transpose(1, 2)).sum(-1) + bs[-1].squeeze(-1)
 
 
 class Actor(nn.Module):
-    """Deterministic policy mu(s) = tanh(f(s)) * action_scale + action_bias, CleanRL's interface: Actor(envs)."""
+    """Deterministic policy mu(s) = tanh(f(s)) * action_scale + action_bias, CleanRL's interface:
+    Actor(envs)."""
 
     def __init__(self, envs):
         super().__init__()
@@ -164,7 +189,8 @@ class Actor(nn.Module):
 
 
 class ReplayBuffer:
-    """Circular storage of (s, a, r, s', terminated), sampled uniformly: column blocks of one preallocated tensor."""
+    """Circular storage of (s, a, r, s', terminated), sampled uniformly: column blocks of one
+    preallocated tensor."""
 
     def __init__(self, capacity: int, obs_dim: int, act_dim: int, device):
         self.capacity, self.pos, self.size, self.device = capacity, 0, 0, device
@@ -179,7 +205,8 @@ class ReplayBuffer:
         self.pos, self.size = (self.pos + len(rows)) % self.capacity, min(self.size + len(rows), self.capacity)
 
     def sample(self, batch_size: int):
-        """(obs, actions, rewards, next_obs, terminations) of `batch_size` transitions drawn uniformly."""
+        """(obs, actions, rewards, next_obs, terminations) of `batch_size` transitions drawn
+        uniformly."""
         rows = self.storage.index_select(0, torch.randint(0, self.size, (batch_size,), device=self.device))
         obs, actions, rewards, next_obs, terminations = rows.split(self.widths, dim=-1)
         return obs, actions, rewards.squeeze(-1), next_obs, terminations.squeeze(-1)
@@ -192,36 +219,51 @@ class ReplayBuffer:
         self.storage[: self.size] = state["storage"].to(self.device)
 
 
-# LOSSES AND UPDATES ---------------------------------------------------------------------------------------------------
+# LOSSES AND UPDATES
+# --------------------------------------------------------------------------------------------------
 def compute_loss_q(actor_target, qf, qf_target, batch, gamma: float, policy_noise: float, noise_clip: float):
-    """J_Q = sum_i E[(Q_i(s, a) - y)^2], y from `td3_target`   [TD3 Algorithm 1]; (loss, metrics)."""
+    """J_Q = sum_i E[(Q_i(s, a) - y)^2], y from `td3_target`   [TD3 Algorithm 1]; (loss,
+    metrics)."""
     obs, actions, rewards, next_obs, terminations = batch
     with torch.no_grad():
-        next_actions = smoothed_target_actions(actor_target(next_obs), actor_target.action_scale,
-                                               actor_target.action_low, actor_target.action_high, policy_noise,
-                                               noise_clip)
+        next_actions = smoothed_target_actions(
+            actor_target(next_obs),
+            actor_target.action_scale,
+            actor_target.action_low,
+            actor_target.action_high,
+            policy_noise,
+            noise_clip,
+        )
         y = td3_target(rewards, terminations, qf_target(next_obs, next_actions), gamma)
     q = qf(obs, actions)
     per_critic = (q - y).pow(2).mean(dim=1)
     q_means, losses = q.detach().mean(dim=1), per_critic.detach()  # detached: logging records no autograd graph
-    metrics = {"qf1_values": q_means[0], "qf2_values": q_means[1], "qf1_loss": losses[0], "qf2_loss": losses[1],
-               "qf_loss": losses.mean()}
+    metrics = {
+        "qf1_values": q_means[0],
+        "qf2_values": q_means[1],
+        "qf1_loss": losses[0],
+        "qf2_loss": losses[1],
+        "qf_loss": losses.mean(),
+    }
     return per_critic.sum(), metrics
 
 
 def compute_loss_pi(actor, qf, obs):
-    """J_pi = -E_s[Q_1(s, mu(s))] through critic 1 alone, its parameters detached   [TD3 Algorithm 1, Sec. 4.2]."""
+    """J_pi = -E_s[Q_1(s, mu(s))] through critic 1 alone, its parameters detached   [TD3 Algorithm
+    1, Sec. 4.2]."""
     return -qf(obs, actor(obs), idx=slice(0, 1), detach_params=True).mean()
 
 
 def td3_update(actor, actor_target, qf, qf_target, q_optimizer, actor_optimizer, args):
-    """update(batch, actor_step): a critic step and, when `actor_step`, an actor step and both targets' Polyak updates;
-    act(obs): a = clip(mu(s) + eps, low, high), eps ~ N(0, (exploration_noise * action_scale)^2)   [TD3 Algorithm 1]."""
+    """update(batch, actor_step): a critic step and, when `actor_step`, an actor step and both
+    targets' Polyak updates; act(obs): a = clip(mu(s) + eps, low, high), eps ~ N(0,
+    (exploration_noise * action_scale)^2)   [TD3 Algorithm 1]."""
     online, targets = [*qf.parameters(), *actor.parameters()], [*qf_target.parameters(), *actor_target.parameters()]
 
     def update(batch, actor_step: bool):
-        loss, metrics = compute_loss_q(actor_target, qf, qf_target, batch, args.gamma, args.policy_noise,
-                                       args.noise_clip)
+        loss, metrics = compute_loss_q(
+            actor_target, qf, qf_target, batch, args.gamma, args.policy_noise, args.noise_clip
+        )
         q_optimizer.zero_grad()
         loss.backward()
         q_optimizer.step()
@@ -230,7 +272,8 @@ def td3_update(actor, actor_target, qf, qf_target, q_optimizer, actor_optimizer,
             actor_optimizer.zero_grad()
             actor_loss.backward()
             actor_optimizer.step()
-            # theta' <- tau * theta + (1 - tau) * theta', phi' <- tau * phi + (1 - tau) * phi'   [TD3 Algorithm 1]
+            # theta' <- tau * theta + (1 - tau) * theta', phi' <- tau * phi + (1 - tau) * phi'
+            # [TD3 Algorithm 1]
             with torch.no_grad():
                 torch._foreach_lerp_(targets, online, args.tau)
             metrics["actor_loss"] = actor_loss.detach()
@@ -245,9 +288,11 @@ def td3_update(actor, actor_target, qf, qf_target, q_optimizer, actor_optimizer,
     return update, act
 
 
-# MAIN -----------------------------------------------------------------------------------------------------------------
+# MAIN
+# --------------------------------------------------------------------------------------------------
 def main(args: Args) -> dict:
-    """Train; returns a summary. Raises ConfigError, before writing anything, on bad flags, envs or checkpoints."""
+    """Train; returns a summary. Raises ConfigError, before writing anything, on bad flags, envs or
+    checkpoints."""
     args, checkpoint, device = setup(args)
     with Run(args, checkpoint, device, "--batch-size") as run:
         obs_dim, act_dim = run.envs.single_observation_space.shape[0], run.envs.single_action_space.shape[0]
@@ -260,8 +305,15 @@ def main(args: Args) -> dict:
         q_optimizer = torch.optim.Adam(qf.parameters(), lr=args.learning_rate, **fused)
         actor_optimizer = torch.optim.Adam(actor.parameters(), lr=args.learning_rate, **fused)
         rb = ReplayBuffer(args.buffer_size, obs_dim, act_dim, device)
-        stateful = dict(actor=actor, actor_target=actor_target, qf=qf, qf_target=qf_target, q_optimizer=q_optimizer,
-                        actor_optimizer=actor_optimizer, rb=rb)
+        stateful = dict(
+            actor=actor,
+            actor_target=actor_target,
+            qf=qf,
+            qf_target=qf_target,
+            q_optimizer=q_optimizer,
+            actor_optimizer=actor_optimizer,
+            rb=rb,
+        )
         counters, obs = run.resume(stateful, (0, 0, 0))
         global_step, critic_updates, actor_updates = counters
         update, act = td3_update(actor, actor_target, qf, qf_target, q_optimizer, actor_optimizer, args)
@@ -273,7 +325,8 @@ def main(args: Args) -> dict:
 
         metrics = {}
         while global_step + args.num_envs <= args.total_timesteps and not run.stop_signal:
-            # COLLECT: random actions for the first learning_starts steps (DEVIATION(3)), then mu(s) plus Gaussian noise
+            # COLLECT: random actions for the first learning_starts steps (DEVIATION(3)), then mu(s)
+            # plus Gaussian noise
             if global_step < args.learning_starts:
                 u = torch.rand((args.num_envs, act_dim), device=device) * 2.0 - 1.0
                 actions = (u * actor.action_scale + actor.action_bias).cpu().numpy()
@@ -282,12 +335,14 @@ def main(args: Args) -> dict:
             next_obs, rewards, terminations, truncations, infos = run.envs.step(actions)
             previous_step, global_step = global_step, global_step + args.num_envs
 
-            # STORE: bootstrap through truncations, never through terminations: s' is the true final observation and
-            # `terminations` alone masks the target. SAME_STEP autoreset means no stored transition spans a reset.
+            # STORE: bootstrap through truncations, never through terminations: s' is the true final
+            # observation and `terminations` alone masks the target. SAME_STEP autoreset means no
+            # stored transition spans a reset.
             rb.add(obs, actions, rewards, final_observations(next_obs, infos), terminations)
             obs = next_obs
 
-            # UPDATE: a critic update per env step; every d-th, the actor's and the targets' (TD3 paper Sec. 5.2)
+            # UPDATE: a critic update per env step; every d-th, the actor's and the targets' (TD3
+            # paper Sec. 5.2)
             if global_step >= args.learning_starts:
                 for _ in range(args.num_envs):
                     critic_updates += 1
@@ -303,38 +358,66 @@ def main(args: Args) -> dict:
     return {**summary, "critic_updates": critic_updates, "actor_updates": actor_updates}
 
 
-# VALIDATION -----------------------------------------------------------------------------------------------------------
+# VALIDATION
+# --------------------------------------------------------------------------------------------------
 def check_args(args: Args) -> None:
     """Raise ConfigError for this script's out-of-range or contradictory flags."""
-    check([(args.buffer_size < max(args.batch_size, args.num_envs),
-            f"--buffer-size must be at least --batch-size ({args.batch_size}) and --num-envs ({args.num_envs})"),
-           (args.learning_starts >= args.total_timesteps, f"--learning-starts {args.learning_starts} >= "
-            f"--total-timesteps {args.total_timesteps}: no update would run; lower one or raise the other"),
-           (not 1 <= args.batch_size <= args.learning_starts, "--batch-size must lie in [1, --learning-starts]"),
-           (not args.learning_rate > 0, "--learning-rate must be positive"),
-           (not (0 < args.tau <= 1 and 0 < args.gamma <= 1), "--tau and --gamma must lie in (0, 1]"),
-           (not min(args.policy_noise, args.noise_clip, args.exploration_noise) >= 0,
-            "--policy-noise, --noise-clip and --exploration-noise must be non-negative"),
-           (args.policy_frequency < 1, "--policy-frequency must be at least 1")])
+    check(
+        [
+            (
+                args.buffer_size < max(args.batch_size, args.num_envs),
+                f"--buffer-size must be at least --batch-size ({args.batch_size}) and --num-envs ({args.num_envs})",
+            ),
+            (
+                args.learning_starts >= args.total_timesteps,
+                f"--learning-starts {args.learning_starts} >= "
+                f"--total-timesteps {args.total_timesteps}: no update would run; lower one or raise the other",
+            ),
+            (not 1 <= args.batch_size <= args.learning_starts, "--batch-size must lie in [1, --learning-starts]"),
+            (not args.learning_rate > 0, "--learning-rate must be positive"),
+            (not (0 < args.tau <= 1 and 0 < args.gamma <= 1), "--tau and --gamma must lie in (0, 1]"),
+            (
+                not min(args.policy_noise, args.noise_clip, args.exploration_noise) >= 0,
+                "--policy-noise, --noise-clip and --exploration-noise must be non-negative",
+            ),
+            (args.policy_frequency < 1, "--policy-frequency must be at least 1"),
+        ]
+    )
 
 
 def check_spaces(env_id: str, obs_space, action_space) -> None:
     """Raise ConfigError unless the env has 1-D Box observations and a bounded Box action space."""
     box = isinstance(action_space, gym.spaces.Box)  # the bounds are read only from a Box
-    check([(isinstance(action_space, gym.spaces.Discrete), f"{env_id} has a Discrete action space: use sac_atari.py"),
-           (not box, f"{env_id}'s action space is no Box; this script needs one"),
-           (not (isinstance(obs_space, gym.spaces.Box) and len(obs_space.shape) == 1), f"{env_id} has {obs_space} "
-            "observations; this script needs a 1-D Box: wrap the env in gymnasium.wrappers.FlattenObservation"),
-           (box and not np.all(np.isfinite(action_space.low) & np.isfinite(action_space.high) & (action_space.high >
-            action_space.low)), f"{env_id} has unbounded or empty action bounds; tanh needs finite low < high")])
+    check(
+        [
+            (isinstance(action_space, gym.spaces.Discrete), f"{env_id} has a Discrete action space: use sac_atari.py"),
+            (not box, f"{env_id}'s action space is no Box; this script needs one"),
+            (
+                not (isinstance(obs_space, gym.spaces.Box) and len(obs_space.shape) == 1),
+                f"{env_id} has {obs_space} "
+                "observations; this script needs a 1-D Box: wrap the env in gymnasium.wrappers.FlattenObservation",
+            ),
+            (
+                box
+                and not np.all(
+                    np.isfinite(action_space.low)
+                    & np.isfinite(action_space.high)
+                    & (action_space.high > action_space.low)
+                ),
+                f"{env_id} has unbounded or empty action bounds; tanh needs finite low < high",
+            ),
+        ]
+    )
 
 
-# COMMON BLOCK: the same text in all six scripts (tests/test_common_block.py compares it); a reader may stop here =====
+# COMMON BLOCK: the same text in all six scripts (tests/test_common_block.py compares it); a reader
+# may stop here =====
 EVAL_SEED_OFFSET = 1_000_000  # evaluation episode k is reset with seed + EVAL_SEED_OFFSET + k
 
 
 class ConfigError(Exception):
-    """A bad flag, env or checkpoint, a failed save or a diverged run: `cli` prints one line and exits with code 2."""
+    """A bad flag, env or checkpoint, a failed save or a diverged run: `cli` prints one line and
+    exits with code 2."""
 
 
 def check(problems) -> None:
@@ -349,8 +432,8 @@ def crossed(before: int, now: int, every: int) -> bool:
 
 
 def make_env(args, video_dir: str | None = None, wrap=None):
-    """A thunk making args.env_id with episode statistics (and a video_dir's first episode), through `wrap(args, make)`
-    where the script passes its observation wrappers."""
+    """A thunk making args.env_id with episode statistics (and a video_dir's first episode), through
+    `wrap(args, make)` where the script passes its observation wrappers."""
 
     def make(**kwargs):  # gym.make(env_id, **kwargs), its first episode's video, its statistics
         kwargs.update({"render_mode": "rgb_array"} if video_dir is not None else {})
@@ -367,25 +450,27 @@ def make_env(args, video_dir: str | None = None, wrap=None):
 
 
 def pickle_envs(envs: list, states: list) -> bytes:
-    """The sub-envs beside their simulator states, but for EzPickle envs (MuJoCo's, Atari's), whose constructor
-    arguments gymnasium records shifted for some: `unpickle_envs` makes them anew, and Run.__init__ restores their
-    state."""
-    (pickler := pickle.Pickler(out := io.BytesIO())).persistent_id = lambda obj: "env" if isinstance(obj, gym.Env) \
-        and isinstance(obj, gym.utils.EzPickle) else None
+    """The sub-envs beside their simulator states, but for EzPickle envs (MuJoCo's, Atari's), whose
+    constructor arguments gymnasium records shifted for some: `unpickle_envs` makes them anew, and
+    Run.__init__ restores their state."""
+    (pickler := pickle.Pickler(out := io.BytesIO())).persistent_id = lambda obj: (
+        "env" if isinstance(obj, gym.Env) and isinstance(obj, gym.utils.EzPickle) else None
+    )
     pickler.dump((envs, states))
     return out.getvalue()
 
 
 def unpickle_envs(data: bytes, args, wrap=None, make: bool = True) -> tuple:
-    """pickle_envs' (envs, states), each EzPickle env made by make_env (make=False: not made, to check the rest)."""
+    """pickle_envs' (envs, states), each EzPickle env made by make_env (make=False: not made, to
+    check the rest)."""
     unpickler = pickle.Unpickler(io.BytesIO(data))
     unpickler.persistent_load = lambda i: make and make_env(args, None, wrap)().unwrapped
     return unpickler.load()
 
 
 def final_observations(next_obs: np.ndarray, infos: dict) -> np.ndarray:
-    """The true s_{t+1}, key by key for Dict observations: SAME_STEP autoreset puts an ended sub-env's reset in
-    next_obs."""
+    """The true s_{t+1}, key by key for Dict observations: SAME_STEP autoreset puts an ended
+    sub-env's reset in next_obs."""
     real_next_obs = {key: x.copy() for key, x in next_obs.items()} if isinstance(next_obs, dict) else next_obs.copy()
     for i in np.flatnonzero(infos.get("_final_obs", [])):
         finals = infos["final_obs"][i].items() if isinstance(next_obs, dict) else [(..., infos["final_obs"][i])]
@@ -395,41 +480,69 @@ def final_observations(next_obs: np.ndarray, infos: dict) -> np.ndarray:
 
 
 def setup(args, wrap=None):
-    """Before anything is written: --resume's checkpoint (its flags win), checks, seeds and the device; `wrap`: the
-    script's observation wrappers, as make_env takes them."""
+    """Before anything is written: --resume's checkpoint (its flags win), checks, seeds and the
+    device; `wrap`: the script's observation wrappers, as make_env takes them."""
     checkpoint = None
     if args.resume:
         check([(not os.path.isfile(args.resume), f"--resume {args.resume}: no such file; pass a run's checkpoint.pt")])
         try:  # weights_only=False: the checkpoint holds pickled environments; resume only from checkpoints you wrote
             checkpoint = torch.load(args.resume, map_location="cpu", weights_only=False)
         except Exception as e:  # a truncated zip or no torch file at all
-            raise ConfigError(f"--resume {args.resume}: not a readable checkpoint ({type(e).__name__}); pass a "
-                              "checkpoint.pt written by --checkpoint-freq or on SIGINT/SIGTERM") from None
+            raise ConfigError(
+                f"--resume {args.resume}: not a readable checkpoint ({type(e).__name__}); pass a "
+                "checkpoint.pt written by --checkpoint-freq or on SIGINT/SIGTERM"
+            ) from None
         own = os.path.basename(__file__)
         written_by = isinstance(checkpoint, dict) and checkpoint.get("script")
-        check([(isinstance(checkpoint, dict) and "args" in checkpoint and "counters" not in checkpoint, f"--resume "
-                f"{args.resume}: a model.pt (the trained networks), not a checkpoint; pass the run's checkpoint.pt"),
-               (written_by and written_by != own, f"--resume {args.resume}: a checkpoint of {written_by}; resume it "
-                f"with {written_by}")])
+        check(
+            [
+                (
+                    isinstance(checkpoint, dict) and "args" in checkpoint and "counters" not in checkpoint,
+                    f"--resume "
+                    f"{args.resume}: a model.pt (the trained networks), not a checkpoint; pass the run's checkpoint.pt",
+                ),
+                (
+                    written_by and written_by != own,
+                    f"--resume {args.resume}: a checkpoint of {written_by}; resume it with {written_by}",
+                ),
+            ]
+        )
         finished = os.path.join(os.path.dirname(args.resume), "finished")  # written by Run.finish
         if os.path.isfile(finished) and not args.resume_anyway:
-            raise ConfigError(f"--resume {args.resume}: that run {open(finished).read().strip()}, and resuming drops "
-                              "what it logged since: add --resume-anyway to do so")
+            raise ConfigError(
+                f"--resume {args.resume}: that run {open(finished).read().strip()}, and resuming drops "
+                "what it logged since: add --resume-anyway to do so"
+            )
         try:
             args = Args(**{**checkpoint["args"], "resume": args.resume})
             unpickle_envs(checkpoint["envs"], args, wrap, make=False)
         except Exception as e:  # another script's flags or envs, a foreign pickle or missing keys
-            raise ConfigError(f"--resume {args.resume}: not a checkpoint of {own} ({type(e).__name__}); pass a "
-                              "checkpoint.pt this script wrote, by --checkpoint-freq or on SIGINT/SIGTERM") from None
-    check([(not math.isfinite(value), f"--{key.replace('_', '-')} must be finite, not {value}")
-           for key, value in asdict(args).items() if isinstance(value, float)])
-    check([(not 0 <= args.seed < 2**32, f"--seed must lie in [0, 2**32 - 1], not {args.seed}"),
-           (min(args.num_envs, args.eval_episodes, args.log_freq) < 1,
-            "--num-envs, --eval-episodes and --log-freq must be at least 1"),
-           (0 < args.total_timesteps < args.num_envs, "--total-timesteps must be 0 or at least --num-envs"),
-           (min(args.eval_freq, args.checkpoint_freq) < 0, "--eval-freq and --checkpoint-freq must be non-negative"),
-           (args.capture_video and not importlib.util.find_spec("moviepy"),
-            "--capture-video needs `pip install moviepy`")])
+            raise ConfigError(
+                f"--resume {args.resume}: not a checkpoint of {own} ({type(e).__name__}); pass a "
+                "checkpoint.pt this script wrote, by --checkpoint-freq or on SIGINT/SIGTERM"
+            ) from None
+    check(
+        [
+            (not math.isfinite(value), f"--{key.replace('_', '-')} must be finite, not {value}")
+            for key, value in asdict(args).items()
+            if isinstance(value, float)
+        ]
+    )
+    check(
+        [
+            (not 0 <= args.seed < 2**32, f"--seed must lie in [0, 2**32 - 1], not {args.seed}"),
+            (
+                min(args.num_envs, args.eval_episodes, args.log_freq) < 1,
+                "--num-envs, --eval-episodes and --log-freq must be at least 1",
+            ),
+            (0 < args.total_timesteps < args.num_envs, "--total-timesteps must be 0 or at least --num-envs"),
+            (min(args.eval_freq, args.checkpoint_freq) < 0, "--eval-freq and --checkpoint-freq must be non-negative"),
+            (
+                args.capture_video and not importlib.util.find_spec("moviepy"),
+                "--capture-video needs `pip install moviepy`",
+            ),
+        ]
+    )
     check_args(args)
     if args.capture_video:
         os.environ.setdefault("MUJOCO_GL", "egl")  # headless MuJoCo rendering; read when mujoco is first imported
@@ -443,9 +556,13 @@ def setup(args, wrap=None):
     except gym.error.DependencyNotInstalled as e:  # gymnasium's message says what to install
         raise ConfigError(f"{args.env_id} needs a package that is not installed: {e}") from None
     except Exception as e:  # an unknown id, a missing package or renderer: one line, whatever the library raised
-        raise e if isinstance(e, ConfigError) else ConfigError(  # a ConfigError names the flag to change
-            f"{args.env_id} cannot be made ({type(e).__name__}: {e}): an unknown env id (see "
-            "gymnasium.pprint_registry()), or a missing extra or (--capture-video, --from-pixels) MuJoCo renderer?"
+        raise (
+            e
+            if isinstance(e, ConfigError)
+            else ConfigError(  # a ConfigError names the flag to change
+                f"{args.env_id} cannot be made ({type(e).__name__}: {e}): an unknown env id (see "
+                "gymnasium.pprint_registry()), or a missing extra or (--capture-video, --from-pixels) MuJoCo renderer?"
+            )
         ) from None
     check([(args.capture_video and frame is None, f"--capture-video: {args.env_id} renders no frames")])
     check_spaces(args.env_id, env.observation_space, env.action_space)
@@ -459,12 +576,14 @@ def setup(args, wrap=None):
     if args.compile:  # compiled code draws its random numbers from torch's generator, as eager code does
         importlib.import_module("torch._inductor.config").fallback_random = True
         logging.getLogger("torch._dynamo.variables.ctx_manager").addFilter(  # a note on the optimizer's profiling
-            lambda record: "Profiler record function" not in record.getMessage())
+            lambda record: "Profiler record function" not in record.getMessage()
+        )
     return args, checkpoint, device
 
 
 class Run:
-    """A run's envs, directory, TensorBoard writer, signal handling, progress line, evaluations and checkpoints."""
+    """A run's envs, directory, TensorBoard writer, signal handling, progress line, evaluations and
+    checkpoints."""
 
     def __init__(self, args, checkpoint: dict | None, device, memory_flags: str, wrap=None):
         self.args, self.checkpoint, self.device = args, checkpoint, device
@@ -473,8 +592,15 @@ class Run:
         safe = re.sub(r"[^\w.+-]", "-", f"{args.env_id}__{args.exp_name}", flags=re.ASCII)  # a file name anywhere
         self.name = checkpoint["run_name"] if checkpoint else f"{safe}__{args.seed}__{int(time.time())}"
         self.dir = os.path.dirname(os.path.abspath(args.resume)) if checkpoint else f"runs/{self.name}"
-        check([(len(self.name.encode()) > 255, f"the run name {self.name[:40]}... is longer than a file name may be "
-                "(255 bytes): shorten --exp-name")])
+        check(
+            [
+                (
+                    len(self.name.encode()) > 255,
+                    f"the run name {self.name[:40]}... is longer than a file name may be "
+                    "(255 bytes): shorten --exp-name",
+                )
+            ]
+        )
         saved = checkpoint and unpickle_envs(checkpoint["envs"], args, wrap)  # the sub-envs, their RNG and state
         for env, (np_random, state) in zip(*saved) if saved else []:
             env.unwrapped.np_random = np_random
@@ -483,18 +609,23 @@ class Run:
             elif state is not None:  # after make_env's first frame, which aims the camera, as in the saved run
                 __import__("mujoco").mj_copyData(env.unwrapped.data, env.unwrapped.model, state)
         thunks = [lambda env=env: env for env in saved[0]] if saved else [make_env(args, None, wrap)] * args.num_envs
-        # SAME_STEP autoreset: a step that ends an episode returns the reset observation, the final one in infos
+        # SAME_STEP autoreset: a step that ends an episode returns the reset observation, the final
+        # one in infos
         self.envs = gym.vector.SyncVectorEnv(thunks, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
-        self.exact = saved and all(state is not None or not isinstance(env.unwrapped, gym.utils.EzPickle)
-                                   for env, (_, state) in zip(*saved))  # else make_env made a new env
+        self.exact = saved and all(
+            state is not None or not isinstance(env.unwrapped, gym.utils.EzPickle) for env, (_, state) in zip(*saved)
+        )  # else make_env made a new env
         self.last_return = checkpoint["last_return"] if checkpoint else None
         self.eval_return, self.eval_step, self.stop_signal = None, None, []
         self.progress = False  # a progress line is on the terminal, not yet ended by a newline
-        self.handlers = {sig: signal.signal(sig, lambda signum, frame: self.stop_signal.append(signum))
-                         for sig in (signal.SIGINT, signal.SIGTERM)}
+        self.handlers = {
+            sig: signal.signal(sig, lambda signum, frame: self.stop_signal.append(signum))
+            for sig in (signal.SIGINT, signal.SIGTERM)
+        }
 
     def resume(self, stateful: dict, counters: tuple):
-        """(counters, obs): these counters and a first observation, or the checkpoint's, its `stateful` loaded."""
+        """(counters, obs): these counters and a first observation, or the checkpoint's, its
+        `stateful` loaded."""
         self.stateful, checkpoint, obs = stateful, self.checkpoint, None
         try:  # the run directory, made now that main() has built all it needs: a failure before leaves nothing on disk
             os.makedirs(self.dir, exist_ok=True)
@@ -502,8 +633,10 @@ class Run:
             with contextlib.suppress(FileNotFoundError):
                 os.remove(f"{self.dir}/finished")  # a finished run resumed with --resume-anyway: running again
         except OSError as e:
-            raise ConfigError(f"cannot make the run directory {self.dir} ({e.strerror}): is runs/ a file, or "
-                              "read-only? nothing is written") from None
+            raise ConfigError(
+                f"cannot make the run directory {self.dir} ({e.strerror}): is runs/ a file, or "
+                "read-only? nothing is written"
+            ) from None
         # purge_step drops what a killed run logged after its last checkpoint
         self.writer = SummaryWriter(self.dir, purge_step=checkpoint["counters"][0] + 1 if checkpoint else None)
         self.writer.add_text("hyperparameters", "\n".join(f"|{k}|{v}|" for k, v in asdict(self.args).items()))
@@ -522,26 +655,52 @@ class Run:
         return counters, self.envs.reset(seed=self.args.seed + counters[0])[0] if obs is None else obs
 
     def save_checkpoint(self, counters: tuple, obs) -> str:
-        """runs/<run_name>/checkpoint.pt, written atomically; the sub-envs beside their RNG and simulator state."""
-        states = [(env.unwrapped.np_random, env.unwrapped.ale.cloneState(include_rng=True)
-                   if hasattr(env.unwrapped, "ale") else getattr(env.unwrapped, "data", None))
-                  for env in self.envs.envs]
-        state = {key: obj.detach().cpu() if isinstance(obj, torch.Tensor) else obj.state_dict()
-                 for key, obj in self.stateful.items()}
+        """runs/<run_name>/checkpoint.pt, written atomically; the sub-envs beside their RNG and
+        simulator state."""
+        states = [
+            (
+                env.unwrapped.np_random,
+                env.unwrapped.ale.cloneState(include_rng=True)
+                if hasattr(env.unwrapped, "ale")
+                else getattr(env.unwrapped, "data", None),
+            )
+            for env in self.envs.envs
+        ]
+        state = {
+            key: obj.detach().cpu() if isinstance(obj, torch.Tensor) else obj.state_dict()
+            for key, obj in self.stateful.items()
+        }
         rng = torch.get_rng_state(), np.random.get_state(), random.getstate()
-        state.update(script=os.path.basename(__file__), args=asdict(self.args), run_name=self.name, counters=counters,
-                     obs=obs, last_return=self.last_return,
-                     rng=(*rng, torch.cuda.get_rng_state_all() if self.device.type == "cuda" else []),
-                     envs=pickle_envs(self.envs.envs, states))
+        state.update(
+            script=os.path.basename(__file__),
+            args=asdict(self.args),
+            run_name=self.name,
+            counters=counters,
+            obs=obs,
+            last_return=self.last_return,
+            rng=(*rng, torch.cuda.get_rng_state_all() if self.device.type == "cuda" else []),
+            envs=pickle_envs(self.envs.envs, states),
+        )
         return self.save(state, "checkpoint.pt", counters[0], "the previous checkpoint, if any, is kept")
 
     def save(self, obj, name: str, global_step: int, kept: str) -> str:
-        """`obj` (bytes, a function that writes a file, or by torch.save) to runs/<run_name>/<name> (or an absolute
-        name) durably, via a temporary file fsynced and renamed, unless the NaN guard finds non-finite parameters."""
-        bad = [key for key, net in self.stateful.items() if isinstance(net, nn.Module)
-               and not all(p.isfinite().all() for p in net.parameters())]
-        check([(bad, f"step {global_step:,}: the run diverged, {', '.join(bad)} holds non-finite values; nothing is "
-                     f"saved and {kept}: lower the learning rates")])
+        """`obj` (bytes, a function that writes a file, or by torch.save) to runs/<run_name>/<name>
+        (or an absolute name) durably, via a temporary file fsynced and renamed, unless the NaN
+        guard finds non-finite parameters."""
+        bad = [
+            key
+            for key, net in self.stateful.items()
+            if isinstance(net, nn.Module) and not all(p.isfinite().all() for p in net.parameters())
+        ]
+        check(
+            [
+                (
+                    bad,
+                    f"step {global_step:,}: the run diverged, {', '.join(bad)} holds non-finite values; nothing is "
+                    f"saved and {kept}: lower the learning rates",
+                )
+            ]
+        )
         path = os.path.join(self.dir, name)
         try:
             with open(f"{path}.tmp", "wb") as f:
@@ -558,8 +717,8 @@ class Run:
         return path
 
     def log(self, infos: dict, metrics: dict | None, previous_step: int, global_step: int) -> None:
-        """Ended episodes; every --log-freq steps `metrics` (0-d tensors, one sync; non-finite stops the run), SPS and
-        the progress line."""
+        """Ended episodes; every --log-freq steps `metrics` (0-d tensors, one sync; non-finite stops
+        the run), SPS and the progress line."""
         for i in np.flatnonzero(infos.get("final_info", {}).get("_episode", [])):
             self.last_return = float(infos["final_info"]["episode"]["r"][i])
             self.writer.add_scalar("charts/episodic_return", self.last_return, global_step)
@@ -567,8 +726,15 @@ class Run:
         if metrics and crossed(previous_step, global_step, self.args.log_freq):
             values = dict(zip(metrics, torch.stack([v.float() for v in metrics.values()]).tolist()))
             diverged = [f"{key} is {value}" for key, value in values.items() if not math.isfinite(value)]
-            check([(diverged, f"step {global_step:,}: the run diverged, {', '.join(diverged)}; nothing is saved and "
-                    "the last checkpoint, if any, is kept: lower the learning rates")])
+            check(
+                [
+                    (
+                        diverged,
+                        f"step {global_step:,}: the run diverged, {', '.join(diverged)}; nothing is saved and "
+                        "the last checkpoint, if any, is kept: lower the learning rates",
+                    )
+                ]
+            )
             for key, value in values.items():
                 self.writer.add_scalar(f"losses/{key}", value, global_step)
             (then, step), self.last_log = self.last_log, (time.time(), global_step)
@@ -579,7 +745,8 @@ class Run:
             self.progress = True
 
     def evaluate(self, policy, global_step: int) -> None:
-        """eval/episodic_return: the mean return of `policy` (numpy in and out, no torch RNG) over real episodes."""
+        """eval/episodic_return: the mean return of `policy` (numpy in and out, no torch RNG) over
+        real episodes."""
         video_dir = f"{self.dir}/videos/step_{global_step}" if self.args.capture_video else None
         env, returns = make_env(self.args, video_dir, self.wrap)(), []
         for k in range(self.args.eval_episodes):
@@ -605,13 +772,15 @@ class Run:
             self.save_checkpoint(counters, obs)
 
     def finish(self, counters: tuple, obs, policy, model: dict) -> dict:
-        """On a signal a checkpoint and the command to continue; else the last evaluation, --save-model and
-        `finished`."""
+        """On a signal a checkpoint and the command to continue; else the last evaluation,
+        --save-model and `finished`."""
         if stopped := self.stop_signal[:1]:  # a signal in the final evaluation below comes too late: the run finishes
             path = self.save_checkpoint(counters, obs)
             command = shlex.join(["python", os.path.abspath(__file__), "--resume", os.path.abspath(path)])
-            print(f"\nstopped by signal {self.stop_signal[0]} at step {counters[0]:,}; checkpoint written to {path}; "
-                  f"continue with:\n{command}")
+            print(
+                f"\nstopped by signal {self.stop_signal[0]} at step {counters[0]:,}; checkpoint written to {path}; "
+                f"continue with:\n{command}"
+            )
         else:
             if self.eval_step != counters[0]:
                 self.evaluate(policy, counters[0])
@@ -620,16 +789,21 @@ class Run:
                 self.save({**model, "args": asdict(self.args)}, "model.pt", counters[0], "no model.pt is written")
                 print(f"model saved to {self.dir}/model.pt")
             self.save(f"finished at step {counters[0]:,}\n".encode(), "finished", counters[0], "its checkpoint is kept")
-        return {"run_dir": self.dir, "global_step": counters[0], "eval_return": self.eval_return,
-                "stopped_by": stopped[0] if stopped else None}
+        return {
+            "run_dir": self.dir,
+            "global_step": counters[0],
+            "eval_return": self.eval_return,
+            "stopped_by": stopped[0] if stopped else None,
+        }
 
     def __enter__(self):
         return self
 
     def __exit__(self, kind, error, tb) -> None:
-        """Close the run; torch's failure to allocate memory (CPU or CUDA) becomes a ConfigError naming the flags to
-        lower: --buffer-size before the run directory is made (the buffers), `memory_flags` after it (a training step),
-        with the traceback printed first, for the run's log."""
+        """Close the run; torch's failure to allocate memory (CPU or CUDA) becomes a ConfigError
+        naming the flags to lower: --buffer-size before the run directory is made (the buffers),
+        `memory_flags` after it (a training step), with the traceback printed first, for the run's
+        log."""
         self.close()
         if error is not None and self.progress:  # the error's line starts a line of its own
             print(flush=True)
@@ -650,8 +824,8 @@ class Run:
 
 
 def cli(argv=None) -> dict:
-    """Command line: bad input ends in one line on stderr and exit code 2; a stop by a signal exits with 128 +
-    signum."""
+    """Command line: bad input ends in one line on stderr and exit code 2; a stop by a signal exits
+    with 128 + signum."""
     argv = sys.argv[1:] if argv is None else list(argv)
     try:  # tyro's error box is silenced and replaced by one line; --help prints as usual
         with contextlib.redirect_stderr(sys.stderr if {"-h", "--help"} & set(argv) else io.StringIO()):
@@ -661,8 +835,11 @@ def cli(argv=None) -> dict:
     except (SystemExit, ConfigError) as e:  # bad input: one line on stderr, whatever it says, exit code 2
         if isinstance(e, SystemExit) and not e.code:
             raise  # --help
-        message = str(e) if isinstance(e, ConfigError) else f"a flag's value is missing or does not parse in " \
-            f"`{' '.join(argv)}`; see --help"
+        message = (
+            str(e)
+            if isinstance(e, ConfigError)
+            else f"a flag's value is missing or does not parse in `{' '.join(argv)}`; see --help"
+        )
         print("error: " + " ".join(message.split()), file=sys.stderr)
         raise SystemExit(2) from None
     if summary["stopped_by"]:
@@ -670,18 +847,19 @@ def cli(argv=None) -> dict:
     return summary
 
 
-# ======================================================================================================================
-# COMPILED UPDATES (--compile): `td3_update` through torch.compile as it is, losses, backward pass and optimizer step
-# included, so an edit above runs the same compiled; on a GPU each function is also recorded as a CUDA graph and
-# replayed.
+# ==================================================================================================
+# COMPILED UPDATES (--compile): `td3_update` through torch.compile as it is, losses, backward pass
+# and optimizer step included, so an edit above runs the same compiled; on a GPU each function is
+# also recorded as a CUDA graph and replayed.
 # A reader of the algorithm may stop above this banner.
-# ======================================================================================================================
+# ==================================================================================================
 CUDA_GRAPHS = True  # on a GPU, capture the compiled functions (False: compiled only, as benchmark/speed.py times it)
 
 
 def compiled(functions: list, device) -> list:
-    """Each of `functions` through torch.compile as it is (its losses, backward pass and optimizer step are traced from
-    the code above at the first call, so an edit there is what runs); on a GPU, each also `Captured`."""
+    """Each of `functions` through torch.compile as it is (its losses, backward pass and optimizer
+    step are traced from the code above at the first call, so an edit there is what runs); on a GPU,
+    each also `Captured`."""
     importlib.import_module("torch._inductor.config").fallback_random = True  # random draws as eager mode's
     functions = [torch.compile(function) for function in functions]
     if device.type == "cuda" and CUDA_GRAPHS:
@@ -690,11 +868,12 @@ def compiled(functions: list, device) -> list:
 
 
 class Captured:
-    """`fn` recorded as CUDA graphs and replayed. Each distinct call signature (the inputs' tree, the shape, dtype,
-    device and strides of each tensor, and the value of each other input, such as a flag) has a graph of its own: its
-    first `warmup` calls run `fn` on this wrapper's side stream, as capture needs; the next records it; each call after
-    copies the tensor inputs into the recorded ones and replays it. The outputs are the recorded tensors, which the
-    next replay of the same graph overwrites: clone what you keep."""
+    """`fn` recorded as CUDA graphs and replayed. Each distinct call signature (the inputs' tree,
+    the shape, dtype, device and strides of each tensor, and the value of each other input, such as
+    a flag) has a graph of its own: its first `warmup` calls run `fn` on this wrapper's side stream,
+    as capture needs; the next records it; each call after copies the tensor inputs into the
+    recorded ones and replays it. The outputs are the recorded tensors, which the next replay of the
+    same graph overwrites: clone what you keep."""
 
     def __init__(self, fn, warmup: int = 3):  # warm-up calls compile `fn` and set up what CUDA makes lazily
         self.fn = fn
@@ -717,8 +896,12 @@ class Captured:
             return out
         if "graph" not in g:
             g["graph"] = torch.cuda.CUDAGraph()
-            g["inputs"] = [torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=x.device).copy_(x)
-                           if torch.is_tensor(x) else x for x in leaves]  # the strides compiled for: no recompile
+            g["inputs"] = [
+                torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=x.device).copy_(x)
+                if torch.is_tensor(x)
+                else x
+                for x in leaves
+            ]  # the strides compiled for: no recompile
             with torch.cuda.graph(g["graph"]):
                 g["outputs"] = self.fn(*torch.utils._pytree.tree_unflatten(g["inputs"], spec))
         recorded = [x for x in g["inputs"] if torch.is_tensor(x)]

@@ -1,30 +1,36 @@
-"""Learning curves and a results table from a grid's TensorBoard event files, offline, in one command.
+"""Learning curves and a results table from a grid's TensorBoard event files, offline, in one
+command.
 
     python benchmark/report.py benchmark_runs                       # writes benchmark_runs/report/
-    python benchmark/report.py benchmark_runs --out report --reference benchmark/reference_results.csv
-    python benchmark/report.py benchmark_runs --scripts a2c acer --last-episodes 100   # the PPO paper's A2C/ACER table
-    python benchmark/report.py benchmark/results/speed --speed     # speed.png from benchmark/speed.py's --out tables
+    python benchmark/report.py benchmark_runs --out report --reference
+    benchmark/reference_results.csv python benchmark/report.py benchmark_runs --scripts a2c acer
+    --last-episodes 100   # the PPO paper's A2C/ACER table python benchmark/report.py
+    benchmark/results/speed --speed     # speed.png from benchmark/speed.py's --out tables
 
-Reads every run under the grid root (benchmark/run.py's layout, OUT/<script>/<env>/seed_<seed>/runs/<run_name>/, or
-any folder of run directories named <env>__<script>__<seed>__<time>) with tensorboard's own event reader, groups the
-runs by script and env across seeds, and writes:
-    <env>.png   eval/episodic_return (greedy policy) against env steps: the mean over seeds with a band of one standard
-                deviation, one line per script, the published numbers of --reference as dotted lines, the band kept
-                within the env's return bounds where RETURN_BOUNDS knows them. A seed with fewer than MIN_EVALS
-                evaluations is warned about, and its script's line shows the training return (the mean of the last K
-                charts/episodic_return) instead;
-    results.md  the final return of each (script, env): the last evaluation of each seed, as mean ± std and the
-                interquartile mean (IQM: the mean of the middle half of the seeds, a quarter trimmed from each end,
-                rounded down, as scipy.stats.trim_mean(x, 0.25)); the training return, the mean of each seed's last K
-                charts/episodic_return (--last-episodes K), as mean ± std over seeds; and the published numbers of
-                --reference beside them.
-<env> is the env id with ':' and '/' replaced by '_'. A curve of one point is drawn as a marker. It warns, one line
-each, about two or more runs of one script, env and seed, and keeps the newest by the unix time that ends the run name
-(of equal times, the last path); about a run without evaluations, which it leaves out; and about a seed whose last
-evaluation comes before the others', whose final return is then of that earlier step.
-With --speed it reads instead the Markdown tables that benchmark/speed.py --out wrote into ROOT and draws speed.png: a
-bar per row with a peer, the median ratio of our env steps/s to the peer's over the rounds or measurements, a whisker
-from the least to the greatest, labelled with the script and the flags of our runs.
+Reads every run under the grid root (benchmark/run.py's layout,
+OUT/<script>/<env>/seed_<seed>/runs/<run_name>/, or any folder of run directories named
+<env>__<script>__<seed>__<time>) with tensorboard's own event reader, groups the runs by script and
+env across seeds, and writes:
+    <env>.png   eval/episodic_return (greedy policy) against env steps: the mean over seeds with a
+    band of one standard
+                deviation, one line per script, the published numbers of --reference as dotted
+                lines, the band kept within the env's return bounds where RETURN_BOUNDS knows them.
+                A seed with fewer than MIN_EVALS evaluations is warned about, and its script's line
+                shows the training return (the mean of the last K charts/episodic_return) instead;
+    results.md  the final return of each (script, env): the last evaluation of each seed, as mean ±
+    std and the
+                interquartile mean (IQM: the mean of the middle half of the seeds, a quarter trimmed
+                from each end, rounded down, as scipy.stats.trim_mean(x, 0.25)); the training
+                return, the mean of each seed's last K charts/episodic_return (--last-episodes K),
+                as mean ± std over seeds; and the published numbers of --reference beside them.
+<env> is the env id with ':' and '/' replaced by '_'. A curve of one point is drawn as a marker. It
+warns, one line each, about two or more runs of one script, env and seed, and keeps the newest by
+the unix time that ends the run name (of equal times, the last path); about a run without
+evaluations, which it leaves out; and about a seed whose last evaluation comes before the others',
+whose final return is then of that earlier step. With --speed it reads instead the Markdown tables
+that benchmark/speed.py --out wrote into ROOT and draws speed.png: a bar per row with a peer, the
+median ratio of our env steps/s to the peer's over the rounds or measurements, a whisker from the
+least to the greatest, labelled with the script and the flags of our runs.
 """
 
 import argparse
@@ -40,11 +46,16 @@ import numpy as np
 EVAL_TAG, TRAIN_TAG = "eval/episodic_return", "charts/episodic_return"
 MIN_EVALS = 3  # evaluations a seed needs for its curve to be drawn from them
 RETURN_BOUNDS = {  # the least and greatest return of an episode: +1 or -1 a step up to the time limit
-    "CartPole-v1": (0, 500), "InvertedPendulum-v5": (0, 1000), "Acrobot-v1": (-500, 0), "MountainCar-v0": (-200, 0)}
+    "CartPole-v1": (0, 500),
+    "InvertedPendulum-v5": (0, 1000),
+    "Acrobot-v1": (-500, 0),
+    "MountainCar-v0": (-200, 0),
+}
 
 
 def read_scalars(run_dir: str, tag: str) -> list:
-    """[(step, value)] of one tag, with tensorboard's event reader (purged steps of a resumed run dropped)."""
+    """[(step, value)] of one tag, with tensorboard's event reader (purged steps of a resumed run
+    dropped)."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     acc = EventAccumulator(run_dir, size_guidance={"scalars": 0})
@@ -53,12 +64,16 @@ def read_scalars(run_dir: str, tag: str) -> list:
 
 
 def find_runs(root: str, scripts=None) -> dict:
-    """{(script, env): {seed: run_dir}} for every run directory below root that holds event files (of `scripts` only,
-    when given); of runs sharing a script, env and seed, the newest by the unix time that ends the name, with a
-    warning."""
+    """{(script, env): {seed: run_dir}} for every run directory below root that holds event files
+    (of `scripts` only, when given); of runs sharing a script, env and seed, the newest by the unix
+    time that ends the name, with a warning."""
     found = defaultdict(list)
-    for run_dir in sorted({os.path.dirname(events) for events in
-                           glob.glob(os.path.join(root, "**", "events.out.tfevents.*"), recursive=True)}):
+    for run_dir in sorted(
+        {
+            os.path.dirname(events)
+            for events in glob.glob(os.path.join(root, "**", "events.out.tfevents.*"), recursive=True)
+        }
+    ):
         parts = os.path.basename(run_dir).split("__")
         if len(parts) == 4 and (not scripts or parts[1] in scripts):
             env_id, script, seed, started = parts
@@ -67,14 +82,18 @@ def find_runs(root: str, scripts=None) -> dict:
     for (script, env_id, seed), candidates in sorted(found.items()):
         runs[(script, env_id)][seed] = kept = max(candidates)[1]
         if len(candidates) > 1:
-            print(f"warning: {len(candidates)} runs of {script} {env_id} seed {seed} "
-                  f"({', '.join(run_dir for _, run_dir in candidates)}): the report keeps the newest by the unix time "
-                  f"ending its name: {kept}", file=sys.stderr)
+            print(
+                f"warning: {len(candidates)} runs of {script} {env_id} seed {seed} "
+                f"({', '.join(run_dir for _, run_dir in candidates)}): the report keeps the newest by the unix time "
+                f"ending its name: {kept}",
+                file=sys.stderr,
+            )
     return runs
 
 
 def training_curves(seeds: dict, last: int, points: int = 50) -> dict:
-    """{seed: [(step, mean of the last `last` training returns)]} at `points` steps that every seed reached."""
+    """{seed: [(step, mean of the last `last` training returns)]} at `points` steps that every seed
+    reached."""
     runs = {seed: np.array(read_scalars(run_dir, TRAIN_TAG)) for seed, run_dir in seeds.items()}
     runs = {seed: run for seed, run in runs.items() if len(run)}
     if not runs:
@@ -82,31 +101,33 @@ def training_curves(seeds: dict, last: int, points: int = 50) -> dict:
     steps = np.linspace(max(run[0, 0] for run in runs.values()), min(run[-1, 0] for run in runs.values()), points)
     curves = {}
     for seed, run in runs.items():
-        smooth = [run[max(0, i + 1 - last): i + 1, 1].mean() for i in range(len(run))]
+        smooth = [run[max(0, i + 1 - last) : i + 1, 1].mean() for i in range(len(run))]
         curves[seed] = list(zip(steps.astype(int).tolist(), np.interp(steps, run[:, 0], smooth).tolist()))
     return curves
 
 
 def band(values: np.ndarray, env_id: str) -> tuple:
-    """(mean, low, high) over seeds (axis 0): one standard deviation each side, within the env's return bounds."""
+    """(mean, low, high) over seeds (axis 0): one standard deviation each side, within the env's
+    return bounds."""
     mean, std = values.mean(0), values.std(0)
     low, high = RETURN_BOUNDS.get(env_id, (-np.inf, np.inf))
     return mean, np.clip(mean - std, low, high), np.clip(mean + std, low, high)
 
 
 def iqm(values) -> float:
-    """Interquartile mean: the mean after trimming int(n / 4) values from each end (scipy.stats.trim_mean(x, 0.25))."""
+    """Interquartile mean: the mean after trimming int(n / 4) values from each end
+    (scipy.stats.trim_mean(x, 0.25))."""
     values = np.sort(np.asarray(values, dtype=float))
     cut = len(values) // 4
-    return float(values[cut: len(values) - cut].mean())
+    return float(values[cut : len(values) - cut].mean())
 
 
 REFERENCE_COLUMNS = ("script", "env", "steps", "value", "source")
 
 
 def read_reference(path: str | None) -> dict | str:
-    """{(script, env): [row, ...]} from a CSV with columns script, env, steps, value, source; or why it can't be
-    read."""
+    """{(script, env): [row, ...]} from a CSV with columns script, env, steps, value, source; or why
+    it can't be read."""
     if not path:
         return {}
     table = defaultdict(list)
@@ -133,11 +154,13 @@ def pyplot():
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
     return plt
 
 
 def speed_chart(root: str, out: str) -> int:
-    """speed.png from the rows of every speed.py table (*.md) in root; returns the number of bars."""
+    """speed.png from the rows of every speed.py table (*.md) in root; returns the number of
+    bars."""
     bars = []  # (label, ratio, least, greatest)
     for path in sorted(glob.glob(os.path.join(root, "*.md"))):
         text = open(path).read()
@@ -171,9 +194,11 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("root", help="the grid's root directory (benchmark/run.py --out)")
     parser.add_argument("--out", default=None, help="where to write the PNGs and results.md (default: ROOT/report)")
-    parser.add_argument("--reference", default=os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                                                            "reference_results.csv"),
-                        help="published numbers to place beside ours ('' for none)")
+    parser.add_argument(
+        "--reference",
+        default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "reference_results.csv"),
+        help="published numbers to place beside ours ('' for none)",
+    )
     parser.add_argument("--last-episodes", type=int, default=10, metavar="K", help="training episodes a seed averages")
     parser.add_argument("--scripts", nargs="+", help="report these scripts (run names' exp_name) only")
     parser.add_argument("--speed", action="store_true", help="draw speed.png from benchmark/speed.py's tables in ROOT")
@@ -191,8 +216,12 @@ def main(argv=None) -> int:
     runs = find_runs(args.root, args.scripts)
     if not runs:
         present = sorted({script for script, _ in find_runs(args.root, None)})
-        print(f"error: no runs of {', '.join(args.scripts)} under {args.root}; its runs are of {', '.join(present)}"
-              if args.scripts and present else f"error: no TensorBoard runs under {args.root}", file=sys.stderr)
+        print(
+            f"error: no runs of {', '.join(args.scripts)} under {args.root}; its runs are of {', '.join(present)}"
+            if args.scripts and present
+            else f"error: no TensorBoard runs under {args.root}",
+            file=sys.stderr,
+        )
         return 2
     out = args.out or os.path.join(args.root, "report")
     reference = read_reference(args.reference)
@@ -205,8 +234,11 @@ def main(argv=None) -> int:
     os.makedirs(out, exist_ok=True)
 
     plt = pyplot()
-    rows = ["| script | env | seeds | steps | final return: mean ± std | IQM | training return, last "
-            f"{args.last_episodes} episodes: mean ± std | published |", "|---|---|---|---|---|---|---|---|"]
+    rows = [
+        "| script | env | seeds | steps | final return: mean ± std | IQM | training return, last "
+        f"{args.last_episodes} episodes: mean ± std | published |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     by_env = defaultdict(list)
     for (script, env_id), seeds in sorted(runs.items()):
         curves = {seed: read_scalars(run_dir, EVAL_TAG) for seed, run_dir in sorted(seeds.items())}
@@ -219,44 +251,65 @@ def main(argv=None) -> int:
         finals = [curve[-1][1] for curve in curves.values()]
         steps = max(curve[-1][0] for curve in curves.values())
         for seed in [seed for seed, curve in curves.items() if curve[-1][0] < steps]:  # stopped, crashed or running
-            print(f"warning: {script} {env_id} seed {seed} ends at step {curves[seed][-1][0]:,}, before the others' "
-                  f"{steps:,}: its final return is of that step", file=sys.stderr)
-        train = [read_scalars(seeds[seed], TRAIN_TAG)[-args.last_episodes:] for seed in curves]
+            print(
+                f"warning: {script} {env_id} seed {seed} ends at step {curves[seed][-1][0]:,}, before the others' "
+                f"{steps:,}: its final return is of that step",
+                file=sys.stderr,
+            )
+        train = [read_scalars(seeds[seed], TRAIN_TAG)[-args.last_episodes :] for seed in curves]
         train = [np.mean([value for _, value in episodes]) for episodes in train if episodes]
         train = f"{np.mean(train):.1f} ± {np.std(train):.1f}" if train else "-"
-        published = "; ".join(f"{r['value']} at {r['steps']} ({r['source']})"
-                              for r in reference.get((script, env_id), [])) or "-"
-        rows.append(f"| `{script}` | {env_id} | {len(finals)} | {steps:,} | {np.mean(finals):.1f} ± "
-                    f"{np.std(finals):.1f} | {iqm(finals):.1f} | {train} | {published} |")
+        published = (
+            "; ".join(f"{r['value']} at {r['steps']} ({r['source']})" for r in reference.get((script, env_id), []))
+            or "-"
+        )
+        rows.append(
+            f"| `{script}` | {env_id} | {len(finals)} | {steps:,} | {np.mean(finals):.1f} ± "
+            f"{np.std(finals):.1f} | {iqm(finals):.1f} | {train} | {published} |"
+        )
         sparse = {seed: len(curve) for seed, curve in curves.items() if len(curve) < MIN_EVALS}
         for seed, count in sparse.items():
-            print(f"warning: {script} {env_id} seed {seed} has {count} evaluation(s), fewer than {MIN_EVALS}: its "
-                  f"curve shows the training return, the mean of the last {args.last_episodes} episodes",
-                  file=sys.stderr)
+            print(
+                f"warning: {script} {env_id} seed {seed} has {count} evaluation(s), fewer than {MIN_EVALS}: its "
+                f"curve shows the training return, the mean of the last {args.last_episodes} episodes",
+                file=sys.stderr,
+            )
         train_curves = training_curves(seeds, args.last_episodes) if sparse else {}
         by_env[env_id].append((f"{script}, training return" if train_curves else script, train_curves or curves))
 
     for env_id, entries in by_env.items():
         fig, ax = plt.subplots(figsize=(6, 4))
         for label, curves in entries:
-            # the steps every seed reached; each seed evaluates at the same steps (every --eval-freq)
+            # the steps every seed reached; each seed evaluates at the same steps (every
+            # --eval-freq)
             common = sorted(set.intersection(*(set(s for s, _ in curve) for curve in curves.values())))
             mean, low, high = band(np.array([[dict(curve)[s] for s in common] for curve in curves.values()]), env_id)
-            color = ax.plot(common, mean, marker="o" if len(common) == 1 else None,  # a point: no line to see
-                            label=f"{label} ({len(curves)} seeds)")[0].get_color()
+            color = ax.plot(
+                common,
+                mean,
+                marker="o" if len(common) == 1 else None,  # a point: no line to see
+                label=f"{label} ({len(curves)} seeds)",
+            )[0].get_color()
             ax.fill_between(common, low, high, alpha=0.25, color=color)
             for row in reference.get((label.split(",")[0], env_id), []):  # dotted, in the script's colour
-                ax.axhline(published_value(row), color=color, linestyle=":", linewidth=1.2,
-                           label=f"published: {row['value']} at {row['steps']} ({row['source'].split(',')[0]})")
+                ax.axhline(
+                    published_value(row),
+                    color=color,
+                    linestyle=":",
+                    linewidth=1.2,
+                    label=f"published: {row['value']} at {row['steps']} ({row['source'].split(',')[0]})",
+                )
         ax.set(title=env_id, xlabel="env steps", ylabel="episodic return (mean ± std over seeds)")
         ax.legend(fontsize=7)
         fig.tight_layout()
         fig.savefig(os.path.join(out, re.sub(r"[:/]", "_", env_id) + ".png"), dpi=100)
         plt.close(fig)
 
-    table = "\n".join(rows) + ("\n\nFinal return: the last `eval/episodic_return` of each seed (greedy policy). IQM: "
-                               "the mean of the middle half of the seeds. Training return: the mean "
-                               f"of each seed's last {args.last_episodes} `charts/episodic_return`.\n")
+    table = "\n".join(rows) + (
+        "\n\nFinal return: the last `eval/episodic_return` of each seed (greedy policy). IQM: "
+        "the mean of the middle half of the seeds. Training return: the mean "
+        f"of each seed's last {args.last_episodes} `charts/episodic_return`.\n"
+    )
     with open(os.path.join(out, "results.md"), "w") as f:
         f.write(table)
     print(table)

@@ -1,17 +1,20 @@
-"""Run an env x seed grid of one script with N local worker processes; a grid stopped halfway resumes where it was.
+"""Run an env x seed grid of one script with N local worker processes; a grid stopped halfway
+resumes where it was.
 
-    python benchmark/run.py --script sac_continuous_action --envs Hopper-v5 Walker2d-v5 --seeds 1 2 3 --workers 2
-    python benchmark/run.py --script a2c --envs CartPole-v1 --seeds 1 2 --total-timesteps 20000 --dry-run
-    python benchmark/run.py --script acer --envs CartPole-v1 --extra "--ent-coef 0"      # flags passed to every run
+    python benchmark/run.py --script sac_continuous_action --envs Hopper-v5 Walker2d-v5 --seeds 1 2
+    3 --workers 2 python benchmark/run.py --script a2c --envs CartPole-v1 --seeds 1 2
+    --total-timesteps 20000 --dry-run python benchmark/run.py --script acer --envs CartPole-v1
+    --extra "--ent-coef 0"      # flags passed to every run
 
-Each run lives in its own directory, OUT/<script>/<env>/seed_<seed>/, and runs there: the script's runs/<run_name>/
-(TensorBoard events, checkpoint, model) is inside it, its output in log.txt. A run exiting 0 leaves a DONE file and is
-skipped next time; one that left a checkpoint (the runner passes --checkpoint-freq, and a stopped runner SIGTERMs its
-runs, which write one) is continued with --resume; the others start afresh. A lock file held while a run is going keeps
-a second runner out of its directory. A failed run is reported by name with the tail of its log, and the others go on.
-A fresh run records its flags in flags.txt; a grid whose flags differ from a recorded run's is refused, naming the
-difference, unless --rerun says to delete such runs and run them again.
-With more than one worker each run gets one torch/OpenMP/MKL thread (oversubscribed threads are ruinous).
+Each run lives in its own directory, OUT/<script>/<env>/seed_<seed>/, and runs there: the script's
+runs/<run_name>/ (TensorBoard events, checkpoint, model) is inside it, its output in log.txt. A run
+exiting 0 leaves a DONE file and is skipped next time; one that left a checkpoint (the runner passes
+--checkpoint-freq, and a stopped runner SIGTERMs its runs, which write one) is continued with
+--resume; the others start afresh. A lock file held while a run is going keeps a second runner out
+of its directory. A failed run is reported by name with the tail of its log, and the others go on. A
+fresh run records its flags in flags.txt; a grid whose flags differ from a recorded run's is
+refused, naming the difference, unless --rerun says to delete such runs and run them again. With
+more than one worker each run gets one torch/OpenMP/MKL thread (oversubscribed threads are ruinous).
 Then: python benchmark/report.py OUT
 """
 
@@ -38,12 +41,22 @@ def run_dir(out: str, script: str, env_id: str, seed: int) -> str:
 def flags(args, env_id: str, seed: int) -> list:
     """The flags of this run's fresh start, as flags.txt records them."""
     every = args.checkpoint_freq if args.checkpoint_freq is not None else max(args.total_timesteps // 10, 1)
-    return ["--env-id", env_id, "--seed", str(seed), "--total-timesteps", str(args.total_timesteps),
-            "--checkpoint-freq", str(every), *shlex.split(args.extra)]
+    return [
+        "--env-id",
+        env_id,
+        "--seed",
+        str(seed),
+        "--total-timesteps",
+        str(args.total_timesteps),
+        "--checkpoint-freq",
+        str(every),
+        *shlex.split(args.extra),
+    ]
 
 
 def command(args, env_id: str, seed: int, directory: str) -> list:
-    """The script's command line for this run: --resume from its checkpoint if it left one, a fresh start otherwise."""
+    """The script's command line for this run: --resume from its checkpoint if it left one, a fresh
+    start otherwise."""
     checkpoints = glob.glob(os.path.join(directory, "runs", "*", "checkpoint.pt"))
     if checkpoints:
         return [sys.executable, os.path.join(ROOT, f"{args.script}.py"), "--resume", os.path.abspath(checkpoints[0])]
@@ -51,7 +64,8 @@ def command(args, env_id: str, seed: int, directory: str) -> list:
 
 
 def changed_flags(args, env_id: str, seed: int) -> str:
-    """How this grid's flags differ from those the run in this cell recorded ('' if alike or none recorded)."""
+    """How this grid's flags differ from those the run in this cell recorded ('' if alike or none
+    recorded)."""
     path = os.path.join(run_dir(args.out, args.script, env_id, seed), "flags.txt")
     if not os.path.exists(path):
         return ""
@@ -61,8 +75,11 @@ def changed_flags(args, env_id: str, seed: int) -> str:
         for token in tokens:  # {"--flag": "its value", "--switch": ""}
             key = token if token.startswith("--") else key
             table[key] = "" if token == key else f"{table[key]} {token}".strip()
-    return "; ".join(f"{key} {old[0].get(key, '(unset)')} -> {old[1].get(key, '(unset)')}"
-                     for key in sorted(old[0].keys() | old[1].keys()) if old[0].get(key) != old[1].get(key))
+    return "; ".join(
+        f"{key} {old[0].get(key, '(unset)')} -> {old[1].get(key, '(unset)')}"
+        for key in sorted(old[0].keys() | old[1].keys())
+        if old[0].get(key) != old[1].get(key)
+    )
 
 
 def lock(directory: str):
@@ -77,8 +94,9 @@ def lock(directory: str):
 
 
 class Run:
-    """One grid cell going in a subprocess, holding its directory's lock. own_session (the local runner's runs): Ctrl-C
-    reaches the runner alone, which stops each run; a Slurm task's run stays in the task's group, which Slurm kills."""
+    """One grid cell going in a subprocess, holding its directory's lock. own_session (the local
+    runner's runs): Ctrl-C reaches the runner alone, which stops each run; a Slurm task's run stays
+    in the task's group, which Slurm kills."""
 
     def __init__(self, name: str, directory: str, cmd: list, threads: int | None, own_session: bool = False):
         self.name, self.directory, self.started = name, directory, time.time()
@@ -95,8 +113,9 @@ class Run:
             with open(os.path.join(directory, "flags.txt"), "w") as f:
                 f.write(shlex.join(cmd[2:]) + "\n")
         self.log.flush()
-        self.proc = subprocess.Popen(cmd, cwd=directory, stdout=self.log, stderr=subprocess.STDOUT, env=env,
-                                     start_new_session=own_session)
+        self.proc = subprocess.Popen(
+            cmd, cwd=directory, stdout=self.log, stderr=subprocess.STDOUT, env=env, start_new_session=own_session
+        )
 
     def finish(self) -> int:
         code = self.proc.wait()
@@ -113,8 +132,9 @@ def tail(path: str, lines: int = 15) -> str:
 
 
 def run_one(args, env_id: str, seed: int) -> int:
-    """One grid cell in the foreground (a Slurm array task): skipped if DONE, refused if locked, continued from its
-    checkpoint if it left one; SIGTERM (scancel, or the time limit) makes the run write a checkpoint and stop."""
+    """One grid cell in the foreground (a Slurm array task): skipped if DONE, refused if locked,
+    continued from its checkpoint if it left one; SIGTERM (scancel, or the time limit) makes the run
+    write a checkpoint and stop."""
     directory = run_dir(args.out, args.script, env_id, seed)
     if os.path.exists(os.path.join(directory, "DONE")):
         print(f"{env_id} seed {seed} finished before", flush=True)
@@ -146,10 +166,12 @@ def shell(cmd: list) -> subprocess.CompletedProcess:
 
 
 def submit_slurm(args, grid: list, todo: list, argv: list) -> int:
-    """Write a job-array batch script with one task per unfinished run and submit it with sbatch (--wait: then follow
-    it with squeue until it ends, and write the report)."""
-    print(f"{args.script}: {len(grid)} runs in the grid, {len(grid) - len(todo)} finished before, "
-          f"{len(todo)} to submit", flush=True)
+    """Write a job-array batch script with one task per unfinished run and submit it with sbatch
+    (--wait: then follow it with squeue until it ends, and write the report)."""
+    print(
+        f"{args.script}: {len(grid)} runs in the grid, {len(grid) - len(todo)} finished before, {len(todo)} to submit",
+        flush=True,
+    )
     if not todo:
         print("nothing to submit", flush=True)
         return 0
@@ -157,16 +179,25 @@ def submit_slurm(args, grid: list, todo: list, argv: list) -> int:
     keep = [a for a in argv if a not in ("--dry-run", "--wait")]
     task = [sys.executable, os.path.abspath(__file__), *keep, "--run-index", "$SLURM_ARRAY_TASK_ID"]
     logs = os.path.abspath(os.path.join(args.out, args.script))
-    options = [f"--job-name={args.script}-grid", f"--array={indices}", f"--cpus-per-task={args.cpus_per_task}",
-               f"--output={logs}/slurm-%A_%a.out", f"--chdir={os.getcwd()}"]
+    options = [
+        f"--job-name={args.script}-grid",
+        f"--array={indices}",
+        f"--cpus-per-task={args.cpus_per_task}",
+        f"--output={logs}/slurm-%A_%a.out",
+        f"--chdir={os.getcwd()}",
+    ]
     options += [f"--partition={args.partition}"] * bool(args.partition) + [f"--time={args.time}"] * bool(args.time)
     options += [f"--mem={args.mem}"] * bool(args.mem) + [f"--gres=gpu:{args.gpus_per_task}"] * (args.gpus_per_task > 0)
-    batch = "\n".join(["#!/usr/bin/env bash",
-                       f"# {args.script} grid: written by benchmark/run.py --backend slurm; one task per unfinished "
-                       "run",
-                       *[f"#SBATCH {option}" for option in options],
-                       "export OMP_NUM_THREADS=$SLURM_CPUS_PER_TASK MKL_NUM_THREADS=$SLURM_CPUS_PER_TASK",
-                       "exec " + " ".join(shlex.quote(a) if a != "$SLURM_ARRAY_TASK_ID" else a for a in task), ""])
+    batch = "\n".join(
+        [
+            "#!/usr/bin/env bash",
+            f"# {args.script} grid: written by benchmark/run.py --backend slurm; one task per unfinished run",
+            *[f"#SBATCH {option}" for option in options],
+            "export OMP_NUM_THREADS=$SLURM_CPUS_PER_TASK MKL_NUM_THREADS=$SLURM_CPUS_PER_TASK",
+            "exec " + " ".join(shlex.quote(a) if a != "$SLURM_ARRAY_TASK_ID" else a for a in task),
+            "",
+        ]
+    )
     if args.dry_run:
         print(batch, end="")
         return 0
@@ -188,9 +219,11 @@ def submit_slurm(args, grid: list, todo: list, argv: list) -> int:
         if result.returncode and "Invalid job id" not in result.stderr:  # the controller busy or restarting: ask again
             failed_since = failed_since or time.monotonic()
             if time.monotonic() - failed_since > SQUEUE_PATIENCE:
-                print(f"error: squeue failed for {SQUEUE_PATIENCE} s ({' '.join(result.stderr.split())}); job array "
-                      f"{job} may still run: follow it with squeue -j {job}, then run this command again",
-                      file=sys.stderr)
+                print(
+                    f"error: squeue failed for {SQUEUE_PATIENCE} s ({' '.join(result.stderr.split())}); job array "
+                    f"{job} may still run: follow it with squeue -j {job}, then run this command again",
+                    file=sys.stderr,
+                )
                 return 1
             time.sleep(2)
             continue
@@ -201,8 +234,11 @@ def submit_slurm(args, grid: list, todo: list, argv: list) -> int:
         if not queue.strip():
             break
         time.sleep(2)
-    missing = [f"{env_id} seed {seed}" for env_id, seed in todo
-               if not os.path.exists(os.path.join(run_dir(args.out, args.script, env_id, seed), "DONE"))]
+    missing = [
+        f"{env_id} seed {seed}"
+        for env_id, seed in todo
+        if not os.path.exists(os.path.join(run_dir(args.out, args.script, env_id, seed), "DONE"))
+    ]
     if missing:
         print(f"{len(missing)} runs did not finish: {', '.join(missing)}; see {logs}/slurm-{job}_*.out", flush=True)
         return 1
@@ -221,7 +257,7 @@ def main(argv=None) -> int:
     i = 0
     while i < len(argv) - 1:  # argparse takes a value that starts with "--" for a flag: "--extra X" as "--extra=X"
         if argv[i] == "--extra":
-            argv[i: i + 2] = [f"--extra={argv[i + 1]}"]
+            argv[i : i + 2] = [f"--extra={argv[i + 1]}"]
         i += 1
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--script", required=True, choices=SCRIPTS)
@@ -230,15 +266,26 @@ def main(argv=None) -> int:
     parser.add_argument("--total-timesteps", type=int, required=True)
     parser.add_argument("--workers", type=int, default=1, help="runs at a time")
     parser.add_argument("--extra", default="", help="flags passed to every run, as one string")
-    parser.add_argument("--checkpoint-freq", type=int, default=None,
-                        help="passed to every run (default: a tenth of --total-timesteps)")
+    parser.add_argument(
+        "--checkpoint-freq", type=int, default=None, help="passed to every run (default: a tenth of --total-timesteps)"
+    )
     parser.add_argument("--out", default="benchmark_runs", help="the grid's root directory")
-    parser.add_argument("--rerun", action="store_true",
-                        help="delete the runs whose recorded flags differ from this grid's, and run them again")
-    parser.add_argument("--dry-run", action="store_true",
-                        help="print the commands of the runs still to do (slurm: the batch script), run nothing")
-    parser.add_argument("--backend", choices=["local", "slurm"], default="local",
-                        help="local worker processes, or one Slurm job array with a task per unfinished run")
+    parser.add_argument(
+        "--rerun",
+        action="store_true",
+        help="delete the runs whose recorded flags differ from this grid's, and run them again",
+    )
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the commands of the runs still to do (slurm: the batch script), run nothing",
+    )
+    parser.add_argument(
+        "--backend",
+        choices=["local", "slurm"],
+        default="local",
+        help="local worker processes, or one Slurm job array with a task per unfinished run",
+    )
     slurm = parser.add_argument_group("slurm backend")
     slurm.add_argument("--partition", default=None, help="sbatch --partition (default: the cluster's default)")
     slurm.add_argument("--cpus-per-task", type=int, default=1, help="CPUs of each task; the run gets as many threads")
@@ -255,16 +302,34 @@ def main(argv=None) -> int:
     else:
         problem = None
     own = [flag for flag in extra if flag.split("=")[0] in OWN_FLAGS]
-    twice = sorted({seed for seed in args.seeds if args.seeds.count(seed) > 1} | {e for e in args.envs
-                                                                                   if args.envs.count(e) > 1})
-    problem = problem or next((why for bad, why in [
-        (args.workers < 1 or args.total_timesteps < 1 or (args.checkpoint_freq is not None and args.checkpoint_freq < 0),
-         "--workers and --total-timesteps must be at least 1, --checkpoint-freq non-negative"),
-        (own, f"--extra sets {', '.join(own)}, which run.py sets for each run: use --envs, --seeds, --total-timesteps "
-              "and --checkpoint-freq"),
-        (twice, f"--envs and --seeds list {', '.join(map(str, twice))} twice: each run once"),
-        (os.path.exists(args.out) and not os.path.isdir(args.out), f"--out {args.out} is a file: pass a directory"),
-    ] if bad), None)
+    twice = sorted(
+        {seed for seed in args.seeds if args.seeds.count(seed) > 1} | {e for e in args.envs if args.envs.count(e) > 1}
+    )
+    problem = problem or next(
+        (
+            why
+            for bad, why in [
+                (
+                    args.workers < 1
+                    or args.total_timesteps < 1
+                    or (args.checkpoint_freq is not None and args.checkpoint_freq < 0),
+                    "--workers and --total-timesteps must be at least 1, --checkpoint-freq non-negative",
+                ),
+                (
+                    own,
+                    f"--extra sets {', '.join(own)}, which run.py sets for each run: "
+                    "use --envs, --seeds, --total-timesteps and --checkpoint-freq",
+                ),
+                (twice, f"--envs and --seeds list {', '.join(map(str, twice))} twice: each run once"),
+                (
+                    os.path.exists(args.out) and not os.path.isdir(args.out),
+                    f"--out {args.out} is a file: pass a directory",
+                ),
+            ]
+            if bad
+        ),
+        None,
+    )
     if problem:
         print(f"error: {problem}", file=sys.stderr)
         return 2
@@ -276,8 +341,11 @@ def main(argv=None) -> int:
         difference = changed_flags(args, env_id, seed)
         directory = run_dir(args.out, args.script, env_id, seed)
         if difference and not args.rerun:
-            print(f"error: {directory} ran with other flags ({difference}): pass --rerun to delete it and run it "
-                  "again with these, or choose another --out", file=sys.stderr)
+            print(
+                f"error: {directory} ran with other flags ({difference}): pass --rerun to delete it and run it "
+                "again with these, or choose another --out",
+                file=sys.stderr,
+            )
             return 2
         if difference and not args.dry_run:
             try:  # a run another runner is still training is not deleted under it
@@ -286,12 +354,17 @@ def main(argv=None) -> int:
             except BlockingIOError:
                 print(f"error: --rerun: another runner holds {directory}; wait for it, or stop it", file=sys.stderr)
                 return 2
-    todo = [(env_id, seed) for env_id, seed in grid
-            if not os.path.exists(os.path.join(run_dir(args.out, args.script, env_id, seed), "DONE"))]
+    todo = [
+        (env_id, seed)
+        for env_id, seed in grid
+        if not os.path.exists(os.path.join(run_dir(args.out, args.script, env_id, seed), "DONE"))
+    ]
     if args.backend == "slurm":
         return submit_slurm(args, grid, todo, argv if argv is not None else sys.argv[1:])
-    print(f"{args.script}: {len(grid)} runs in the grid, {len(grid) - len(todo)} finished before, {len(todo)} to run",
-          flush=True)
+    print(
+        f"{args.script}: {len(grid)} runs in the grid, {len(grid) - len(todo)} finished before, {len(todo)} to run",
+        flush=True,
+    )
     if args.dry_run:
         for env_id, seed in todo:
             directory = run_dir(args.out, args.script, env_id, seed)
@@ -299,8 +372,9 @@ def main(argv=None) -> int:
         return 0
 
     stop = []
-    previous = {sig: signal.signal(sig, lambda signum, frame: stop.append(signum))
-                for sig in (signal.SIGINT, signal.SIGTERM)}
+    previous = {
+        sig: signal.signal(sig, lambda signum, frame: stop.append(signum)) for sig in (signal.SIGINT, signal.SIGTERM)
+    }
     threads = 1 if args.workers > 1 else None
     running, failed, done, start = [], [], 0, time.time()
     queue = list(todo)
@@ -311,8 +385,15 @@ def main(argv=None) -> int:
                 directory = run_dir(args.out, args.script, env_id, seed)
                 os.makedirs(directory, exist_ok=True)
                 try:
-                    running.append(Run(f"{args.script} {env_id} seed {seed}", directory,
-                                       command(args, env_id, seed, directory), threads, own_session=True))
+                    running.append(
+                        Run(
+                            f"{args.script} {env_id} seed {seed}",
+                            directory,
+                            command(args, env_id, seed, directory),
+                            threads,
+                            own_session=True,
+                        )
+                    )
                 except BlockingIOError:
                     failed.append(f"{env_id} seed {seed}")
                     print(f"skipped {env_id} seed {seed}: another runner holds {directory}", flush=True)
@@ -329,14 +410,20 @@ def main(argv=None) -> int:
                     done += 1
                     left = len(queue) + len(running)
                     eta = (time.time() - start) / done * left  # at the rate runs have finished so far
-                    print(f"[{done + len(grid) - len(todo)}/{len(grid)}] {run.name} finished in "
-                          f"{time.time() - run.started:.0f} s; about {eta / 60:.1f} min left", flush=True)
+                    print(
+                        f"[{done + len(grid) - len(todo)}/{len(grid)}] {run.name} finished in "
+                        f"{time.time() - run.started:.0f} s; about {eta / 60:.1f} min left",
+                        flush=True,
+                    )
                 elif stop and code in (128 + signal.SIGTERM, 128 + signal.SIGINT, -signal.SIGTERM, -signal.SIGINT):
                     print(f"{run.name} stopped (exit {code}); it resumes from its checkpoint next time", flush=True)
                 else:
                     failed.append(run.name)
-                    print(f"FAILED {run.name} (exit {code}); the end of {run.directory}/log.txt:\n"
-                          f"{tail(os.path.join(run.directory, 'log.txt'))}", flush=True)
+                    print(
+                        f"FAILED {run.name} (exit {code}); the end of {run.directory}/log.txt:\n"
+                        f"{tail(os.path.join(run.directory, 'log.txt'))}",
+                        flush=True,
+                    )
             time.sleep(0.2)
     finally:
         for sig, handler in previous.items():

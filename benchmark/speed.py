@@ -1,20 +1,24 @@
-"""Training-phase env steps per second (SPS) of our scripts against Stable-Baselines3 (SB3), matched settings.
+"""Training-phase env steps per second (SPS) of our scripts against Stable-Baselines3 (SB3), matched
+settings.
 
-    python benchmark/speed.py --pairs sac td3 --steps 12001 --interleave 500 --repeats 2   # ours vs SB3 on Hopper-v5
-    python benchmark/speed.py --pairs a2c acer sac_atari --out speed.md   # separate runs, ours then SB3
-    python benchmark/speed.py --pairs sac td3 --steps 12001 --interleave 500 --before REV   # the tree against REV
-    python benchmark/speed.py --pairs sac td3 --steps 6000 --floor   # update time against the arithmetic floor
-    python benchmark/speed.py --gpu --repeats 1   # on a CUDA GPU: eager, compiled, captured and SB3, Hopper-v5
+    python benchmark/speed.py --pairs sac td3 --steps 12001 --interleave 500 --repeats 2   # ours vs
+    SB3 on Hopper-v5 python benchmark/speed.py --pairs a2c acer sac_atari --out speed.md   #
+    separate runs, ours then SB3 python benchmark/speed.py --pairs sac td3 --steps 12001
+    --interleave 500 --before REV   # the tree against REV python benchmark/speed.py --pairs sac td3
+    --steps 6000 --floor   # update time against the arithmetic floor python benchmark/speed.py
+    --gpu --repeats 1   # on a CUDA GPU: eager, compiled, captured and SB3, Hopper-v5
 
-Each run is a fresh process pinned to --threads torch/OpenMP/MKL threads. Env steps are timed from the first update
-(after LEARNING_STARTS random steps; A2C and ACER from the first step) to the last; construction and the final
-evaluation are left out. --interleave TURN (sac and td3: sac_continuous_action.py and td3_continuous_action.py on
-Hopper-v5) runs ours and SB3 as two processes taking turns of TURN env steps, so a slow spell of the machine hits both
-sides of a round. --before REV runs our script as it was at git revision REV as the second side, in SB3's place, with
---before-flags in place of --ours-flags if given. --floor times our update functions, eager and compiled, against
-their matmul FLOPs (torch's FlopCounterMode, in a third run) at this machine's 256 x 256 matmul rate. --gpu runs ours
-eagerly (--no-compile), compiled (--compile with CUDA_GRAPHS off) and captured (--compile), and SB3, on the GPU, each
-timed from --warmup env steps after learning starts, past compilation and capture. Prints Markdown.
+Each run is a fresh process pinned to --threads torch/OpenMP/MKL threads. Env steps are timed from
+the first update (after LEARNING_STARTS random steps; A2C and ACER from the first step) to the last;
+construction and the final evaluation are left out. --interleave TURN (sac and td3:
+sac_continuous_action.py and td3_continuous_action.py on Hopper-v5) runs ours and SB3 as two
+processes taking turns of TURN env steps, so a slow spell of the machine hits both sides of a round.
+--before REV runs our script as it was at git revision REV as the second side, in SB3's place, with
+--before-flags in place of --ours-flags if given. --floor times our update functions, eager and
+compiled, against their matmul FLOPs (torch's FlopCounterMode, in a third run) at this machine's 256
+x 256 matmul rate. --gpu runs ours eagerly (--no-compile), compiled (--compile with CUDA_GRAPHS off)
+and captured (--compile), and SB3, on the GPU, each timed from --warmup env steps after learning
+starts, past compilation and capture. Prints Markdown.
 """
 
 import argparse
@@ -34,8 +38,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LEARNING_STARTS = 2_000  # SAC, TD3 and SAC-discrete on both sides: random-action steps before the timed phase
 FLOOR_WARMUP = 100  # --floor: the first calls of each update function, compilation included, are not timed
 
-# SB3 runs our scripts' default hyperparameters (sb3_model); ACER and SAC-discrete have no SB3 peer. Default threads: 2,
-# as SAC's and TD3's 256-unit matrix products gain from a second; A2C's and ACER's do not.
+# SB3 runs our scripts' default hyperparameters (sb3_model); ACER and SAC-discrete have no SB3 peer.
+# Default threads: 2, as SAC's and TD3's 256-unit matrix products gain from a second; A2C's and
+# ACER's do not.
 EVAL = ["--eval-freq", "0", "--eval-episodes", "1"]
 OFF_POLICY = [*EVAL, "--learning-starts", str(LEARNING_STARTS)]  # the timed phase starts after these random steps
 PAIRS = {  # name: (env id, our script, its flags, SB3's algorithm, default threads, default env steps per run)
@@ -49,9 +54,10 @@ PAIRS = {  # name: (env id, our script, its flags, SB3's algorithm, default thre
 
 
 def hook_env_steps(on_step):
-    """Make every gymnasium SyncVectorEnv of this process, whatever code builds it, call `on_step(env steps done)`
-    before each step, counting each sub-env."""
+    """Make every gymnasium SyncVectorEnv of this process, whatever code builds it, call
+    `on_step(env steps done)` before each step, counting each sub-env."""
     import gymnasium as gym
+
     step, done = gym.vector.SyncVectorEnv.step, [0]
 
     def counted_step(self, actions):
@@ -63,9 +69,10 @@ def hook_env_steps(on_step):
 
 
 class Meter:
-    """Called with the env steps done at each env step; keeps (time, steps) of the first call at `start` steps or later
-    and of the last. With `fds` (read fd, write fd, 1 if this side goes first) it takes turns of `turn` env steps with
-    another process, a byte down a pipe each way, recording each turn's seconds; a side that ends sends "d"."""
+    """Called with the env steps done at each env step; keeps (time, steps) of the first call at
+    `start` steps or later and of the last. With `fds` (read fd, write fd, 1 if this side goes
+    first) it takes turns of `turn` env steps with another process, a byte down a pipe each way,
+    recording each turn's seconds; a side that ends sends "d"."""
 
     def __init__(self, start: int, turn: int = 0, fds: tuple = ()):
         self.start, self.turn, self.fds, self.first, self.turns, self.other_done = start, turn, fds, None, {}, not fds
@@ -93,8 +100,9 @@ class Meter:
 
 
 def measure_updates(module, mode: str, record: dict) -> None:
-    """--floor: make each update function that `module`'s builders (named *_update or *_updates) return append to
-    record[its index] its seconds (mode "time") or its matmul FLOPs (mode "count") at every call."""
+    """--floor: make each update function that `module`'s builders (named *_update or *_updates)
+    return append to record[its index] its seconds (mode "time") or its matmul FLOPs (mode "count")
+    at every call."""
     from torch.utils.flop_counter import FlopCounterMode
 
     def measured(fn, key: str):
@@ -104,44 +112,60 @@ def measure_updates(module, mode: str, record: dict) -> None:
                 out = fn(*a, **k)
             record.setdefault(key, []).append(counter.get_total_flops() if counter else time.perf_counter() - start)
             return out
+
         return call
 
     for name in [n for n, f in vars(module).items() if n.endswith(("_update", "_updates")) and callable(f)]:
+
         def build(*a, _build=getattr(module, name), **k):
             fns = _build(*a, **k)
-            wrapped = tuple(f if getattr(f, "__name__", "") == "act" else measured(f, str(i))  # acting is no update
-                            for i, f in enumerate(fns if isinstance(fns, tuple) else (fns,)))
+            wrapped = tuple(
+                f if getattr(f, "__name__", "") == "act" else measured(f, str(i))  # acting is no update
+                for i, f in enumerate(fns if isinstance(fns, tuple) else (fns,))
+            )
             return wrapped if isinstance(fns, tuple) else wrapped[0]
+
         setattr(module, name, build)
 
 
 def floor_markdown(args, command: str) -> str:
-    """--floor: per script an eager run counting FLOPs, then an eager and a compiled run timing the updates. A row per
-    script and path: the updates' milliseconds per env step (the first FLOOR_WARMUP calls of each function, compilation
-    included, left out) against the floor, their matmul FLOPs at the rate of a 256 x 256 matmul."""
+    """--floor: per script an eager run counting FLOPs, then an eager and a compiled run timing the
+    updates. A row per script and path: the updates' milliseconds per env step (the first
+    FLOOR_WARMUP calls of each function, compilation included, left out) against the floor, their
+    matmul FLOPs at the rate of a 256 x 256 matmul."""
     import torch
+
     torch.set_num_threads(args.threads or 2)
     a, calls, start = torch.randn(256, 256), 0, time.perf_counter()
     while time.perf_counter() - start < 3:
         torch.mm(a, a)
         calls += 1
-    rate = 2 * 256 ** 3 * calls / (time.perf_counter() - start)  # FLOP/s
-    rows = [f"| script | path | update ms per env step | matmul GFLOP per env step | floor ms at {rate / 1e9:.0f} "
-            "GFLOP/s (256 x 256 matmul) | update / floor | first calls s (compilation) |", "|---" * 7 + "|"]
+    rate = 2 * 256**3 * calls / (time.perf_counter() - start)  # FLOP/s
+    rows = [
+        f"| script | path | update ms per env step | matmul GFLOP per env step | floor ms at {rate / 1e9:.0f} "
+        "GFLOP/s (256 x 256 matmul) | update / floor | first calls s (compilation) |",
+        "|---" * 7 + "|",
+    ]
     for pair in args.pairs:
         runs, steps, threads = {}, args.steps or PAIRS[pair][5], args.threads or PAIRS[pair][4]
-        for name, mode, flags in (("count", "count", "--no-compile"), ("eager", "time", "--no-compile"),
-                                  ("compiled", "time", "--compile")):
-            pinned = argparse.Namespace(**{**vars(args), "threads": threads, "measure": mode, "ours_flags": flags,
-                                           "before_flags": ""})
+        for name, mode, flags in (
+            ("count", "count", "--no-compile"),
+            ("eager", "time", "--no-compile"),
+            ("compiled", "time", "--compile"),
+        ):
+            pinned = argparse.Namespace(
+                **{**vars(args), "threads": threads, "measure": mode, "ours_flags": flags, "before_flags": ""}
+            )
             runs[name] = run_children(["ours"], pair, steps, [args.seed], pinned)[0]["updates"]
         train_steps = steps - LEARNING_STARTS
         flops = sum(map(sum, runs.pop("count").values())) / train_steps
         for path, record in runs.items():
             seconds = sum(statistics.mean(v[FLOOR_WARMUP:]) * len(v) for v in record.values()) / train_steps
-            rows.append(f"| `{PAIRS[pair][1]}` | {path} | {seconds * 1e3:.2f} | {flops / 1e9:.3f} | "
-                        f"{flops / rate * 1e3:.2f} | {seconds * rate / flops:.2f} | "
-                        f"{sum(v[0] for v in record.values()):.1f} |")
+            rows.append(
+                f"| `{PAIRS[pair][1]}` | {path} | {seconds * 1e3:.2f} | {flops / 1e9:.3f} | "
+                f"{flops / rate * 1e3:.2f} | {seconds * rate / flops:.2f} | "
+                f"{sum(v[0] for v in record.values()):.1f} |"
+            )
     return "\n".join([f"`{command}`", "", f"Machine: {machine()}.", "", *rows]) + "\n"
 
 
@@ -152,26 +176,53 @@ def sb3_model(pair: str, seed: int, device: str = "cpu"):
     from stable_baselines3 import A2C, SAC, TD3
     from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.noise import NormalActionNoise
-    off_policy = dict(buffer_size=1_000_000, batch_size=256, tau=0.005, gamma=0.99, learning_rate=3e-4,
-                      learning_starts=LEARNING_STARTS, train_freq=1, gradient_steps=1,
-                      policy_kwargs=dict(net_arch=[256, 256]), seed=seed, device=device)
+
+    off_policy = dict(
+        buffer_size=1_000_000,
+        batch_size=256,
+        tau=0.005,
+        gamma=0.99,
+        learning_rate=3e-4,
+        learning_starts=LEARNING_STARTS,
+        train_freq=1,
+        gradient_steps=1,
+        policy_kwargs=dict(net_arch=[256, 256]),
+        seed=seed,
+        device=device,
+    )
     if algo == "A2C":
-        return A2C("MlpPolicy", make_vec_env(env_id, n_envs=8, seed=seed), learning_rate=7e-4, n_steps=5, gamma=0.99,
-                   gae_lambda=1.0, ent_coef=0.01, vf_coef=0.5, max_grad_norm=0.5, rms_prop_eps=1e-5,
-                   use_rms_prop=True, normalize_advantage=False, seed=seed, device="cpu")
+        return A2C(
+            "MlpPolicy",
+            make_vec_env(env_id, n_envs=8, seed=seed),
+            learning_rate=7e-4,
+            n_steps=5,
+            gamma=0.99,
+            gae_lambda=1.0,
+            ent_coef=0.01,
+            vf_coef=0.5,
+            max_grad_norm=0.5,
+            rms_prop_eps=1e-5,
+            use_rms_prop=True,
+            normalize_advantage=False,
+            seed=seed,
+            device="cpu",
+        )
     if algo == "SAC":
         return SAC("MlpPolicy", env_id, ent_coef="auto", target_update_interval=1, **off_policy)
     model = TD3("MlpPolicy", env_id, policy_delay=2, target_policy_noise=0.2, target_noise_clip=0.5, **off_policy)
-    # SB3 adds the noise to actions rescaled to [-1, 1], so 0.1 there is 0.1 * action_scale, as in our script
+    # SB3 adds the noise to actions rescaled to [-1, 1], so 0.1 there is 0.1 * action_scale, as in
+    # our script
     act_dim = model.action_space.shape[0]
     model.action_noise = NormalActionNoise(np.zeros(act_dim), 0.1 * np.ones(act_dim))
     return model
 
 
 def child(args) -> None:
-    """One side's run in this process. Prints RESULT and the JSON of its peak MB and SPS (interleaved: the seconds of
-    each turn of the training phase but its first, keyed by the turn's first env step)."""
+    """One side's run in this process. Prints RESULT and the JSON of its peak MB and SPS
+    (interleaved: the seconds of each turn of the training phase but its first, keyed by the turn's
+    first env step)."""
     import torch
+
     torch.set_num_threads(args.threads)
     pair, (env_id, script, flags) = args.pairs[0], PAIRS[args.pairs[0]][:3]
     start = LEARNING_STARTS + args.warmup if "--learning-starts" in flags else 0  # A2C, ACER: from the first step
@@ -182,9 +233,11 @@ def child(args) -> None:
             os.chdir(folder)  # where our script writes runs/
             if args.child == "sb3":
                 from stable_baselines3.common.callbacks import BaseCallback
+
                 callback = type("OnStep", (BaseCallback,), {"_on_step": lambda self: meter(self.num_timesteps) or True})
-                sb3_model(pair, args.seed, "cuda" if args.gpu else "cpu").learn(total_timesteps=args.steps,
-                                                                               callback=callback())
+                sb3_model(pair, args.seed, "cuda" if args.gpu else "cpu").learn(
+                    total_timesteps=args.steps, callback=callback()
+                )
             else:
                 if args.child == "before":  # our script at REV: each script stands alone, so the one file is enough
                     with open(script, "w") as f:
@@ -196,9 +249,18 @@ def child(args) -> None:
                     module.CUDA_GRAPHS = False
                 if args.measure:
                     measure_updates(module, args.measure, record)
-                module.cli([
-                    "--env-id", env_id, "--total-timesteps", str(args.steps), "--seed", str(args.seed), *flags,
-                    *shlex.split(args.before_flags if args.child == "before" else args.ours_flags)])
+                module.cli(
+                    [
+                        "--env-id",
+                        env_id,
+                        "--total-timesteps",
+                        str(args.steps),
+                        "--seed",
+                        str(args.seed),
+                        *flags,
+                        *shlex.split(args.before_flags if args.child == "before" else args.ours_flags),
+                    ]
+                )
     finally:
         meter.finish()
     result = {"peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "updates": record}
@@ -210,18 +272,38 @@ def child(args) -> None:
 
 
 def run_children(sides: list, pair: str, steps: int, seeds: list, args, batons: list = ()) -> list:
-    """Run a child (this file, --child) per side at once, threads pinned: their RESULTs, or exit with a failure."""
+    """Run a child (this file, --child) per side at once, threads pinned: their RESULTs, or exit
+    with a failure."""
     env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "MKL_NUM_THREADS": str(args.threads)}
     procs, logs = [], [tempfile.TemporaryFile("w+") for _ in sides]  # files: a full pipe would stall a side's turn
     for k, (side, seed, log) in enumerate(zip(sides, seeds, logs)):
-        cmd = [sys.executable, os.path.abspath(__file__), "--child", side, "--pairs", pair, "--steps", str(steps),
-               "--seed", str(seed), "--threads", str(args.threads), f"--ours-flags={args.ours_flags}",
-               f"--before-flags={args.before_flags}", f"--before={args.before}", "--interleave", str(args.interleave)]
+        cmd = [
+            sys.executable,
+            os.path.abspath(__file__),
+            "--child",
+            side,
+            "--pairs",
+            pair,
+            "--steps",
+            str(steps),
+            "--seed",
+            str(seed),
+            "--threads",
+            str(args.threads),
+            f"--ours-flags={args.ours_flags}",
+            f"--before-flags={args.before_flags}",
+            f"--before={args.before}",
+            "--interleave",
+            str(args.interleave),
+        ]
         cmd += [f"--baton={','.join(map(str, batons[k]))}"] if batons else []
         cmd += [f"--measure={args.measure}"] if args.measure else []
         cmd += ["--warmup", str(args.warmup)] + ["--gpu"] * args.gpu + ["--no-graphs"] * args.no_graphs
-        procs.append(subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, text=True,
-                                      pass_fds=batons[k][:2] if batons else ()))
+        procs.append(
+            subprocess.Popen(
+                cmd, env=env, stdout=log, stderr=subprocess.STDOUT, text=True, pass_fds=batons[k][:2] if batons else ()
+            )
+        )
     for fd in {fd for baton in batons for fd in baton[:2]}:
         os.close(fd)  # only the children hold the pipes, so one's exit reads as "done" in the other
     try:
@@ -233,7 +315,7 @@ def run_children(sides: list, pair: str, steps: int, seeds: list, args, batons: 
             lines = [line for line in output.splitlines() if line.startswith("RESULT ")]
             if proc.returncode != 0 or not lines:
                 sys.exit(f"error: {side} {pair} failed (exit {proc.returncode}):\n{output[-3000:]}")
-            results.append(json.loads(lines[-1][len("RESULT "):]))
+            results.append(json.loads(lines[-1][len("RESULT ") :]))
         return results
     finally:
         for proc, log in zip(procs, logs):
@@ -242,11 +324,13 @@ def run_children(sides: list, pair: str, steps: int, seeds: list, args, batons: 
 
 
 def markdown(args, names: tuple, measured: dict, command: str, machine: str) -> str:
-    """The command line, the machine, a row per script and (interleaved) a note per script. `measured` maps a pair to
-    (threads, steps, [(one side's result, the other's or None), ...])."""
+    """The command line, the machine, a row per script and (interleaved) a note per script.
+    `measured` maps a pair to (threads, steps, [(one side's result, the other's or None), ...])."""
     a, b = names
-    rows = [f"| script | env | threads | {a} SPS | {b} SPS | ratio {a} / {b}: min / median / max | peak MB {a} / {b} |",
-            "|---|---|---|---|---|---|---|"]
+    rows = [
+        f"| script | env | threads | {a} SPS | {b} SPS | ratio {a} / {b}: min / median / max | peak MB {a} / {b} |",
+        "|---|---|---|---|---|---|---|",
+    ]
     notes = []
     for pair, (threads, steps, results) in measured.items():
         flags, script = shlex.split(args.ours_flags), PAIRS[pair][1]
@@ -261,9 +345,12 @@ def markdown(args, names: tuple, measured: dict, command: str, machine: str) -> 
                 per_pair.append(sum(y["turns"][k] for k in keys) / sum(x["turns"][k] for k in keys))
             seconds = [sum(r[i] for r in rounds) for i in (0, 1)]
             sps, ratios = [[args.interleave * len(rounds) / s] for s in seconds], [y / x for x, y in rounds]
-            notes.append(f"`{script}`: {len(rounds)} rounds of two {args.interleave}-step turns in {len(per_pair)} "
-                         f"pair(s) of processes; ratio over all rounds {seconds[1] / seconds[0]:.3f}, per pair "
-                         + ", ".join(f"{r:.3f} ({(a, b)[k % 2]} first)" for k, r in enumerate(per_pair)) + ".")
+            notes.append(
+                f"`{script}`: {len(rounds)} rounds of two {args.interleave}-step turns in {len(per_pair)} "
+                f"pair(s) of processes; ratio over all rounds {seconds[1] / seconds[0]:.3f}, per pair "
+                + ", ".join(f"{r:.3f} ({(a, b)[k % 2]} first)" for k, r in enumerate(per_pair))
+                + "."
+            )
         else:
             sps = [[r["sps"] for r in side] for side in (ones, others)]
             ratios = [x / y for x, y in zip(*sps)]
@@ -271,20 +358,35 @@ def markdown(args, names: tuple, measured: dict, command: str, machine: str) -> 
         spread = " / ".join(f"{f(ratios):.2f}" for f in (min, statistics.median, max)) if ratios else "-"
         rows.append(f"| `{script}` | {env_id} | {threads} | {cells[0]} | {cells[1]} | {spread} | {peaks} |")
     kind = "interleaved pair(s) of processes" if args.interleave else "measurements of each side"
-    text = [f"`{command}`", "", f"Machine: {machine}.", "", *rows, "",
-            f"{args.repeats} {kind} per script, runs of " + ", ".join(f"{p} {m[1]:,}" for p, m in measured.items())
-            + " env steps." + (f" Our runs with `{args.ours_flags}`." if args.ours_flags else "")
-            + (f" The runs at {args.before} with `{args.before_flags}`." if args.before and args.before_flags else "")]
+    text = [
+        f"`{command}`",
+        "",
+        f"Machine: {machine}.",
+        "",
+        *rows,
+        "",
+        f"{args.repeats} {kind} per script, runs of "
+        + ", ".join(f"{p} {m[1]:,}" for p, m in measured.items())
+        + " env steps."
+        + (f" Our runs with `{args.ours_flags}`." if args.ours_flags else "")
+        + (f" The runs at {args.before} with `{args.before_flags}`." if args.before and args.before_flags else ""),
+    ]
     return "\n".join(text + [f"\n{note}" for note in notes]) + "\n"
 
 
 def gpu_markdown(args, command: str) -> str:
-    """--gpu: per script, ours eager, compiled and captured, then SB3 (not with --ours-flags, which change the task),
-    each in a process of its own on the GPU; a row per script and path: the median SPS of --repeats runs, and its ratio
-    to SB3's. --out is rewritten after each path, so a run stopped midway keeps the rows it measured."""
+    """--gpu: per script, ours eager, compiled and captured, then SB3 (not with --ours-flags, which
+    change the task), each in a process of its own on the GPU; a row per script and path: the median
+    SPS of --repeats runs, and its ratio to SB3's. --out is rewritten after each path, so a run
+    stopped midway keeps the rows it measured."""
     import torch
-    paths = {"eager": ("ours", "--no-compile", False), "compiled": ("ours", "--compile", True),
-             "captured": ("ours", "--compile", False), **({} if args.ours_flags else {"SB3": ("sb3", "", False)})}
+
+    paths = {
+        "eager": ("ours", "--no-compile", False),
+        "compiled": ("ours", "--compile", True),
+        "captured": ("ours", "--compile", False),
+        **({} if args.ours_flags else {"SB3": ("sb3", "", False)}),
+    }
     measured, failed = {pair: {} for pair in args.pairs}, []
     gpu = f"Machine: {machine()}; GPU: {torch.cuda.get_device_name()}."
 
@@ -295,15 +397,24 @@ def gpu_markdown(args, command: str) -> str:
                 ratio = f"{sps / found['SB3'][0]:.2f}" if "SB3" in found else "-"
                 rows.append(f"| `{PAIRS[pair][1]}` | {PAIRS[pair][0]} | {path} | {sps:,.1f} | {ratio} | {peak:.0f} |")
         runs = ", ".join(f"{p} {args.steps or PAIRS[p][5]:,}" for p in args.pairs)
-        note = (f"{args.repeats} run(s) a path, of {runs} env steps, timed from {LEARNING_STARTS + args.warmup:,}."
-                + (f" Our runs add `{args.ours_flags}`." if args.ours_flags else "")
-                + (f" Failed: {', '.join(failed)}." if failed else ""))
+        note = (
+            f"{args.repeats} run(s) a path, of {runs} env steps, timed from {LEARNING_STARTS + args.warmup:,}."
+            + (f" Our runs add `{args.ours_flags}`." if args.ours_flags else "")
+            + (f" Failed: {', '.join(failed)}." if failed else "")
+        )
         return "\n".join([f"`{command}`", "", gpu, "", *rows, "", note]) + "\n"
+
     for pair in args.pairs:
         steps = args.steps or PAIRS[pair][5]
         for path, (side, flags, no_graphs) in paths.items():
-            pinned = argparse.Namespace(**{**vars(args), "threads": args.threads or PAIRS[pair][4], "no_graphs": no_graphs,
-                                           "ours_flags": f"{flags} {args.ours_flags}".strip()})
+            pinned = argparse.Namespace(
+                **{
+                    **vars(args),
+                    "threads": args.threads or PAIRS[pair][4],
+                    "no_graphs": no_graphs,
+                    "ours_flags": f"{flags} {args.ours_flags}".strip(),
+                }
+            )
             try:
                 found = [run_children([side], pair, steps, [args.seed + k], pinned)[0] for k in range(args.repeats)]
             except SystemExit as failure:  # one path failing (say, its capture) leaves the others' rows
@@ -321,44 +432,71 @@ def gpu_markdown(args, command: str) -> str:
 
 
 def machine() -> str:
-    """The CPU model (Linux's /proc/cpuinfo), logical CPUs, memory and the versions that set the speed."""
+    """The CPU model (Linux's /proc/cpuinfo), logical CPUs, memory and the versions that set the
+    speed."""
     with open("/proc/cpuinfo") if os.path.exists("/proc/cpuinfo") else open(os.devnull) as f:
         model = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "unknown CPU")
-    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2 ** 30
-    return (f"{model}, {os.cpu_count()} logical CPUs, {memory:.0f} GiB memory; Python {sys.version.split()[0]}, "
-            + ", ".join(f"{p} {version(p)}" for p in ("torch", "stable-baselines3", "gymnasium")))
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    return (
+        f"{model}, {os.cpu_count()} logical CPUs, {memory:.0f} GiB memory; Python {sys.version.split()[0]}, "
+        + ", ".join(f"{p} {version(p)}" for p in ("torch", "stable-baselines3", "gymnasium"))
+    )
 
 
 def check(args) -> str | None:
     """The first problem with the flags, as one line, or None."""
-    git = [subprocess.run(["git", "cat-file", "-e", args.before + what], cwd=ROOT, capture_output=True).returncode == 0
-           for what in ["^{commit}", *(f":{PAIRS[p][1]}" for p in args.pairs)]] if args.before else []  # found?
-    off_policy, least = sorted({"sac", "sac_hil_serl", "td3", "sac_atari"} & set(args.pairs)), LEARNING_STARTS + 2 * args.interleave + 1
+    git = (
+        [
+            subprocess.run(["git", "cat-file", "-e", args.before + what], cwd=ROOT, capture_output=True).returncode == 0
+            for what in ["^{commit}", *(f":{PAIRS[p][1]}" for p in args.pairs)]
+        ]
+        if args.before
+        else []
+    )  # found?
+    off_policy, least = (
+        sorted({"sac", "sac_hil_serl", "td3", "sac_atari"} & set(args.pairs)),
+        LEARNING_STARTS + 2 * args.interleave + 1,
+    )
     problems = [
-        (args.repeats < 1 or (args.threads is not None and args.threads < 1)
-         or (args.steps is not None and args.steps < 1000),
-         "--repeats and --threads must be at least 1 and --steps at least 1000"),
-        (off_policy and (args.steps or LEARNING_STARTS + 1) <= LEARNING_STARTS,
-         f"{', '.join(off_policy)} need --steps above their learning starts ({LEARNING_STARTS:,})"),
+        (
+            args.repeats < 1
+            or (args.threads is not None and args.threads < 1)
+            or (args.steps is not None and args.steps < 1000),
+            "--repeats and --threads must be at least 1 and --steps at least 1000",
+        ),
+        (
+            off_policy and (args.steps or LEARNING_STARTS + 1) <= LEARNING_STARTS,
+            f"{', '.join(off_policy)} need --steps above their learning starts ({LEARNING_STARTS:,})",
+        ),
         (args.interleave < 0, "--interleave takes a turn of at least 1 env step"),
         (args.interleave and set(args.pairs) - {"sac", "td3"}, "--interleave works for --pairs sac td3 only"),
-        (args.interleave and min(args.steps or PAIRS[p][5] for p in args.pairs) < least,
-         f"--interleave {args.interleave} needs --steps of at least {least:,} (random steps, warm-up, a timed turn)"),
+        (
+            args.interleave and min(args.steps or PAIRS[p][5] for p in args.pairs) < least,
+            f"--interleave {args.interleave} needs --steps of at least {least:,} (random steps, warm-up, a timed turn)",
+        ),
         (args.before_flags is not None and not args.before, "--before-flags needs --before REV"),
-        (args.floor and (set(args.pairs) - {"sac", "td3"} or args.interleave or args.before),
-         "--floor works for --pairs sac td3 only, without --interleave or --before"),
+        (
+            args.floor and (set(args.pairs) - {"sac", "td3"} or args.interleave or args.before),
+            "--floor works for --pairs sac td3 only, without --interleave or --before",
+        ),
         (git and not git[0], f"--before {args.before!r} is not a git revision of this repository"),
-        (args.gpu and (set(args.pairs) - {"sac", "sac_hil_serl", "td3"} or args.interleave or args.before or args.floor),
-         "--gpu works for --pairs sac sac_hil_serl td3 only, without --interleave, --before or --floor"),
+        (
+            args.gpu
+            and (set(args.pairs) - {"sac", "sac_hil_serl", "td3"} or args.interleave or args.before or args.floor),
+            "--gpu works for --pairs sac sac_hil_serl td3 only, without --interleave, --before or --floor",
+        ),
         (args.gpu and not cuda_available(), "--gpu needs a CUDA GPU that torch sees"),
-        (args.warmup < 0 or args.steps is not None and args.steps <= LEARNING_STARTS + args.warmup and off_policy,
-         f"--warmup must be non-negative and --steps above {LEARNING_STARTS:,} + --warmup"),
+        (
+            args.warmup < 0 or args.steps is not None and args.steps <= LEARNING_STARTS + args.warmup and off_policy,
+            f"--warmup must be non-negative and --steps above {LEARNING_STARTS:,} + --warmup",
+        ),
     ] + [(git and not found, f"{PAIRS[p][1]} does not exist at {args.before}") for p, found in zip(args.pairs, git[1:])]
     return next((why for bad, why in problems if bad), None)
 
 
 def cuda_available() -> bool:
     import torch
+
     return torch.cuda.is_available()
 
 
@@ -375,8 +513,9 @@ def pairs_markdown(args, command: str) -> str:
             seeds = [args.seed + k] * len(sides)
             if args.interleave:  # side 0 first in even repeats, side 1 in odd ones
                 (read_1, write_0), (read_0, write_1) = os.pipe(), os.pipe()  # side 0 writes, side 1 reads; and back
-                found = run_children(sides, pair, steps, seeds, pinned, [(read_0, write_0, 1 - k % 2),
-                                                                         (read_1, write_1, k % 2)])
+                found = run_children(
+                    sides, pair, steps, seeds, pinned, [(read_0, write_0, 1 - k % 2), (read_1, write_1, k % 2)]
+                )
             else:
                 found = [run_children([side], pair, steps, [seed], pinned)[0] for side, seed in zip(sides, seeds)]
             results.append((*found, None)[:2])

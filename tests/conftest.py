@@ -10,21 +10,33 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-# tests/ on the scripts' subprocesses' path too: `--env-id grasp_env:PointGrasp-v0` imports the test env from there
+# tests/ on the scripts' subprocesses' path too: `--env-id grasp_env:PointGrasp-v0` imports the test
+# env from there
 os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "tests"), os.environ.get("PYTHONPATH")]))
 # Headless MuJoCo rendering; must be set before mujoco is first imported.
 os.environ.setdefault("MUJOCO_GL", "egl")
-# One thread per process, in-process and in the scripts' subprocesses: pytest-xdist runs a worker per core, and the
-# learning tests' thresholds were measured with one thread (thread count changes float reduction order).
+# One thread per process, in-process and in the scripts' subprocesses: pytest-xdist runs a worker
+# per core, and the learning tests' thresholds were measured with one thread (thread count changes
+# float reduction order).
 os.environ["OMP_NUM_THREADS"] = "1"
 os.environ["MKL_NUM_THREADS"] = "1"
 torch.set_num_threads(1)
 
 SCRIPTS = ["sac_continuous_action", "sac_hil_serl", "td3_continuous_action", "sac_atari", "a2c", "acer"]  # as modules
 
-# A Pendulum run of SAC or TD3 of a few hundred steps that reaches 200 critic updates in about a second
-TINY_CONTINUOUS = dict(env_id="Pendulum-v1", total_timesteps=300, learning_starts=100, batch_size=32, buffer_size=1_000,
-                       eval_freq=0, eval_episodes=1, log_freq=50, cuda=False)
+# A Pendulum run of SAC or TD3 of a few hundred steps that reaches 200 critic updates in about a
+# second
+TINY_CONTINUOUS = dict(
+    env_id="Pendulum-v1",
+    total_timesteps=300,
+    learning_starts=100,
+    batch_size=32,
+    buffer_size=1_000,
+    eval_freq=0,
+    eval_episodes=1,
+    log_freq=50,
+    cuda=False,
+)
 
 
 def fake_envs(low, high, obs_dim=3):
@@ -43,7 +55,8 @@ def in_tmp(tmp_path, monkeypatch):
 
 
 def scalars(run_dir) -> dict:
-    """All TensorBoard scalars of a run directory: {tag: [(step, value), ...]}, purged events already dropped."""
+    """All TensorBoard scalars of a run directory: {tag: [(step, value), ...]}, purged events
+    already dropped."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     acc = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
@@ -55,15 +68,17 @@ LONG = ("test_learns_pendulum", "_on_slurm_", "test_learns_", "resumes")  # test
 
 
 def pytest_collection_modifyitems(items):
-    """The long tests first, longest first (a stable sort keeps the rest in file order). With --maxschedchunk 2
-    (pyproject's addopts) pytest-xdist hands each worker two tests at a time, so the two workers start on the long ones
-    and share the short ones at the end, and neither runs a learning test alone while the other idles."""
+    """The long tests first, longest first (a stable sort keeps the rest in file order). With
+    --maxschedchunk 2 (pyproject's addopts) pytest-xdist hands each worker two tests at a time, so
+    the two workers start on the long ones and share the short ones at the end, and neither runs a
+    learning test alone while the other idles."""
     items.sort(key=lambda item: next((i for i, part in enumerate(LONG) if part in item.name), len(LONG)))
 
 
 def pytest_terminal_summary(terminalreporter):
-    """Print what a passing test recorded with record_property("shown_in_summary", text): the Slurm test's sbatch and
-    squeue output, which would otherwise stay in the captured output of a pytest-xdist worker."""
+    """Print what a passing test recorded with record_property("shown_in_summary", text): the Slurm
+    test's sbatch and squeue output, which would otherwise stay in the captured output of a
+    pytest-xdist worker."""
     for report in terminalreporter.stats.get("passed", []):
         for name, text in getattr(report, "user_properties", []):
             if name == "shown_in_summary":
@@ -72,8 +87,9 @@ def pytest_terminal_summary(terminalreporter):
 
 
 def fake_cuda_graphs(monkeypatch) -> list:
-    """torch.cuda's streams and graphs made stand-ins that run on the CPU: recording runs nothing new, a replay only
-    appends to the returned list. For the bookkeeping of a script's `Captured`."""
+    """torch.cuda's streams and graphs made stand-ins that run on the CPU: recording runs nothing
+    new, a replay only appends to the returned list. For the bookkeeping of a script's
+    `Captured`."""
     import contextlib
 
     class Stream:
@@ -90,7 +106,8 @@ def fake_cuda_graphs(monkeypatch) -> list:
 
 
 class EndsAtTimeLimit(gym.Env):
-    """Each episode terminates at its 5th step, where its time limit also truncates it: both flags are set."""
+    """Each episode terminates at its 5th step, where its time limit also truncates it: both flags
+    are set."""
 
     observation_space, action_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32), gym.spaces.Discrete(2)
 

@@ -1,7 +1,9 @@
-"""A test task for a discrete gripper beside continuous arm actions (sac_hil_serl.py --num-discrete-actions).
+"""A test task for a discrete gripper beside continuous arm actions (sac_hil_serl.py
+--num-discrete-actions).
 
-A point in the plane must reach a target, close its gripper on it and hold it. `--env-id grasp_env:PointGrasp-v0`
-imports this module (tests/ is on the path in the tests and their subprocesses), which registers the env.
+A point in the plane must reach a target, close its gripper on it and hold it. `--env-id
+grasp_env:PointGrasp-v0` imports this module (tests/ is on the path in the tests and their
+subprocesses), which registers the env.
 """
 
 import gymnasium as gym
@@ -9,13 +11,14 @@ import numpy as np
 
 
 class PointGrasp(gym.Env):
-    """Observation (6,): the point's position, the target's offset from it, whether the gripper is closed, whether it
-    holds the target. Action (3,) in [-1, 1]: a velocity (x SPEED), then the gripper: below -1/3 opens it, above 1/3
-    closes it, between leaves it. Closing an open gripper within RADIUS of the target grasps it; a held target moves
-    with the point until the gripper opens; a closed gripper must open before it can grasp. Reward: +1 for each step
-    that ends holding the target, else -0.1 x the distance to it. Episodes are cut at 50 steps. PointGraspFragile-v0:
-    a close command while holding crushes the target, which ends the episode with a reward of -10, so holding takes the
-    middle command."""
+    """Observation (6,): the point's position, the target's offset from it, whether the gripper is
+    closed, whether it holds the target. Action (3,) in [-1, 1]: a velocity (x SPEED), then the
+    gripper: below -1/3 opens it, above 1/3 closes it, between leaves it. Closing an open gripper
+    within RADIUS of the target grasps it; a held target moves with the point until the gripper
+    opens; a closed gripper must open before it can grasp. Reward: +1 for each step that ends
+    holding the target, else -0.1 x the distance to it. Episodes are cut at 50 steps.
+    PointGraspFragile-v0: a close command while holding crushes the target, which ends the episode
+    with a reward of -10, so holding takes the middle command."""
 
     SPEED, RADIUS = 0.2, 0.15
 

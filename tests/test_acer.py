@@ -1,7 +1,8 @@
-"""acer.py: Retrace targets against the paper's forward recursion and hand-worked cases, the trust-region projection,
-the policy and Q gradients against a per-sample loss built from torch.distributions, the average network, the segment
-buffer, smoke runs that reach on-policy and replay updates (eager and compiled), the averaged losses, the rounded budget,
-resume, bad input, and a short CartPole learning run."""
+"""acer.py: Retrace targets against the paper's forward recursion and hand-worked cases, the
+trust-region projection, the policy and Q gradients against a per-sample loss built from
+torch.distributions, the average network, the segment buffer, smoke runs that reach on-policy and
+replay updates (eager and compiled), the averaged losses, the rounded budget, resume, bad input, and
+a short CartPole learning run."""
 
 import glob
 import os
@@ -23,13 +24,13 @@ def random_segment(T=6, N=3, seed=0):
     return rewards, dones, q_taken, values, rho_bar, torch.randn(N, generator=g)
 
 
-# ---------------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # RETRACE AND THE TRUST REGION
-# ---------------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("seed", range(3))
 def test_retrace_matches_the_papers_forward_recursion(seed):
-    """Q_ret(t) = r_t + gamma (1 - d_t) [rho_bar_{t+1} (Q_ret(t+1) - Q_{t+1}) + V_{t+1}], Q_ret(T-1) bootstrapping from
-    V(s_T): written forwards, recursively, one scalar at a time."""
+    """Q_ret(t) = r_t + gamma (1 - d_t) [rho_bar_{t+1} (Q_ret(t+1) - Q_{t+1}) + V_{t+1}], Q_ret(T-1)
+    bootstrapping from V(s_T): written forwards, recursively, one scalar at a time."""
     r, d, q, v, rho, last = random_segment(seed=seed)
     T, N = r.shape
     gamma = 0.97
@@ -60,23 +61,33 @@ def test_retrace_with_rho_one_and_q_equal_v_is_the_n_step_return():
 def test_retrace_with_rho_zero_is_the_one_step_target():
     r, d, q, v, _, last = random_segment(seed=5)
     next_values = torch.cat([v[1:], last.unsqueeze(0)])
-    torch.testing.assert_close(acer.retrace_targets(r, d, q, v, torch.zeros_like(r), last, 0.9),
-                               r + 0.9 * (1 - d) * next_values)
+    torch.testing.assert_close(
+        acer.retrace_targets(r, d, q, v, torch.zeros_like(r), last, 0.9), r + 0.9 * (1 - d) * next_values
+    )
 
 
 def test_retrace_hand_worked_three_steps():
-    """gamma 0.5, r = (1, 2, 3), Q(s_t, a_t) = (0.5, 1, 2), V = (1, 1.5, 2.5), rho_bar = (0.5, 1, 0.2), V(s_3) = 4:
+    """gamma 0.5, r = (1, 2, 3), Q(s_t, a_t) = (0.5, 1, 2), V = (1, 1.5, 2.5), rho_bar = (0.5, 1,
+    0.2), V(s_3) = 4:
         t=2: 3 + 0.5 * 4 = 5;       carry 0.2 * (5 - 2) + 2.5 = 3.1
         t=1: 2 + 0.5 * 3.1 = 3.55;  carry 1.0 * (3.55 - 1) + 1.5 = 4.05
         t=0: 1 + 0.5 * 4.05 = 3.025
-    With the episode ending at t=1: t=1: 2 + 0 = 2, carry 1 * (2 - 1) + 1.5 = 2.5; t=0: 1 + 0.5 * 2.5 = 2.25."""
+    With the episode ending at t=1: t=1: 2 + 0 = 2, carry 1 * (2 - 1) + 1.5 = 2.5; t=0: 1 + 0.5 *
+    2.5 = 2.25."""
     column = lambda *x: torch.tensor(x).unsqueeze(1)  # noqa: E731
-    r, q, v, rho, last = column(1.0, 2.0, 3.0), column(0.5, 1.0, 2.0), column(1.0, 1.5, 2.5), column(0.5, 1.0, 0.2), \
-        torch.tensor([4.0])
-    torch.testing.assert_close(acer.retrace_targets(r, column(0.0, 0.0, 0.0), q, v, rho, last, 0.5),
-                               column(3.025, 3.55, 5.0))
-    torch.testing.assert_close(acer.retrace_targets(r, column(0.0, 1.0, 0.0), q, v, rho, last, 0.5),
-                               column(2.25, 2.0, 5.0))
+    r, q, v, rho, last = (
+        column(1.0, 2.0, 3.0),
+        column(0.5, 1.0, 2.0),
+        column(1.0, 1.5, 2.5),
+        column(0.5, 1.0, 0.2),
+        torch.tensor([4.0]),
+    )
+    torch.testing.assert_close(
+        acer.retrace_targets(r, column(0.0, 0.0, 0.0), q, v, rho, last, 0.5), column(3.025, 3.55, 5.0)
+    )
+    torch.testing.assert_close(
+        acer.retrace_targets(r, column(0.0, 1.0, 0.0), q, v, rho, last, 0.5), column(2.25, 2.0, 5.0)
+    )
 
 
 def test_trust_region_projection():
@@ -94,8 +105,9 @@ def test_trust_region_projection():
 
 
 def test_k_is_the_gradient_of_kl_avg_to_pi_with_respect_to_the_probabilities(monkeypatch):
-    """The statistics phi of the paper's Sec. 3.3 are the probabilities f = pi(.|s) (baselines too): acer_loss projects
-    with k = d KL(pi_avg || f) / df, here autograd's gradient of sum_a pi_avg(a) log(pi_avg(a) / f(a)) at f = pi."""
+    """The statistics phi of the paper's Sec. 3.3 are the probabilities f = pi(.|s) (baselines too):
+    acer_loss projects with k = d KL(pi_avg || f) / df, here autograd's gradient of sum_a pi_avg(a)
+    log(pi_avg(a) / f(a)) at f = pi."""
     envs = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1")])
     torch.manual_seed(0)
     agent, avg_agent, seen = acer.Agent(envs), acer.Agent(envs), []
@@ -110,14 +122,19 @@ def test_k_is_the_gradient_of_kl_avg_to_pi_with_respect_to_the_probabilities(mon
     torch.testing.assert_close(seen[0], grad)
 
 
-# ---------------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # THE LOSS AND THE AVERAGE NETWORK
-# ---------------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 def cartpole_segment(T=5, N=3, seed=0, truncate=False):
     g = torch.Generator().manual_seed(seed)
-    segment = dict(obs=torch.randn(T + 1, N, 4, generator=g), actions=torch.randint(0, 2, (T, N), generator=g),
-                   rewards=torch.ones(T, N), dones=(torch.rand(T, N, generator=g) < 0.2).float(),
-                   mu=torch.rand(T, N, 2, generator=g).softmax(-1), final_obs={})
+    segment = dict(
+        obs=torch.randn(T + 1, N, 4, generator=g),
+        actions=torch.randint(0, 2, (T, N), generator=g),
+        rewards=torch.ones(T, N),
+        dones=(torch.rand(T, N, generator=g) < 0.2).float(),
+        mu=torch.rand(T, N, 2, generator=g).softmax(-1),
+        final_obs={},
+    )
     if truncate:  # an episode truncated at step 2 of env 1: its final observation is kept
         segment["dones"][2, 1] = 1.0
         segment["final_obs"][(2, 1)] = torch.randn(4, generator=g)
@@ -125,7 +142,8 @@ def cartpole_segment(T=5, N=3, seed=0, truncate=False):
 
 
 def reference_loss(agent, segment, args):
-    """The ACER loss one sample at a time, with torch.distributions.Categorical, and Q_ret from the forward recursion."""
+    """The ACER loss one sample at a time, with torch.distributions.Categorical, and Q_ret from the
+    forward recursion."""
     T, N = segment["actions"].shape
     c, gamma = args.truncation_c, args.gamma
     with torch.no_grad():
@@ -158,8 +176,9 @@ def reference_loss(agent, segment, args):
 
 @pytest.mark.parametrize("truncate", [False, True])
 def test_loss_gradient_matches_a_per_sample_reference(truncate):
-    """Without the trust region (or with a bound it never reaches) the network's gradient is that of the per-sample
-    loss: truncated importance weight, bias correction over all actions, entropy, and the Q head's squared error."""
+    """Without the trust region (or with a bound it never reaches) the network's gradient is that of
+    the per-sample loss: truncated importance weight, bias correction over all actions, entropy, and
+    the Q head's squared error."""
     envs = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1")])
     torch.manual_seed(0)
     agent, avg_agent = acer.Agent(envs), acer.Agent(envs)
@@ -189,8 +208,9 @@ def test_a_binding_trust_region_changes_only_the_policy_gradient():
     grads = {}
     for max_kl in (1e6, 1e-4):
         loss, _ = acer.acer_loss(agent, avg_agent, segment, acer.Args(max_kl=max_kl))
-        grads[max_kl] = dict(zip([n for n, _ in agent.named_parameters()],
-                                 torch.autograd.grad(loss, list(agent.parameters()))))
+        grads[max_kl] = dict(
+            zip([n for n, _ in agent.named_parameters()], torch.autograd.grad(loss, list(agent.parameters())))
+        )
     torch.testing.assert_close(grads[1e-4]["q_head.weight"], grads[1e6]["q_head.weight"])
     assert not torch.allclose(grads[1e-4]["policy_head.weight"], grads[1e6]["policy_head.weight"])
 
@@ -239,17 +259,32 @@ def test_segment_buffer_round_trips_through_its_state_dict():
         assert torch.equal(restored.final_obs[key], value)
 
 
-# ---------------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # SMOKE, RESUME, BAD INPUT
-# ---------------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 def tiny(**overrides):
-    return acer.Args(**{**dict(total_timesteps=800, num_envs=4, num_steps=5, buffer_size=400, replay_start=100,
-                               eval_freq=0, eval_episodes=1, cuda=False, log_freq=20), **overrides})
+    return acer.Args(
+        **{
+            **dict(
+                total_timesteps=800,
+                num_envs=4,
+                num_steps=5,
+                buffer_size=400,
+                replay_start=100,
+                eval_freq=0,
+                eval_episodes=1,
+                cuda=False,
+                log_freq=20,
+            ),
+            **overrides,
+        }
+    )
 
 
 def test_a_step_that_terminates_as_its_time_limit_truncates_keeps_no_final_observation(in_tmp, monkeypatch):
-    """Gymnasium's TimeLimit sets truncated on the last allowed step even when the env terminates there (every 5th step
-    of EndsAtTimeLimit-v0): such a step is a termination, and no final observation is kept to bootstrap from."""
+    """Gymnasium's TimeLimit sets truncated on the last allowed step even when the env terminates
+    there (every 5th step of EndsAtTimeLimit-v0): such a step is a termination, and no final
+    observation is kept to bootstrap from."""
     segments, add = [], acer.SegmentBuffer.add
     monkeypatch.setattr(acer.SegmentBuffer, "add", lambda self, segment: segments.append(segment) or add(self, segment))
     acer.main(tiny(env_id="EndsAtTimeLimit-v0", total_timesteps=200))
@@ -257,10 +292,17 @@ def test_a_step_that_terminates_as_its_time_limit_truncates_keeps_no_final_obser
     assert all(segment["final_obs"] == {} for segment in segments)
 
 
-@pytest.mark.parametrize("flags", [
-    dict(), dict(trust_region=False), dict(replay_ratio_poisson=True), dict(anneal_lr=True, optimizer="adam"),
-    dict(replay_ratio=0), dict(num_envs=2, save_model=True),
-])
+@pytest.mark.parametrize(
+    "flags",
+    [
+        dict(),
+        dict(trust_region=False),
+        dict(replay_ratio_poisson=True),
+        dict(anneal_lr=True, optimizer="adam"),
+        dict(replay_ratio=0),
+        dict(num_envs=2, save_model=True),
+    ],
+)
 def test_smoke_reaches_on_policy_and_replay_updates(in_tmp, flags):
     summary = acer.main(tiny(**flags))
     iterations = 800 // (5 * flags.get("num_envs", 4))
@@ -274,8 +316,17 @@ def test_smoke_reaches_on_policy_and_replay_updates(in_tmp, flags):
     else:
         assert summary["replay_updates"] == 4 * (iterations - first + 1)
     logged = scalars(summary["run_dir"])
-    for tag in ("losses/policy_loss", "losses/q_loss", "losses/entropy", "losses/avg_policy_kl", "losses/rho_mean",
-                "charts/replay_transitions", "charts/learning_rate", "charts/SPS", "eval/episodic_return"):
+    for tag in (
+        "losses/policy_loss",
+        "losses/q_loss",
+        "losses/entropy",
+        "losses/avg_policy_kl",
+        "losses/rho_mean",
+        "charts/replay_transitions",
+        "charts/learning_rate",
+        "charts/SPS",
+        "eval/episodic_return",
+    ):
         assert len(logged[tag]) >= 1, tag
     assert max(v for _, v in logged["charts/replay_transitions"]) == 400
     lrs = [v for _, v in logged["charts/learning_rate"]]
@@ -283,9 +334,10 @@ def test_smoke_reaches_on_policy_and_replay_updates(in_tmp, flags):
 
 
 def test_logged_losses_are_the_mean_of_every_update_since_the_last_write(in_tmp, monkeypatch):
-    """Update n returns n as every metric (its loss is 0); the losses written every 3 iterations (60 env steps) are the
-    means over the on-policy and replay updates of those iterations: 1 update each until 100 transitions are stored
-    (iteration 5), 1 + 4 from then on. The last two of the 40 iterations end no window and are not written."""
+    """Update n returns n as every metric (its loss is 0); the losses written every 3 iterations (60
+    env steps) are the means over the on-policy and replay updates of those iterations: 1 update
+    each until 100 transitions are stored (iteration 5), 1 + 4 from then on. The last two of the 40
+    iterations end no window and are not written."""
     numbers = iter(range(1, 1000))
 
     def numbered_loss(agent, avg_agent, segment, args):
@@ -335,16 +387,46 @@ def test_the_average_network_moves_and_lags(in_tmp):
 
 
 def test_smoke_atari_reaches_replay_updates(in_tmp):
-    summary = acer.main(tiny(env_id="BreakoutNoFrameskip-v4", total_timesteps=40, num_envs=2, num_steps=4,
-                             buffer_size=16, replay_start=16, replay_ratio=1))
+    summary = acer.main(
+        tiny(
+            env_id="BreakoutNoFrameskip-v4",
+            total_timesteps=40,
+            num_envs=2,
+            num_steps=4,
+            buffer_size=16,
+            replay_start=16,
+            replay_ratio=1,
+        )
+    )
     assert summary["iterations"] == 5 and summary["replay_updates"] == 4
 
 
 def test_same_seed_gives_identical_logged_losses_and_resume_is_exact(tmp_path):
-    flags = ["--total-timesteps", "3200", "--eval-freq", "1600", "--eval-episodes", "1", "--save-model", "--no-cuda",
-             "--replay-start", "800", "--buffer-size", "1600", "--log-freq", "320"]
-    check_sigterm_resume_is_exact(tmp_path, acer, flags, 1000, 3200, ("agent", "avg_agent"),
-                                  ("losses/policy_loss", "losses/q_loss", "losses/rho_mean", "eval/episodic_return"))
+    flags = [
+        "--total-timesteps",
+        "3200",
+        "--eval-freq",
+        "1600",
+        "--eval-episodes",
+        "1",
+        "--save-model",
+        "--no-cuda",
+        "--replay-start",
+        "800",
+        "--buffer-size",
+        "1600",
+        "--log-freq",
+        "320",
+    ]
+    check_sigterm_resume_is_exact(
+        tmp_path,
+        acer,
+        flags,
+        1000,
+        3200,
+        ("agent", "avg_agent"),
+        ("losses/policy_loss", "losses/q_loss", "losses/rho_mean", "eval/episodic_return"),
+    )
 
 
 BAD_INPUT = {
@@ -353,8 +435,10 @@ BAD_INPUT = {
     "unknown env id": (["--env-id", "NoSuchEnv-v0"], "unknown env id"),
     "buffer below one segment": (["--buffer-size", "100"], "--buffer-size"),
     "replay never starts": (["--replay-start", "60000"], "--replay-start"),
-    "replay start beyond the whole segments the buffer holds": (["--num-envs", "3", "--num-steps", "7", "--buffer-size",
-                                                                 "100", "--replay-start", "100"], "exceeds the 84 "),
+    "replay start beyond the whole segments the buffer holds": (
+        ["--num-envs", "3", "--num-steps", "7", "--buffer-size", "100", "--replay-start", "100"],
+        "exceeds the 84 ",
+    ),
     "negative replay ratio": (["--replay-ratio", "-1"], "--replay-ratio"),
     "average decay of one": (["--avg-decay", "1"], "--avg-decay"),
     "zero max kl": (["--max-kl", "0"], "--max-kl"),
@@ -386,17 +470,35 @@ def test_continuous_env_from_the_shell_points_to_the_right_scripts(tmp_path):
 
 
 def test_smoke_capture_video(tmp_path):
-    check_capture_video(tmp_path, acer, ["--env-id", "BreakoutNoFrameskip-v4", "--total-timesteps", "40", "--num-envs",
-                                         "2", "--num-steps", "5", "--buffer-size", "20", "--replay-start", "10"],
-                        "losses/q_loss")
+    check_capture_video(
+        tmp_path,
+        acer,
+        [
+            "--env-id",
+            "BreakoutNoFrameskip-v4",
+            "--total-timesteps",
+            "40",
+            "--num-envs",
+            "2",
+            "--num-steps",
+            "5",
+            "--buffer-size",
+            "20",
+            "--replay-start",
+            "10",
+        ],
+        "losses/q_loss",
+    )
 
 
-# ---------------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # LEARNING
-# ---------------------------------------------------------------------------------------------------------------------
-# CartPole-v1, defaults otherwise (8 envs, T 20, replay ratio 4, trust region on), replay from 2,000 transitions, one
-# thread, greedy evaluations (10 episodes) at 15k and at the end (29,920 steps), seeds 1-5 measured:
-#   15k: 134.6, 60.1, 171.4, 46.1, 54.0     end: 231.8, 159.8, 141.1, 120.3, 140.6     best: 120.3 ... 231.8
+# --------------------------------------------------------------------------------------------------
+# CartPole-v1, defaults otherwise (8 envs, T 20, replay ratio 4, trust region on), replay from 2,000
+# transitions, one thread, greedy evaluations (10 episodes) at 15k and at the end (29,920 steps),
+# seeds 1-5 measured:
+#   15k: 134.6, 60.1, 171.4, 46.1, 54.0     end: 231.8, 159.8, 141.1, 120.3, 140.6     best: 120.3
+#   ... 231.8
 # The worst seed's best evaluation was 120.3; untrained greedy policies score 9 to 30.
 def test_learns_cartpole(in_tmp):
     summary = acer.main(acer.Args(seed=1, total_timesteps=30_000, replay_start=2_000, eval_freq=15_000, cuda=False))

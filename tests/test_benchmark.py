@@ -1,7 +1,8 @@
-"""benchmark/run.py, report.py and speed.py: a tiny a2c grid runs to the end, a second run does nothing, a runner
-stopped mid-grid finishes the rest when started again, failures are reported and do not stop the others, a locked run
-is left alone, the report's PNG and table match values read straight from the event files; speed.py's table and notes
-against SB3 and against a git revision, and its one-line refusals."""
+"""benchmark/run.py, report.py and speed.py: a tiny a2c grid runs to the end, a second run does
+nothing, a runner stopped mid-grid finishes the rest when started again, failures are reported and
+do not stop the others, a locked run is left alone, the report's PNG and table match values read
+straight from the event files; speed.py's table and notes against SB3 and against a git revision,
+and its one-line refusals."""
 
 import argparse
 import fcntl
@@ -17,13 +18,26 @@ import pytest
 import torch
 from conftest import ROOT
 
-GRID = ["--script", "a2c", "--envs", "CartPole-v1", "--total-timesteps", "400",
-        "--extra", "--eval-freq 200 --eval-episodes 2 --num-envs 4"]
+GRID = [
+    "--script",
+    "a2c",
+    "--envs",
+    "CartPole-v1",
+    "--total-timesteps",
+    "400",
+    "--extra",
+    "--eval-freq 200 --eval-episodes 2 --num-envs 4",
+]
 
 
 def runner(tmp_path, *args, **kwargs):
-    return subprocess.run([sys.executable, str(ROOT / "benchmark" / "run.py"), *GRID, "--out", str(tmp_path / "grid"),
-                           *args], capture_output=True, text=True, timeout=600, **kwargs)
+    return subprocess.run(
+        [sys.executable, str(ROOT / "benchmark" / "run.py"), *GRID, "--out", str(tmp_path / "grid"), *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        **kwargs,
+    )
 
 
 def event_files(tmp_path):
@@ -47,8 +61,10 @@ def test_grid_runs_to_the_end_and_a_second_invocation_runs_nothing(tmp_path):
 def test_a_grid_whose_flags_differ_from_a_recorded_run_is_refused_unless_told_to_rerun(tmp_path):
     assert runner(tmp_path, "--seeds", "1").returncode == 0
     recorded = tmp_path / "grid" / "a2c" / "CartPole-v1" / "seed_1" / "flags.txt"
-    assert recorded.read_text() == "--env-id CartPole-v1 --seed 1 --total-timesteps 400 --checkpoint-freq 40 " \
-                                   "--eval-freq 200 --eval-episodes 2 --num-envs 4\n"
+    assert (
+        recorded.read_text() == "--env-id CartPole-v1 --seed 1 --total-timesteps 400 --checkpoint-freq 40 "
+        "--eval-freq 200 --eval-episodes 2 --num-envs 4\n"
+    )
     other = ["--seeds", "1", "--extra", "--eval-freq 200 --eval-episodes 3 --num-envs 4 --ent-coef 0"]
     refused = runner(tmp_path, *other)
     assert refused.returncode == 2 and refused.stdout == "" and refused.stderr.count("\n") == 1, refused.stderr
@@ -71,9 +87,26 @@ def test_dry_run_prints_the_commands_and_runs_nothing(tmp_path):
 
 
 def test_a_runner_stopped_mid_grid_finishes_the_rest_when_started_again(tmp_path):
-    args = [sys.executable, str(ROOT / "benchmark" / "run.py"), "--script", "a2c", "--envs", "CartPole-v1",
-            "--seeds", "1", "2", "3", "--total-timesteps", "20000", "--checkpoint-freq", "2000", "--out",
-            str(tmp_path / "grid"), "--extra", "--eval-freq 0 --eval-episodes 1"]
+    args = [
+        sys.executable,
+        str(ROOT / "benchmark" / "run.py"),
+        "--script",
+        "a2c",
+        "--envs",
+        "CartPole-v1",
+        "--seeds",
+        "1",
+        "2",
+        "3",
+        "--total-timesteps",
+        "20000",
+        "--checkpoint-freq",
+        "2000",
+        "--out",
+        str(tmp_path / "grid"),
+        "--extra",
+        "--eval-freq 0 --eval-episodes 1",
+    ]
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 300
     while not glob.glob(f"{tmp_path}/grid/a2c/CartPole-v1/seed_1/runs/*/checkpoint.pt") and time.time() < deadline:
@@ -93,10 +126,28 @@ def test_a_runner_stopped_mid_grid_finishes_the_rest_when_started_again(tmp_path
 
 
 def test_a_failed_run_is_reported_and_the_others_finish(tmp_path):
-    result = subprocess.run([sys.executable, str(ROOT / "benchmark" / "run.py"), "--script", "a2c", "--envs",
-                             "NoSuchEnv-v0", "CartPole-v1", "--seeds", "1", "--total-timesteps", "400", "--out",
-                             str(tmp_path / "grid"), "--extra", "--eval-freq 0 --eval-episodes 1"],
-                            capture_output=True, text=True, timeout=600)
+    result = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmark" / "run.py"),
+            "--script",
+            "a2c",
+            "--envs",
+            "NoSuchEnv-v0",
+            "CartPole-v1",
+            "--seeds",
+            "1",
+            "--total-timesteps",
+            "400",
+            "--out",
+            str(tmp_path / "grid"),
+            "--extra",
+            "--eval-freq 0 --eval-episodes 1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert result.returncode == 1
     assert "FAILED a2c NoSuchEnv-v0 seed 1 (exit 2)" in result.stdout and "unknown env id" in result.stdout
     assert (tmp_path / "grid" / "a2c" / "CartPole-v1" / "seed_1" / "DONE").exists()
@@ -114,8 +165,9 @@ def test_a_run_locked_by_another_runner_is_left_alone(tmp_path):
 
 
 def test_a_cell_another_runner_finished_after_this_one_looked_is_not_run_again(tmp_path, monkeypatch):
-    """Between a runner's list of cells to run and its lock on one, another runner may finish that cell: the lock taken,
-    DONE is looked for again, and the cell is left alone (resuming its finished run would be refused)."""
+    """Between a runner's list of cells to run and its lock on one, another runner may finish that
+    cell: the lock taken, DONE is looked for again, and the cell is left alone (resuming its
+    finished run would be refused)."""
     monkeypatch.syspath_prepend(str(ROOT / "benchmark"))
     import run as grid_runner
 
@@ -128,22 +180,40 @@ def test_a_cell_another_runner_finished_after_this_one_looked_is_not_run_again(t
 
 
 def values_from_the_event_files(root, tag) -> list:
-    """Each run's [(step, value)] of `tag` in the order written, read record by record with tensorboard's raw event
-    file loader."""
+    """Each run's [(step, value)] of `tag` in the order written, read record by record with
+    tensorboard's raw event file loader."""
     from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
 
-    return [[(event.step, value.tensor.float_val[0] if value.tensor.float_val else value.simple_value)
-             for event in EventFileLoader(path).Load() if event.HasField("summary")
-             for value in event.summary.value if value.tag == tag]
-            for path in sorted(glob.glob(f"{root}/**/events.out.tfevents.*", recursive=True))]
+    return [
+        [
+            (event.step, value.tensor.float_val[0] if value.tensor.float_val else value.simple_value)
+            for event in EventFileLoader(path).Load()
+            if event.HasField("summary")
+            for value in event.summary.value
+            if value.tag == tag
+        ]
+        for path in sorted(glob.glob(f"{root}/**/events.out.tfevents.*", recursive=True))
+    ]
 
 
 def test_report_writes_a_png_and_a_table_of_the_event_files_numbers(tmp_path):
     import matplotlib.image
 
     assert runner(tmp_path, "--seeds", "1", "2", "3", "4", "--workers", "2").returncode == 0
-    result = subprocess.run([sys.executable, str(ROOT / "benchmark" / "report.py"), str(tmp_path / "grid"),
-                             "--last-episodes", "3", "--scripts", "a2c"], capture_output=True, text=True, timeout=600)
+    result = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmark" / "report.py"),
+            str(tmp_path / "grid"),
+            "--last-episodes",
+            "3",
+            "--scripts",
+            "a2c",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert result.returncode == 0, result.stderr
     # 400 steps evaluated every 200: two evaluations a seed, so the curves show the training returns
     assert result.stderr.count("warning: a2c CartPole-v1 seed") == 4 and "2 evaluation(s)" in result.stderr
@@ -152,25 +222,44 @@ def test_report_writes_a_png_and_a_table_of_the_event_files_numbers(tmp_path):
     height, width, _ = matplotlib.image.imread(png).shape
     assert height > 100 and width > 100
     finals = [max(values)[1] for values in values_from_the_event_files(tmp_path / "grid", "eval/episodic_return")]
-    train = [np.mean([v for _, v in values[-3:]])  # --last-episodes 3
-             for values in values_from_the_event_files(tmp_path / "grid", "charts/episodic_return")]
+    train = [
+        np.mean([v for _, v in values[-3:]])  # --last-episodes 3
+        for values in values_from_the_event_files(tmp_path / "grid", "charts/episodic_return")
+    ]
     assert len(finals) == len(train) == 4
     iqm = np.sort(finals)[1:3].mean()  # 4 seeds: the middle two
-    row = [line for line in (tmp_path / "grid" / "report" / "results.md").read_text().splitlines()
-           if line.startswith("| `a2c` | CartPole-v1 |")]
+    row = [
+        line
+        for line in (tmp_path / "grid" / "report" / "results.md").read_text().splitlines()
+        if line.startswith("| `a2c` | CartPole-v1 |")
+    ]
     assert len(row) == 1
-    assert (f"| 4 | 400 | {np.mean(finals):.1f} ± {np.std(finals):.1f} | {iqm:.1f} | {np.mean(train):.1f} ± "
-            f"{np.std(train):.1f} |") in row[0]
+    assert (
+        f"| 4 | 400 | {np.mean(finals):.1f} ± {np.std(finals):.1f} | {iqm:.1f} | {np.mean(train):.1f} ± "
+        f"{np.std(train):.1f} |"
+    ) in row[0]
     assert "496.68 at 200k frames (SLM Lab" in row[0]
-    only = subprocess.run([sys.executable, str(ROOT / "benchmark" / "report.py"), str(tmp_path / "grid"), "--scripts",
-                           "acer", "--out", str(tmp_path / "acer")], capture_output=True, text=True, timeout=600)
+    only = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmark" / "report.py"),
+            str(tmp_path / "grid"),
+            "--scripts",
+            "acer",
+            "--out",
+            str(tmp_path / "acer"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert only.returncode == 2 and "no runs of acer under" in only.stderr and "its runs are of a2c" in only.stderr
     assert not (tmp_path / "acer").exists()
 
 
 def fake_run(root, name, evals=(), episodes=()):
-    """A run directory root/name whose event file holds `evals` as eval/episodic_return and `episodes` as
-    charts/episodic_return, [(step, value)] each, beside a loss."""
+    """A run directory root/name whose event file holds `evals` as eval/episodic_return and
+    `episodes` as charts/episodic_return, [(step, value)] each, beside a loss."""
     from torch.utils.tensorboard import SummaryWriter
 
     writer = SummaryWriter(str(root / name))
@@ -197,8 +286,9 @@ EVALS = [(100, 10.0), (200, 20.0), (300, 30.0)]
 
 
 def test_report_keeps_the_newest_of_runs_sharing_script_env_and_seed_and_warns(tmp_path, capsys):
-    """Of two runs of a2c on CartPole-v1 seed 1, the one whose name ends in the greater unix time is kept (1000 over
-    999, though '999' sorts after '1000' as text), and one warning line names both and the one kept."""
+    """Of two runs of a2c on CartPole-v1 seed 1, the one whose name ends in the greater unix time is
+    kept (1000 over 999, though '999' sorts after '1000' as text), and one warning line names both
+    and the one kept."""
     older = fake_run(tmp_path / "runs", "CartPole-v1__a2c__1__999", evals=[*EVALS[:2], (300, 99.0)])
     newer = fake_run(tmp_path / "runs", "CartPole-v1__a2c__1__1000", evals=EVALS)
     assert report_main(tmp_path / "runs", "--out", tmp_path / "out") == 0
@@ -209,30 +299,34 @@ def test_report_keeps_the_newest_of_runs_sharing_script_env_and_seed_and_warns(t
 
 
 def test_report_warns_about_each_run_it_leaves_out_for_want_of_evaluations(tmp_path, capsys):
-    """Seed 2 logged a loss only, seed 3 training episodes but no evaluation (a run stopped before its first): a
-    warning names each one's run directory, and the row counts seed 1 alone."""
+    """Seed 2 logged a loss only, seed 3 training episodes but no evaluation (a run stopped before
+    its first): a warning names each one's run directory, and the row counts seed 1 alone."""
     fake_run(tmp_path / "runs", "CartPole-v1__a2c__1__1000", evals=EVALS, episodes=[(50, 5.0)])
     empty = fake_run(tmp_path / "runs", "CartPole-v1__a2c__2__1000")
     unevaluated = fake_run(tmp_path / "runs", "CartPole-v1__a2c__3__1000", episodes=[(50, 5.0)])
     assert report_main(tmp_path / "runs", "--out", tmp_path / "out") == 0
     assert capsys.readouterr().err.splitlines() == [
         f"warning: {empty} has neither eval/episodic_return nor charts/episodic_return: left out",
-        f"warning: {unevaluated} has no eval/episodic_return: left out"]
+        f"warning: {unevaluated} has no eval/episodic_return: left out",
+    ]
     assert "| `a2c` | CartPole-v1 | 1 | 300 |" in results_row(tmp_path / "out", "a2c")
 
 
 def test_report_warns_about_a_seed_that_ends_before_the_others(tmp_path, capsys):
-    """A seed stopped, crashed or still running ends before the others: its final return is of an earlier step."""
+    """A seed stopped, crashed or still running ends before the others: its final return is of an
+    earlier step."""
     fake_run(tmp_path / "runs", "CartPole-v1__a2c__1__1000", evals=EVALS)
     fake_run(tmp_path / "runs", "CartPole-v1__a2c__2__1000", evals=EVALS[:2])
     assert report_main(tmp_path / "runs", "--out", tmp_path / "out") == 0
-    assert f"warning: a2c CartPole-v1 seed 2 ends at step {EVALS[1][0]:,}, before the others' {EVALS[-1][0]:,}" in \
-        capsys.readouterr().err
+    assert (
+        f"warning: a2c CartPole-v1 seed 2 ends at step {EVALS[1][0]:,}, before the others' {EVALS[-1][0]:,}"
+        in capsys.readouterr().err
+    )
 
 
 def test_report_draws_a_one_point_curve_with_a_marker(tmp_path, monkeypatch):
-    """One evaluation and one training episode: the curve (of training returns) is a single point, and the PNG's pixel
-    at that point is not the background's white."""
+    """One evaluation and one training episode: the curve (of training returns) is a single point,
+    and the PNG's pixel at that point is not the background's white."""
     import matplotlib.image
     import matplotlib.pyplot as plt
 
@@ -254,32 +348,47 @@ def test_report_file_names_replace_colons_and_slashes_in_env_ids(tmp_path):
 
 
 def test_report_speed_draws_a_bar_per_row_with_a_peer(tmp_path):
-    """report.py --speed reads speed.py's tables: rows with a peer become bars, a row without one is left out."""
+    """report.py --speed reads speed.py's tables: rows with a peer become bars, a row without one is
+    left out."""
     import matplotlib.image
 
     header = "| script | env | threads | ours SPS | SB3 SPS | ratio ours / SB3: min / median / max | peak MB |"
-    (tmp_path / "compiled.md").write_text(f"{header}\n|---|\n| `td3_continuous_action.py` | Hopper-v5 | 2 | 274.7 "
-                                          "| 177.6 | 1.27 / 1.55 / 1.80 | 464 / 389 |\n\nOur runs with `--compile`.\n")
-    (tmp_path / "separate.md").write_text(f"{header}\n|---|\n| `a2c.py` | CartPole-v1 | 1 | 14,500.2 | 9,907.4 | "
-                                          "1.41 / 1.46 / 1.61 | 324 / 340 |\n| `acer.py` | CartPole-v1 | 1 | 10,029.5 "
-                                          "| no peer | - | 326 / - |\n")
-    done = subprocess.run([sys.executable, str(ROOT / "benchmark" / "report.py"), str(tmp_path), "--speed"],
-                          capture_output=True, text=True, timeout=600)
+    (tmp_path / "compiled.md").write_text(
+        f"{header}\n|---|\n| `td3_continuous_action.py` | Hopper-v5 | 2 | 274.7 "
+        "| 177.6 | 1.27 / 1.55 / 1.80 | 464 / 389 |\n\nOur runs with `--compile`.\n"
+    )
+    (tmp_path / "separate.md").write_text(
+        f"{header}\n|---|\n| `a2c.py` | CartPole-v1 | 1 | 14,500.2 | 9,907.4 | "
+        "1.41 / 1.46 / 1.61 | 324 / 340 |\n| `acer.py` | CartPole-v1 | 1 | 10,029.5 "
+        "| no peer | - | 326 / - |\n"
+    )
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmark" / "report.py"), str(tmp_path), "--speed"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0 and "2 bar(s)" in done.stdout, done.stderr
     assert matplotlib.image.imread(tmp_path / "speed.png").shape[0] > 100
     (tmp_path / "compiled.md").unlink()
     (tmp_path / "separate.md").write_text(f"{header}\n|---|\n| `acer.py` | CartPole-v1 | 1 | 10 | no peer | - | 3 |\n")
-    done = subprocess.run([sys.executable, str(ROOT / "benchmark" / "report.py"), str(tmp_path), "--speed"],
-                          capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmark" / "report.py"), str(tmp_path), "--speed"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 2 and "no speed.py table with a peer" in done.stderr
 
 
 def test_measure_updates_counts_the_matmul_flops_and_times_each_update_function():
-    """speed.py --floor's wrapper, on a module whose builder returns two update functions: every call records its FLOPs
-    (2 M N K a matmul) or its seconds, keyed by the function's place in what the builder returned."""
+    """speed.py --floor's wrapper, on a module whose builder returns two update functions: every
+    call records its FLOPs (2 M N K a matmul) or its seconds, keyed by the function's place in what
+    the builder returned."""
     import types
 
     import torch
+
     sys.path.insert(0, str(ROOT / "benchmark"))
     import speed
 
@@ -298,13 +407,16 @@ def test_measure_updates_counts_the_matmul_flops_and_times_each_update_function(
 
 @pytest.mark.slow
 def test_speed_floor_times_td3_s_updates_eager_and_compiled(tmp_path):
-    """--floor on TD3: a row per path, whose update / floor is the update time over the floor; the compiled run's first
-    calls take longer, as they compile."""
+    """--floor on TD3: a row per path, whose update / floor is the update time over the floor; the
+    compiled run's first calls take longer, as they compile."""
     out = tmp_path / "floor.md"
     done = speed("--pairs", "td3", "--steps", "2201", "--floor", "--out", str(out))
     assert done.returncode == 0, done.stderr[-2000:]
-    rows = {line.split("|")[2].strip(): line.strip("|").split("|")[2:] for line in out.read_text().splitlines()
-            if line.startswith("| `td3_continuous_action.py` |")}
+    rows = {
+        line.split("|")[2].strip(): line.strip("|").split("|")[2:]
+        for line in out.read_text().splitlines()
+        if line.startswith("| `td3_continuous_action.py` |")
+    }
     assert sorted(rows) == ["compiled", "eager"]
     for update_ms, gflop, floor_ms, ratio, _ in ([float(c) for c in row] for row in rows.values()):
         assert update_ms > floor_ms > 0 and gflop > 0 and abs(ratio - update_ms / floor_ms) < 0.01 + 0.01 * ratio
@@ -335,12 +447,18 @@ CUDA = torch.cuda.is_available()
 
 
 def speed(*flags, cwd=None, env=None):
-    return subprocess.run([sys.executable, str(cwd or ROOT) + "/benchmark/speed.py", *flags], capture_output=True,
-                          text=True, timeout=600, env=env)
+    return subprocess.run(
+        [sys.executable, str(cwd or ROOT) + "/benchmark/speed.py", *flags],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+    )
 
 
 def table_row(text, script="td3_continuous_action.py"):
-    """The cells of `script`'s row: env, threads, the two SPS, the ratios' min / median / max, peak MB."""
+    """The cells of `script`'s row: env, threads, the two SPS, the ratios' min / median / max, peak
+    MB."""
     row = next(line for line in text.splitlines() if line.startswith(f"| `{script}`"))
     return [c.strip() for c in row.strip("|").split("|")][1:]
 
@@ -349,15 +467,18 @@ def test_speed_help_documents_the_sb3_pairs_and_the_before_revision():
     done = speed("--help")
     text = " ".join(done.stdout.split())
     assert done.returncode == 0
-    for words in ("sac_continuous_action.py and td3_continuous_action.py on Hopper-v5", "runs ours and SB3 as two "
-                  "processes taking turns of TURN env steps", "--before REV runs our script as it was at git revision "
-                  "REV as the second side, in SB3's place", "--before-flags in place of --ours-flags"):
+    for words in (
+        "sac_continuous_action.py and td3_continuous_action.py on Hopper-v5",
+        "runs ours and SB3 as two processes taking turns of TURN env steps",
+        "--before REV runs our script as it was at git revision REV as the second side, in SB3's place",
+        "--before-flags in place of --ours-flags",
+    ):
         assert words in text, words
 
 
 def test_speed_compares_td3_with_sb3(tmp_path):
-    """benchmark/speed.py on TD3, separate runs: one (ours, SB3) pair that reaches updates on both sides, whose ratio is
-    the ratio of the two SPS cells, and the peak memory of each."""
+    """benchmark/speed.py on TD3, separate runs: one (ours, SB3) pair that reaches updates on both
+    sides, whose ratio is the ratio of the two SPS cells, and the peak memory of each."""
     out = tmp_path / "speed.md"
     done = speed("--pairs", "td3", "--repeats", "1", "--steps", "2100", "--out", str(out))
     assert done.returncode == 0, done.stderr[-2000:]
@@ -377,8 +498,9 @@ def test_speed_compares_td3_with_sb3(tmp_path):
 
 
 def test_speed_interleaved_reports_a_ratio_per_round(tmp_path):
-    """benchmark/speed.py --interleave: ours and SB3 take turns in two processes; after 2,000 random steps and one
-    warm-up turn, (2,151 - 1 - 2,000) / 50 - 1 = 2 rounds are timed, and the row's ratios are the rounds'."""
+    """benchmark/speed.py --interleave: ours and SB3 take turns in two processes; after 2,000 random
+    steps and one warm-up turn, (2,151 - 1 - 2,000) / 50 - 1 = 2 rounds are timed, and the row's
+    ratios are the rounds'."""
     out = tmp_path / "speed.md"
     done = speed("--pairs", "td3", "--repeats", "1", "--steps", "2151", "--interleave", "50", "--out", str(out))
     assert done.returncode == 0, done.stderr[-2000:]
@@ -391,35 +513,46 @@ def test_speed_interleaved_reports_a_ratio_per_round(tmp_path):
     overall = float(text.split("ratio over all rounds ")[1].split(",")[0])
     per_pair = float(text.split("per pair ")[1].split(" (ours first)")[0])
     assert overall == per_pair  # one pair
-    # SB3's seconds over ours in all rounds: the ratio of the SPS cells (rounded to tenths), between the rounds' ratios
+    # SB3's seconds over ours in all rounds: the ratio of the SPS cells (rounded to tenths), between
+    # the rounds' ratios
     assert (ours_sps - 0.05) / (sb3_sps + 0.05) - 1e-3 <= overall <= (ours_sps + 0.05) / (sb3_sps - 0.05) + 1e-3
     assert low - 0.005 <= overall <= high + 0.005
 
 
-@pytest.mark.parametrize("flags, message", [
-    (["--pairs", "a2c", "--interleave", "100"], "--interleave works for --pairs sac td3 only"),
-    (["--pairs", "td3", "--interleave", "500", "--steps", "2500"], "--interleave 500 needs --steps of at least 3,001"),
-    (["--pairs", "td3", "--interleave", "-1"], "--interleave takes a turn of at least 1 env step"),
-    (["--pairs", "a2c", "--floor"], "--floor works for --pairs sac td3 only"),
-    (["--pairs", "td3", "--floor", "--interleave", "500"], "without --interleave or --before"),
-    (["--pairs", "td3", "--interleave", "500", "--before", "no-such-revision"], "is not a git revision"),
-    (["--pairs", "td3", "--interleave", "500", "--before-flags=--no-compile"], "--before-flags needs --before REV"),
-    (["--pairs", "td3", "--steps", "999"], "--steps at least 1000"),
-    (["--pairs", "td3", "--repeats", "0"], "--repeats and --threads must be at least 1"),
-    (["--pairs", "sac_atari", "--steps", "2000"], "sac_atari need --steps above their learning starts (2,000)"),
-    (["--pairs", "a2c", "--gpu"], "--gpu works for --pairs sac sac_hil_serl td3 only"),
-    (["--pairs", "td3", "--warmup", "500", "--steps", "2500"], "--steps above 2,000 + --warmup"),
-    pytest.param(["--pairs", "td3", "--gpu"], "--gpu needs a CUDA GPU that torch sees",
-                 marks=pytest.mark.skipif(CUDA, reason="a CUDA GPU is present")),
-])
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--pairs", "a2c", "--interleave", "100"], "--interleave works for --pairs sac td3 only"),
+        (
+            ["--pairs", "td3", "--interleave", "500", "--steps", "2500"],
+            "--interleave 500 needs --steps of at least 3,001",
+        ),
+        (["--pairs", "td3", "--interleave", "-1"], "--interleave takes a turn of at least 1 env step"),
+        (["--pairs", "a2c", "--floor"], "--floor works for --pairs sac td3 only"),
+        (["--pairs", "td3", "--floor", "--interleave", "500"], "without --interleave or --before"),
+        (["--pairs", "td3", "--interleave", "500", "--before", "no-such-revision"], "is not a git revision"),
+        (["--pairs", "td3", "--interleave", "500", "--before-flags=--no-compile"], "--before-flags needs --before REV"),
+        (["--pairs", "td3", "--steps", "999"], "--steps at least 1000"),
+        (["--pairs", "td3", "--repeats", "0"], "--repeats and --threads must be at least 1"),
+        (["--pairs", "sac_atari", "--steps", "2000"], "sac_atari need --steps above their learning starts (2,000)"),
+        (["--pairs", "a2c", "--gpu"], "--gpu works for --pairs sac sac_hil_serl td3 only"),
+        (["--pairs", "td3", "--warmup", "500", "--steps", "2500"], "--steps above 2,000 + --warmup"),
+        pytest.param(
+            ["--pairs", "td3", "--gpu"],
+            "--gpu needs a CUDA GPU that torch sees",
+            marks=pytest.mark.skipif(CUDA, reason="a CUDA GPU is present"),
+        ),
+    ],
+)
 def test_speed_rejects_bad_flags_in_one_line(flags, message):
     done = speed(*flags)
     assert done.returncode == 1 and done.stderr.count("\n") == 1 and message in done.stderr, done.stderr
 
 
 def test_speed_gpu_runs_each_path_with_its_flags_and_leaves_sb3_out_under_ours_flags(monkeypatch):
-    """speed.py --gpu's runs and table, the runs stood in for: eager, compiled (CUDA_GRAPHS off) and captured, then SB3
-    as the ratio's base; with --ours-flags (another task than SB3's) no SB3 run and no ratio."""
+    """speed.py --gpu's runs and table, the runs stood in for: eager, compiled (CUDA_GRAPHS off) and
+    captured, then SB3 as the ratio's base; with --ours-flags (another task than SB3's) no SB3 run
+    and no ratio."""
     sys.path.insert(0, str(ROOT / "benchmark"))
     import speed
 
@@ -428,13 +561,19 @@ def test_speed_gpu_runs_each_path_with_its_flags_and_leaves_sb3_out_under_ours_f
     def run_children(sides, pair, steps, seeds, args, batons=()):
         runs.append((sides[0], args.ours_flags, args.no_graphs))
         return [{"sps": 400.0 if sides[0] == "ours" else 100.0, "peak_mb": 1.0}]
+
     monkeypatch.setattr(speed, "run_children", run_children)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda: "a GPU")
-    args = argparse.Namespace(pairs=["td3"], steps=3000, warmup=500, repeats=1, seed=1, threads=None, ours_flags="",
-                              out=None)
+    args = argparse.Namespace(
+        pairs=["td3"], steps=3000, warmup=500, repeats=1, seed=1, threads=None, ours_flags="", out=None
+    )
     text = speed.gpu_markdown(args, "cmd")
-    assert runs == [("ours", "--no-compile", False), ("ours", "--compile", True), ("ours", "--compile", False),
-                    ("sb3", "", False)]
+    assert runs == [
+        ("ours", "--no-compile", False),
+        ("ours", "--compile", True),
+        ("ours", "--compile", False),
+        ("sb3", "", False),
+    ]
     assert "| `td3_continuous_action.py` | Hopper-v5 | captured | 400.0 | 4.00 | 1 |" in text and "GPU: a GPU" in text
     runs.clear()
     text = speed.gpu_markdown(argparse.Namespace(**{**vars(args), "ours_flags": "--batch-size 512"}), "cmd")
@@ -442,8 +581,9 @@ def test_speed_gpu_runs_each_path_with_its_flags_and_leaves_sb3_out_under_ours_f
 
 
 def test_speed_gpu_keeps_the_rows_of_the_paths_that_ran(monkeypatch, tmp_path):
-    """A path that fails (say, its capture) is named under the table and the others keep their rows; --out holds the
-    rows measured so far after each path; when every path fails, one line and exit 1."""
+    """A path that fails (say, its capture) is named under the table and the others keep their rows;
+    --out holds the rows measured so far after each path; when every path fails, one line and exit
+    1."""
     sys.path.insert(0, str(ROOT / "benchmark"))
     import speed
 
@@ -454,11 +594,13 @@ def test_speed_gpu_keeps_the_rows_of_the_paths_that_ran(monkeypatch, tmp_path):
         if args.ours_flags == "--compile" and not args.no_graphs or fail_all:
             sys.exit("error: ours td3 failed (exit 1)")
         return [{"sps": 400.0 if sides[0] == "ours" else 100.0, "peak_mb": 1.0}]
+
     out, fail_all = str(tmp_path / "gpu.md"), False
     monkeypatch.setattr(speed, "run_children", run_children)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda: "a GPU")
-    args = argparse.Namespace(pairs=["td3"], steps=3000, warmup=500, repeats=1, seed=1, threads=None, ours_flags="",
-                              out=out)
+    args = argparse.Namespace(
+        pairs=["td3"], steps=3000, warmup=500, repeats=1, seed=1, threads=None, ours_flags="", out=out
+    )
     text = speed.gpu_markdown(args, "cmd")
     assert "| compiled | 400.0 | 4.00 |" in text and "| captured |" not in text and "Failed: td3 captured." in text
     assert "| eager | 400.0 | - |" in written[1] and "| compiled |" in written[3] and "Failed" in written[3]
@@ -468,9 +610,10 @@ def test_speed_gpu_keeps_the_rows_of_the_paths_that_ran(monkeypatch, tmp_path):
 
 
 def test_meter_alternates_turns_and_lets_the_last_side_run_on_alone():
-    """speed.Meter on two threads (the logic; speed.py puts the sides in two processes): turns of 3 steps alternate,
-    first side first, neither side steps during the other's turn, each side records its turns, and when the shorter
-    side finishes the longer one runs its remaining steps without waiting."""
+    """speed.Meter on two threads (the logic; speed.py puts the sides in two processes): turns of 3
+    steps alternate, first side first, neither side steps during the other's turn, each side records
+    its turns, and when the shorter side finishes the longer one runs its remaining steps without
+    waiting."""
     sys.path.insert(0, str(ROOT / "benchmark"))
     import threading
 
@@ -495,7 +638,8 @@ def test_meter_alternates_turns_and_lets_the_last_side_run_on_alone():
     for thread in threads:
         thread.join(timeout=60)
     assert not any(thread.is_alive() for thread in threads)
-    # side 0: turns at steps 0-2, 3-5, 6-8, then step 9 and done; side 1: 0-2, 3-5, 6-8, then 9-15 alone
+    # side 0: turns at steps 0-2, 3-5, 6-8, then step 9 and done; side 1: 0-2, 3-5, 6-8, then 9-15
+    # alone
     assert log == [0] * 3 + [1] * 3 + [0] * 3 + [1] * 3 + [0] * 3 + [1] * 3 + [0] + [1] * 7
     assert sorted(meters[0].turns) == [0, 3, 6] and sorted(meters[1].turns) == [0, 3, 6, 9, 12]
     assert meters[0].first[1] == 0 and meters[0].last[1] == 9 and meters[1].last[1] == 15
@@ -503,7 +647,7 @@ def test_meter_alternates_turns_and_lets_the_last_side_run_on_alone():
         os.close(fd)
 
 
-FAKE_SCRIPT = '''import os
+FAKE_SCRIPT = """import os
 import gymnasium as gym
 
 
@@ -514,13 +658,14 @@ def cli(argv):
     envs.reset(seed=0)
     for _ in range(int(argv[argv.index("--total-timesteps") + 1])):
         envs.step(envs.action_space.sample())
-'''
+"""
 
 
 def test_speed_before_runs_the_script_as_it_was_at_a_revision_with_its_own_flags(tmp_path):
-    """--before REV in a repository whose td3_continuous_action.py differs between REV and the tree: one side imports
-    the tree's file and gets --ours-flags, the other `git show REV:td3_continuous_action.py` and gets --before-flags;
-    both sides are timed in two interleaved pairs, one with each side first."""
+    """--before REV in a repository whose td3_continuous_action.py differs between REV and the tree:
+    one side imports the tree's file and gets --ours-flags, the other `git show
+    REV:td3_continuous_action.py` and gets --before-flags; both sides are timed in two interleaved
+    pairs, one with each side first."""
     repo, log = tmp_path / "repo", tmp_path / "calls.txt"
     (repo / "benchmark").mkdir(parents=True)
     (repo / "benchmark" / "speed.py").write_text((ROOT / "benchmark" / "speed.py").read_text())
@@ -530,33 +675,67 @@ def test_speed_before_runs_the_script_as_it_was_at_a_revision_with_its_own_flags
         assert subprocess.run(git + cmd, cwd=repo, capture_output=True).returncode == 0
     (repo / "td3_continuous_action.py").write_text(FAKE_SCRIPT.replace("{side}", "tree"))
     out = tmp_path / "speed.md"
-    done = speed("--pairs", "td3", "--repeats", "2", "--steps", "2101", "--interleave", "50", "--before", "HEAD",
-                 "--ours-flags=--tree-flag 1", "--before-flags=--revision-flag 2", "--out", str(out), cwd=repo,
-                 env={**os.environ, "SPEED_FAKE_LOG": str(log)})
+    done = speed(
+        "--pairs",
+        "td3",
+        "--repeats",
+        "2",
+        "--steps",
+        "2101",
+        "--interleave",
+        "50",
+        "--before",
+        "HEAD",
+        "--ours-flags=--tree-flag 1",
+        "--before-flags=--revision-flag 2",
+        "--out",
+        str(out),
+        cwd=repo,
+        env={**os.environ, "SPEED_FAKE_LOG": str(log)},
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     calls = sorted(log.read_text().splitlines())
     assert len(calls) == 4
     for call, seed in zip(calls, [1, 2, 1, 2]):
         side = "revision" if call.startswith("revision ") else "tree"
         flags = "--revision-flag 2" if side == "revision" else "--tree-flag 1"
-        assert call == (f"{side} --env-id Hopper-v5 --total-timesteps 2101 --seed {seed} --eval-freq 0 --eval-episodes "
-                        f"1 --learning-starts 2000 {flags}")
+        assert call == (
+            f"{side} --env-id Hopper-v5 --total-timesteps 2101 --seed {seed} --eval-freq 0 --eval-episodes "
+            f"1 --learning-starts 2000 {flags}"
+        )
     assert [call.split()[0] for call in calls] == ["revision", "revision", "tree", "tree"]
     text = out.read_text()
     assert "| ours SPS | at HEAD SPS | ratio ours / at HEAD: min / median / max | peak MB ours / at HEAD |" in text
     assert "Our runs with `--tree-flag 1`. The runs at HEAD with `--revision-flag 2`." in text
-    assert ("`td3_continuous_action.py`: 2 rounds of two 50-step turns in 2 pair(s) of processes; ratio over all "
-            "rounds ") in text and "(ours first), " in text and "(at HEAD first)." in text
+    assert (
+        ("`td3_continuous_action.py`: 2 rounds of two 50-step turns in 2 pair(s) of processes; ratio over all rounds ")
+        in text
+        and "(ours first), " in text
+        and "(at HEAD first)." in text
+    )
     _, _, ours, before, _, _ = table_row(text)
     assert float(ours.replace(",", "")) > 0 and float(before.replace(",", "")) > 0
 
 
 def test_speed_interleaved_against_a_revision_times_both_sides(tmp_path):
-    """--interleave with --before HEAD: the tree's script and HEAD's take turns; the row and the notes name the
-    revision and the flags of its side."""
+    """--interleave with --before HEAD: the tree's script and HEAD's take turns; the row and the
+    notes name the revision and the flags of its side."""
     out = tmp_path / "speed.md"
-    done = speed("--pairs", "td3", "--repeats", "1", "--steps", "2151", "--interleave", "50", "--before", "HEAD",
-                 "--before-flags=--no-compile", "--out", str(out))
+    done = speed(
+        "--pairs",
+        "td3",
+        "--repeats",
+        "1",
+        "--steps",
+        "2151",
+        "--interleave",
+        "50",
+        "--before",
+        "HEAD",
+        "--before-flags=--no-compile",
+        "--out",
+        str(out),
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     text = out.read_text()
     assert "| ours SPS | at HEAD SPS | ratio ours / at HEAD: min / median / max | peak MB ours / at HEAD |" in text
@@ -569,9 +748,21 @@ def test_speed_interleaved_against_a_revision_times_both_sides(tmp_path):
 
 
 def test_speed_before_flags_reach_the_revision_s_side_only():
-    """A flag only REV's side gets, and that its script rejects, fails that side alone: the error names it."""
-    done = speed("--pairs", "td3", "--repeats", "1", "--steps", "2101", "--interleave", "50", "--before", "HEAD",
-                 "--before-flags=--no-such-flag")
+    """A flag only REV's side gets, and that its script rejects, fails that side alone: the error
+    names it."""
+    done = speed(
+        "--pairs",
+        "td3",
+        "--repeats",
+        "1",
+        "--steps",
+        "2101",
+        "--interleave",
+        "50",
+        "--before",
+        "HEAD",
+        "--before-flags=--no-such-flag",
+    )
     assert done.returncode == 1
     assert done.stderr.startswith("error: before td3 failed (exit 2):"), done.stderr[-2000:]
     assert "unrecognized flag --no-such-flag" in done.stderr
@@ -579,10 +770,15 @@ def test_speed_before_flags_reach_the_revision_s_side_only():
 
 def test_speed_before_a_revision_without_the_script_is_refused_in_one_line():
     """The repository's first commit predates td3_continuous_action.py (in a full clone)."""
-    first = subprocess.run(["git", "rev-list", "--max-parents=0", "HEAD"], cwd=ROOT, capture_output=True,
-                           text=True).stdout.split()[0]
-    if subprocess.run(["git", "cat-file", "-e", f"{first}:td3_continuous_action.py"], cwd=ROOT,
-                      capture_output=True).returncode == 0:
+    first = subprocess.run(
+        ["git", "rev-list", "--max-parents=0", "HEAD"], cwd=ROOT, capture_output=True, text=True
+    ).stdout.split()[0]
+    if (
+        subprocess.run(
+            ["git", "cat-file", "-e", f"{first}:td3_continuous_action.py"], cwd=ROOT, capture_output=True
+        ).returncode
+        == 0
+    ):
         pytest.skip("a shallow clone: its oldest commit already has the script")
     done = speed("--pairs", "td3", "--interleave", "500", "--before", first)
     assert done.returncode == 1 and done.stderr.count("\n") == 1
@@ -590,10 +786,12 @@ def test_speed_before_a_revision_without_the_script_is_refused_in_one_line():
 
 
 def test_slurm_wait_asks_squeue_again_when_it_fails(tmp_path, monkeypatch, capsys):
-    """--wait follows the job array while squeue fails (a busy or restarting controller) instead of reporting the runs
-    unfinished at the first failure; an unknown job id ends the wait; failing past SQUEUE_PATIENCE gives one line."""
+    """--wait follows the job array while squeue fails (a busy or restarting controller) instead of
+    reporting the runs unfinished at the first failure; an unknown job id ends the wait; failing
+    past SQUEUE_PATIENCE gives one line."""
     monkeypatch.syspath_prepend(str(ROOT / "benchmark"))
     import run
+
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "sbatch").write_text("#!/bin/sh\necho 77\n")
@@ -602,7 +800,8 @@ def test_slurm_wait_asks_squeue_again_when_it_fails(tmp_path, monkeypatch, capsy
         f'#!/bin/sh\ncase "$*" in *-h*) echo x >> {calls};; esac\nn=$(wc -l < {calls})\n'
         'if [ "$n" -le 2 ]; then echo "slurm_load_jobs error: Socket timed out" >&2; exit 1; fi\n'
         'if [ "$n" -eq 3 ]; then echo "77_0 RUNNING"; exit 0; fi\n'
-        'echo "slurm_load_jobs error: Invalid job id specified" >&2; exit 1\n')
+        'echo "slurm_load_jobs error: Invalid job id specified" >&2; exit 1\n'
+    )
     for tool in ("sbatch", "squeue"):
         (bin_dir / tool).chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
@@ -619,22 +818,28 @@ def test_slurm_wait_asks_squeue_again_when_it_fails(tmp_path, monkeypatch, capsy
 
 
 def test_a_run_that_crashes_while_the_runner_stops_is_reported_failed(tmp_path, monkeypatch, capsys):
-    """A stopping runner calls a run "stopped" (to resume from its checkpoint) only when it exits as a signal ends it;
-    one that crashes instead is reported FAILED, with its log."""
+    """A stopping runner calls a run "stopped" (to resume from its checkpoint) only when it exits as
+    a signal ends it; one that crashes instead is reported FAILED, with its log."""
     import threading
+
     monkeypatch.syspath_prepend(str(ROOT / "benchmark"))
     import run as grid_runner
 
     def command(args, env_id, seed, directory):  # seed 1 stops as SIGTERM asks, seed 2 crashes on it
-        return [sys.executable, "-c", "import pathlib, signal, sys, time\n"
-                f"signal.signal(signal.SIGTERM, lambda *a: sys.exit({143 if seed == 1 else 1}))\n"
-                "pathlib.Path('started').touch()\ntime.sleep(60)"]
+        return [
+            sys.executable,
+            "-c",
+            "import pathlib, signal, sys, time\n"
+            f"signal.signal(signal.SIGTERM, lambda *a: sys.exit({143 if seed == 1 else 1}))\n"
+            "pathlib.Path('started').touch()\ntime.sleep(60)",
+        ]
 
     def stop_once_both_run():  # the runner's handler is in place before it starts any run
         deadline = time.time() + 60
         while len(glob.glob(f"{tmp_path}/grid/**/started", recursive=True)) < 2 and time.time() < deadline:
             time.sleep(0.05)
         os.kill(os.getpid(), signal.SIGTERM)
+
     monkeypatch.setattr(grid_runner, "command", command)
     threading.Thread(target=stop_once_both_run, daemon=True).start()
     assert grid_runner.main([*GRID, "--seeds", "1", "2", "--workers", "2", "--out", str(tmp_path / "grid")]) == 143
@@ -644,21 +849,43 @@ def test_a_run_that_crashes_while_the_runner_stops_is_reported_failed(tmp_path, 
 
 @pytest.mark.parametrize("extra", ["--critic-layer-norm", "--no-such-flag"])
 def test_a_single_flag_passes_through_extra(tmp_path, extra):
-    """A lone flag as --extra (EXTRA="--critic-layer-norm" in the .sh scripts) reaches each run's command; the script
-    itself judges it."""
-    result = subprocess.run([sys.executable, str(ROOT / "benchmark" / "run.py"), "--script", "sac_continuous_action",
-                             "--envs", "Pendulum-v1", "--seeds", "1", "--total-timesteps", "400", "--extra", extra,
-                             "--out", str(tmp_path / "grid"), "--dry-run"], capture_output=True, text=True, timeout=60)
+    """A lone flag as --extra (EXTRA="--critic-layer-norm" in the .sh scripts) reaches each run's
+    command; the script itself judges it."""
+    result = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmark" / "run.py"),
+            "--script",
+            "sac_continuous_action",
+            "--envs",
+            "Pendulum-v1",
+            "--seeds",
+            "1",
+            "--total-timesteps",
+            "400",
+            "--extra",
+            extra,
+            "--out",
+            str(tmp_path / "grid"),
+            "--dry-run",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 0 and f"--checkpoint-freq 40 {extra}" in result.stdout, result.stderr
 
 
-@pytest.mark.parametrize("flags,message", [
-    (["--extra", '--unterminated "quote'], "does not split into flags"),
-    (["--seeds", "1", "--extra", "--seed 5"], "--extra sets --seed, which run.py sets for each run"),
-    (["--seeds", "1", "1", "--dry-run"], "--envs and --seeds list 1 twice"),
-    (["--workers", "0"], "--workers and --total-timesteps must be at least 1"),
-    (["--out", "a-file"], "--out a-file is a file: pass a directory"),
-])
+@pytest.mark.parametrize(
+    "flags,message",
+    [
+        (["--extra", '--unterminated "quote'], "does not split into flags"),
+        (["--seeds", "1", "--extra", "--seed 5"], "--extra sets --seed, which run.py sets for each run"),
+        (["--seeds", "1", "1", "--dry-run"], "--envs and --seeds list 1 twice"),
+        (["--workers", "0"], "--workers and --total-timesteps must be at least 1"),
+        (["--out", "a-file"], "--out a-file is a file: pass a directory"),
+    ],
+)
 def test_bad_runner_flags_are_one_line(tmp_path, flags, message):
     (tmp_path / "a-file").write_text("")
     result = runner(tmp_path, *flags, cwd=tmp_path)
@@ -667,11 +894,13 @@ def test_bad_runner_flags_are_one_line(tmp_path, flags, message):
     assert not (tmp_path / "grid").exists()
 
 
-@pytest.mark.parametrize("case", ["a reference that is no CSV", "a missing reference", "an --out that is a file",
-                                  "scripts with no runs"])
+@pytest.mark.parametrize(
+    "case", ["a reference that is no CSV", "a missing reference", "an --out that is a file", "scripts with no runs"]
+)
 def test_report_refuses_bad_flags_in_one_line(tmp_path, capsys, case):
-    """report.py names what is wrong instead of ignoring a --reference it can't read, tracing back on an --out that is
-    a file, or saying there are no runs where only the --scripts filter finds none."""
+    """report.py names what is wrong instead of ignoring a --reference it can't read, tracing back
+    on an --out that is a file, or saying there are no runs where only the --scripts filter finds
+    none."""
     sys.path.insert(0, str(ROOT / "benchmark"))
     import report
 
@@ -679,7 +908,10 @@ def test_report_refuses_bad_flags_in_one_line(tmp_path, capsys, case):
     (tmp_path / "notes.txt").write_text("just some words\n")
     (tmp_path / "a-file").write_text("")
     argv, message = {
-        "a reference that is no CSV": (["--reference", tmp_path / "notes.txt"], "is no CSV with the columns script, env"),
+        "a reference that is no CSV": (
+            ["--reference", tmp_path / "notes.txt"],
+            "is no CSV with the columns script, env",
+        ),
         "a missing reference": (["--reference", tmp_path / "nowhere.csv"], "cannot be read (No such file"),
         "an --out that is a file": (["--out", tmp_path / "a-file"], "is a file: pass a directory"),
         "scripts with no runs": (["--scripts", "nosuch"], "no runs of nosuch under"),

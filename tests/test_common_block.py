@@ -1,6 +1,6 @@
-"""The common block, specified once: it is the same text in all six scripts, and its behaviour (episode ends,
-environment snapshots, checkpoints and resume, bad input, --compile, --help, saved models, video) is checked here
-against each script that it serves."""
+"""The common block, specified once: it is the same text in all six scripts, and its behaviour
+(episode ends, environment snapshots, checkpoints and resume, bad input, --compile, --help, saved
+models, video) is checked here against each script that it serves."""
 
 import glob
 import importlib
@@ -19,15 +19,17 @@ import torch
 from conftest import ROOT, SCRIPTS, scalars
 
 OFF_POLICY = SCRIPTS[:4]
-# script -> (fields of a run of a few seconds that reaches its updates, an env of the wrong action space and the
-# script its error points to)
+# script -> (fields of a run of a few seconds that reaches its updates, an env of the wrong action
+# space and the script its error points to)
 OFF_POLICY_TINY = dict(learning_starts=100, batch_size=32, buffer_size=1_000)
 TINY = {
     "sac_continuous_action": (OFF_POLICY_TINY, ("CartPole-v1", "sac_atari.py")),
     "sac_hil_serl": (OFF_POLICY_TINY, ("CartPole-v1", "sac_atari.py")),
     "td3_continuous_action": (OFF_POLICY_TINY, ("CartPole-v1", "sac_atari.py")),
-    "sac_atari": (dict(OFF_POLICY_TINY, env_id="CartPole-v1", update_frequency=1, target_network_frequency=50),
-                  ("Pendulum-v1", "sac_continuous_action.py")),
+    "sac_atari": (
+        dict(OFF_POLICY_TINY, env_id="CartPole-v1", update_frequency=1, target_network_frequency=50),
+        ("Pendulum-v1", "sac_continuous_action.py"),
+    ),
     "a2c": (dict(env_id="CartPole-v1"), ("FrozenLake-v1", "observations")),
     "acer": (dict(env_id="CartPole-v1", replay_start=100), ("Pendulum-v1", "sac_continuous_action.py")),
 }
@@ -66,22 +68,24 @@ def script_path(module) -> str:
 
 
 def run_cli(module, args, cwd, **kwargs):
-    return subprocess.run([sys.executable, script_path(module), *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=600, **kwargs)
+    return subprocess.run(
+        [sys.executable, script_path(module), *args], cwd=cwd, capture_output=True, text=True, timeout=600, **kwargs
+    )
 
 
 def common_regions(path) -> tuple:
-    """(the COMMON ARGS lines, the COMMON BLOCK lines) of a script: the block runs from its banner to the end of cli()."""
+    """(the COMMON ARGS lines, the COMMON BLOCK lines) of a script: the block runs from its banner
+    to the end of cli()."""
     text = open(path).read()
-    args = text[text.index(ARGS_START): text.index(ARGS_END) + len(ARGS_END)]
-    block = text[text.index(BLOCK_START):]
+    args = text[text.index(ARGS_START) : text.index(ARGS_END) + len(ARGS_END)]
+    block = text[text.index(BLOCK_START) :]
     end = re.search(r"\n\ndef cli\(.*?\n(?=\S)", block, re.S)
     return args.splitlines(), block[: end.end() if end else len(block)].rstrip("\n").splitlines()
 
 
-# ---------------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # ONE BLOCK
-# ---------------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 def test_the_common_block_is_the_same_text_in_all_six_scripts():
     regions = {name: common_regions(ROOT / f"{name}.py") for name in SCRIPTS}
     args, block = regions["sac_continuous_action"]
@@ -92,8 +96,10 @@ def test_the_common_block_is_the_same_text_in_all_six_scripts():
 
 
 def test_final_observations_replace_reset_rows_only(script):
-    envs = gym.vector.SyncVectorEnv([lambda: gym.make("Pendulum-v1", max_episode_steps=5) for _ in range(2)],
-                                    autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+    envs = gym.vector.SyncVectorEnv(
+        [lambda: gym.make("Pendulum-v1", max_episode_steps=5) for _ in range(2)],
+        autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
+    )
     envs.reset(seed=0)
     for _ in range(5):
         next_obs, _, _, truncations, infos = envs.step(envs.action_space.sample())
@@ -105,13 +111,16 @@ def test_final_observations_replace_reset_rows_only(script):
 
 
 def test_checkpointed_envs_continue_exactly(in_tmp):
-    """Run.save_checkpoint pickles the sub-envs with their simulator state and RNG; a Run made from that checkpoint
-    steps them on exactly as the originals (MuJoCo state, an Atari game with sticky actions)."""
+    """Run.save_checkpoint pickles the sub-envs with their simulator state and RNG; a Run made from
+    that checkpoint steps them on exactly as the originals (MuJoCo state, an Atari game with sticky
+    actions)."""
     import sac_atari
     import sac_continuous_action as sac
 
-    for module, env_id, actions in [(sac, "Hopper-v5", lambda rng: rng.uniform(-1, 1, (2, 3))),
-                                    (sac_atari, "ALE/Breakout-v5", lambda rng: rng.integers(0, 4, 2))]:
+    for module, env_id, actions in [
+        (sac, "Hopper-v5", lambda rng: rng.uniform(-1, 1, (2, 3))),
+        (sac_atari, "ALE/Breakout-v5", lambda rng: rng.integers(0, 4, 2)),
+    ]:
         args = module.Args(env_id=env_id, num_envs=2, cuda=False, exp_name=env_id.replace("/", "_"))
         run = module.Run(args, None, torch.device("cpu"), "--batch-size", getattr(module, "observation_wrappers", None))
         counters, obs = run.resume({}, (0,))
@@ -123,8 +132,13 @@ def test_checkpointed_envs_continue_exactly(in_tmp):
         original = [run.envs.step(a)[0] for a in plan]
         run.close()
         checkpoint = torch.load(path, weights_only=False)
-        restored_run = module.Run(module.Args(**{**checkpoint["args"], "resume": path}), checkpoint, torch.device("cpu"),
-                                  "--batch-size", getattr(module, "observation_wrappers", None))
+        restored_run = module.Run(
+            module.Args(**{**checkpoint["args"], "resume": path}),
+            checkpoint,
+            torch.device("cpu"),
+            "--batch-size",
+            getattr(module, "observation_wrappers", None),
+        )
         counters, restored_obs = restored_run.resume({}, (0,))
         assert counters == (40,) and restored_run.exact
         np.testing.assert_array_equal(restored_obs, obs)
@@ -133,8 +147,9 @@ def test_checkpointed_envs_continue_exactly(in_tmp):
 
 
 def test_a_checkpoint_written_on_the_cpu_resumes_on_a_gpu(in_tmp, script):
-    """A CPU run's checkpoint holds an empty list of CUDA RNG states; resuming it where CUDA is present restores the rest
-    and sets no CUDA state (the device is only named here: the restore is all that reads it)."""
+    """A CPU run's checkpoint holds an empty list of CUDA RNG states; resuming it where CUDA is
+    present restores the rest and sets no CUDA state (the device is only named here: the restore is
+    all that reads it)."""
     run = script.Run(tiny(script), None, torch.device("cpu"), "--batch-size")
     counters, obs = run.resume({}, (0,))
     path = run.save_checkpoint(counters, obs)
@@ -142,16 +157,18 @@ def test_a_checkpoint_written_on_the_cpu_resumes_on_a_gpu(in_tmp, script):
     checkpoint = torch.load(path, weights_only=False)
     assert checkpoint["rng"][3] == []
     torch.manual_seed(12345)
-    resumed = script.Run(script.Args(**{**checkpoint["args"], "resume": path}), checkpoint, torch.device("cuda"),
-                         "--batch-size")
+    resumed = script.Run(
+        script.Args(**{**checkpoint["args"], "resume": path}), checkpoint, torch.device("cuda"), "--batch-size"
+    )
     resumed.resume({}, (0,))
     resumed.close()
     assert torch.equal(torch.get_rng_state(), checkpoint["rng"][0])
 
 
 def test_a_signal_during_the_final_evaluation_lets_the_run_finish(in_tmp, monkeypatch):
-    """The run is done once its last step is: a SIGTERM that lands in the final evaluation neither leaves a run marked
-    finished that reports a stop (a grid runner would resume it and be refused) nor skips `finished`."""
+    """The run is done once its last step is: a SIGTERM that lands in the final evaluation neither
+    leaves a run marked finished that reports a stop (a grid runner would resume it and be refused)
+    nor skips `finished`."""
     import a2c
 
     evaluate = a2c.Run.evaluate
@@ -159,10 +176,13 @@ def test_a_signal_during_the_final_evaluation_lets_the_run_finish(in_tmp, monkey
     def signalled(run, policy, global_step):
         run.stop_signal.append(signal.SIGTERM)
         evaluate(run, policy, global_step)
+
     monkeypatch.setattr(a2c.Run, "evaluate", signalled)
     summary = a2c.main(tiny(a2c, total_timesteps=200))
     assert summary["stopped_by"] is None and summary["global_step"] == 200
-    assert os.path.exists(f"{summary['run_dir']}/finished") and not os.path.exists(f"{summary['run_dir']}/checkpoint.pt")
+    assert os.path.exists(f"{summary['run_dir']}/finished") and not os.path.exists(
+        f"{summary['run_dir']}/checkpoint.pt"
+    )
 
 
 def test_crossed_finds_every_multiple_once():
@@ -173,15 +193,20 @@ def test_crossed_finds_every_multiple_once():
     assert hits == [104, 200, 304, 400, 504, 600, 704, 800, 904] and not a2c.crossed(0, 99, 0)
 
 
-# ---------------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # DETERMINISM AND RESUME
-# ---------------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 def stop_with_sigterm_and_resume(tmp_path, module, flags, checkpoint_freq: int, total: int, name: str) -> None:
-    """Run `name`: SIGTERM as soon as its first periodic checkpoint exists (one line, no traceback, a checkpoint), then
-    resume it from elsewhere to the end: it writes beside the checkpoint."""
+    """Run `name`: SIGTERM as soon as its first periodic checkpoint exists (one line, no traceback,
+    a checkpoint), then resume it from elsewhere to the end: it writes beside the checkpoint."""
     (tmp_path / name).mkdir()
-    proc = subprocess.Popen([sys.executable, script_path(module), *flags, "--checkpoint-freq", str(checkpoint_freq)],
-                            cwd=tmp_path / name, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, script_path(module), *flags, "--checkpoint-freq", str(checkpoint_freq)],
+        cwd=tmp_path / name,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.time() + 300
     while not glob.glob(f"{tmp_path}/{name}/runs/*/checkpoint.pt") and time.time() < deadline:
         time.sleep(0.02)
@@ -197,9 +222,10 @@ def stop_with_sigterm_and_resume(tmp_path, module, flags, checkpoint_freq: int, 
 
 
 def check_sigterm_resume_is_exact(tmp_path, module, flags, checkpoint_freq: int, total: int, model_keys, tags):
-    """Run a, and run c with the same flags stopped by SIGTERM at its first checkpoint and resumed, end with equal
-    networks (model.pt's `model_keys`) and equal logged `tags`: determinism and exact resume in one, since a same-seed
-    run that differed anywhere, before the stop or after it, would end elsewhere."""
+    """Run a, and run c with the same flags stopped by SIGTERM at its first checkpoint and resumed,
+    end with equal networks (model.pt's `model_keys`) and equal logged `tags`: determinism and exact
+    resume in one, since a same-seed run that differed anywhere, before the stop or after it, would
+    end elsewhere."""
     (tmp_path / "a").mkdir()
     result = run_cli(module, flags, tmp_path / "a")
     assert result.returncode == 0, result.stderr
@@ -213,18 +239,80 @@ def check_sigterm_resume_is_exact(tmp_path, module, flags, checkpoint_freq: int,
 
 
 RESUME = {  # flags of a run that updates before and after its first checkpoint, its checkpoint interval, the model's
-    "sac_continuous_action": (["--env-id", "Pendulum-v1", "--total-timesteps", "1500", "--learning-starts", "300",
-                               "--batch-size", "64", "--eval-freq", "500"], 400, 1500, ("actor", "qf", "log_alpha"),
-                              ("losses/qf_loss", "losses/actor_loss", "eval/episodic_return")),
-    "sac_hil_serl": (["--env-id", "Pendulum-v1", "--total-timesteps", "1500", "--learning-starts", "300",
-                               "--batch-size", "64", "--eval-freq", "500"], 400, 1500, ("actor", "qf", "log_alpha"),
-                              ("losses/qf_loss", "losses/actor_loss", "eval/episodic_return")),
-    "td3_continuous_action": (["--env-id", "Pendulum-v1", "--total-timesteps", "1500", "--learning-starts", "300",
-                               "--batch-size", "64", "--eval-freq", "500"], 400, 1500, ("actor", "qf"),
-                              ("losses/qf_loss", "losses/actor_loss", "eval/episodic_return")),
-    "sac_atari": (["--env-id", "CartPole-v1", "--total-timesteps", "1500", "--learning-starts", "300", "--batch-size",
-                   "64", "--update-frequency", "1", "--eval-freq", "500"], 400, 1500, ("actor", "qf1", "qf2"),
-                  ("losses/qf_loss", "losses/actor_loss", "eval/episodic_return")),
+    "sac_continuous_action": (
+        [
+            "--env-id",
+            "Pendulum-v1",
+            "--total-timesteps",
+            "1500",
+            "--learning-starts",
+            "300",
+            "--batch-size",
+            "64",
+            "--eval-freq",
+            "500",
+        ],
+        400,
+        1500,
+        ("actor", "qf", "log_alpha"),
+        ("losses/qf_loss", "losses/actor_loss", "eval/episodic_return"),
+    ),
+    "sac_hil_serl": (
+        [
+            "--env-id",
+            "Pendulum-v1",
+            "--total-timesteps",
+            "1500",
+            "--learning-starts",
+            "300",
+            "--batch-size",
+            "64",
+            "--eval-freq",
+            "500",
+        ],
+        400,
+        1500,
+        ("actor", "qf", "log_alpha"),
+        ("losses/qf_loss", "losses/actor_loss", "eval/episodic_return"),
+    ),
+    "td3_continuous_action": (
+        [
+            "--env-id",
+            "Pendulum-v1",
+            "--total-timesteps",
+            "1500",
+            "--learning-starts",
+            "300",
+            "--batch-size",
+            "64",
+            "--eval-freq",
+            "500",
+        ],
+        400,
+        1500,
+        ("actor", "qf"),
+        ("losses/qf_loss", "losses/actor_loss", "eval/episodic_return"),
+    ),
+    "sac_atari": (
+        [
+            "--env-id",
+            "CartPole-v1",
+            "--total-timesteps",
+            "1500",
+            "--learning-starts",
+            "300",
+            "--batch-size",
+            "64",
+            "--update-frequency",
+            "1",
+            "--eval-freq",
+            "500",
+        ],
+        400,
+        1500,
+        ("actor", "qf1", "qf2"),
+        ("losses/qf_loss", "losses/actor_loss", "eval/episodic_return"),
+    ),
 }
 
 
@@ -232,14 +320,16 @@ RESUME = {  # flags of a run that updates before and after its first checkpoint,
 def test_same_seed_is_identical_and_a_run_stopped_by_sigterm_resumes_exactly(tmp_path, name):
     flags, checkpoint_freq, total, model_keys, tags = RESUME[name]
     flags = [*flags, "--eval-episodes", "1", "--save-model", "--log-freq", "50", "--no-cuda"]
-    check_sigterm_resume_is_exact(tmp_path, importlib.import_module(name), flags, checkpoint_freq, total, model_keys,
-                                  tags)
+    check_sigterm_resume_is_exact(
+        tmp_path, importlib.import_module(name), flags, checkpoint_freq, total, model_keys, tags
+    )
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("name", ["sac_continuous_action", "td3_continuous_action"])
 def test_a_captured_run_checkpoints_and_resumes_to_the_end_on_a_gpu(tmp_path, name):
-    """On a GPU, with --compile (the captured path): SIGTERM at the first checkpoint, then --resume finishes the run."""
+    """On a GPU, with --compile (the captured path): SIGTERM at the first checkpoint, then --resume
+    finishes the run."""
     flags, checkpoint_freq, total = RESUME[name][:3]
     flags = [*flags, "--eval-episodes", "1", "--save-model", "--log-freq", "50", "--compile"]
     stop_with_sigterm_and_resume(tmp_path, importlib.import_module(name), flags, checkpoint_freq, total, "captured")
@@ -249,16 +339,19 @@ def test_a_captured_run_checkpoints_and_resumes_to_the_end_on_a_gpu(tmp_path, na
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["sac_continuous_action", "td3_continuous_action"])
 def test_a_compiled_run_stopped_by_sigterm_resumes_exactly(tmp_path, name):
-    """--compile keeps Adam's state in the optimizers, so a checkpoint resumes the compiled path exactly."""
+    """--compile keeps Adam's state in the optimizers, so a checkpoint resumes the compiled path
+    exactly."""
     flags, checkpoint_freq, total, model_keys, tags = RESUME[name]
     flags = [*flags, "--eval-episodes", "1", "--save-model", "--log-freq", "50", "--no-cuda", "--compile"]
-    check_sigterm_resume_is_exact(tmp_path, importlib.import_module(name), flags, checkpoint_freq, total, model_keys,
-                                  tags)
+    check_sigterm_resume_is_exact(
+        tmp_path, importlib.import_module(name), flags, checkpoint_freq, total, model_keys, tags
+    )
 
 
 def stored_replay_bytes(name: str, args, state: dict) -> int:
-    """The bytes of the transitions a checkpoint's replay `state` holds, from each script's layout: stored transitions
-    times bytes per transition (and SAC's frames: one per row, one per episode end and the newest rows' s')."""
+    """The bytes of the transitions a checkpoint's replay `state` holds, from each script's layout:
+    stored transitions times bytes per transition (and SAC's frames: one per row, one per episode
+    end and the newest rows' s')."""
     module = importlib.import_module(name)
     env = module.make_env(args, None, getattr(module, "observation_wrappers", None))()
     obs, act = env.observation_space, env.action_space
@@ -279,21 +372,27 @@ def stored_replay_bytes(name: str, args, state: dict) -> int:
 
 
 CHECKPOINT_SIZE = {  # a replay 100 times the transitions stored
-    "sac_continuous_action": {}, "sac_hil_serl": {}, "td3_continuous_action": {}, "sac_atari": {}, "a2c": {},
+    "sac_continuous_action": {},
+    "sac_hil_serl": {},
+    "td3_continuous_action": {},
+    "sac_atari": {},
+    "a2c": {},
     "acer": dict(total_timesteps=640),
     "sac_hil_serl-pixels": dict(env_id="InvertedPendulum-v5", from_pixels=True, image_size=32),
-    "sac_hil_serl-frame-stack": dict(env_id="InvertedPendulum-v5", from_pixels=True, image_size=32,
-                                              frame_stack=2),
+    "sac_hil_serl-frame-stack": dict(env_id="InvertedPendulum-v5", from_pixels=True, image_size=32, frame_stack=2),
 }
 
 
 @pytest.mark.parametrize("case", list(CHECKPOINT_SIZE))
 def test_a_checkpoint_holds_the_transitions_stored_not_the_whole_buffer(in_tmp, case):
-    """checkpoint.pt's bytes stay within 1.2 x (stored transitions x bytes per transition) + the rest of the checkpoint
-    (networks, optimizers, envs), whatever --buffer-size is: torch.save writes a view's whole underlying storage."""
+    """checkpoint.pt's bytes stay within 1.2 x (stored transitions x bytes per transition) + the
+    rest of the checkpoint (networks, optimizers, envs), whatever --buffer-size is: torch.save
+    writes a view's whole underlying storage."""
     name = case.split("-")[0]
     module = importlib.import_module(name)
-    args = tiny(module, checkpoint_freq=200, **({} if name == "a2c" else {"buffer_size": 30_000}), **CHECKPOINT_SIZE[case])
+    args = tiny(
+        module, checkpoint_freq=200, **({} if name == "a2c" else {"buffer_size": 30_000}), **CHECKPOINT_SIZE[case]
+    )
     summary = module.main(args)
     path = f"{summary['run_dir']}/checkpoint.pt"
     checkpoint = torch.load(path, weights_only=False)
@@ -313,9 +412,9 @@ def test_a_different_seed_gives_different_losses(in_tmp):
     assert runs[0]["losses/qf_loss"] != runs[1]["losses/qf_loss"]
 
 
-# ---------------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # BAD INPUT: one line, exit code 2, nothing written
-# ---------------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("case", list(COMMON_BAD_INPUT))
 def test_bad_input_one_line_exit_2_nothing_written(in_tmp, capsys, script, case):
     argv, needle = COMMON_BAD_INPUT[case]
@@ -338,8 +437,8 @@ def test_wrong_action_space_from_the_shell_is_one_line_that_names_what_to_use(tm
 
 @pytest.mark.parametrize("name", ["sac_continuous_action", "sac_hil_serl", "td3_continuous_action"])
 def test_an_atari_id_in_a_continuous_script_names_its_action_space_not_a_namespace(tmp_path, name):
-    """ale_py's ids are made (the common block registers them), so the line says what is wrong: a Discrete action
-    space, for sac_atari.py; ALE's banner does not come first."""
+    """ale_py's ids are made (the common block registers them), so the line says what is wrong: a
+    Discrete action space, for sac_atari.py; ALE's banner does not come first."""
     result = run_cli(importlib.import_module(name), ["--env-id", "ALE/Pong-v5"], tmp_path)
     assert result.returncode == 2 and result.stdout == ""
     assert result.stderr == "error: ALE/Pong-v5 has a Discrete action space: use sac_atari.py\n", result.stderr
@@ -347,10 +446,13 @@ def test_an_atari_id_in_a_continuous_script_names_its_action_space_not_a_namespa
 
 
 def test_a_missing_package_is_one_line_that_says_what_to_install(in_tmp, capsys, monkeypatch, script):
-    """gymnasium's DependencyNotInstalled (pygame for classic control's --capture-video) is passed on as it is, not
-    as an unknown env id or a MuJoCo renderer."""
+    """gymnasium's DependencyNotInstalled (pygame for classic control's --capture-video) is passed
+    on as it is, not as an unknown env id or a MuJoCo renderer."""
+
     def make(*args, **kwargs):
-        raise gym.error.DependencyNotInstalled('pygame is not installed, run `pip install "gymnasium[classic-control]"`')
+        raise gym.error.DependencyNotInstalled(
+            'pygame is not installed, run `pip install "gymnasium[classic-control]"`'
+        )
 
     monkeypatch.setattr(gym, "make", make)
     with pytest.raises(SystemExit) as exit_info:
@@ -362,29 +464,52 @@ def test_a_missing_package_is_one_line_that_says_what_to_install(in_tmp, capsys,
 
 
 def test_compile_prints_no_torch_internal_note(tmp_path):
-    """--compile runs the optimizer's step through dynamo, which notes once that it ignores the step's profiling
-    context: that torch-internal line is filtered out (a2c.py here; the filter is the common block's)."""
+    """--compile runs the optimizer's step through dynamo, which notes once that it ignores the
+    step's profiling context: that torch-internal line is filtered out (a2c.py here; the filter is
+    the common block's)."""
     import a2c
 
-    result = run_cli(a2c, ["--env-id", "CartPole-v1", "--total-timesteps", "200", "--num-envs", "2", "--eval-freq", "0",
-                           "--eval-episodes", "1", "--compile", "--no-cuda"], tmp_path)
+    result = run_cli(
+        a2c,
+        [
+            "--env-id",
+            "CartPole-v1",
+            "--total-timesteps",
+            "200",
+            "--num-envs",
+            "2",
+            "--eval-freq",
+            "0",
+            "--eval-episodes",
+            "1",
+            "--compile",
+            "--no-cuda",
+        ],
+        tmp_path,
+    )
     assert result.returncode == 0, result.stderr
-    assert "Profiler record function" not in result.stderr and not re.search(r"^W\d{4} ", result.stderr, re.M), \
+    assert "Profiler record function" not in result.stderr and not re.search(r"^W\d{4} ", result.stderr, re.M), (
         result.stderr
+    )
 
 
 def test_compile_without_a_cpp_compiler_is_one_line_from_the_shell(tmp_path, script):
-    """$CXX names the compiler inductor uses; naming one that does not exist leaves none, and `--compile` says so."""
-    result = run_cli(script, ["--env-id", TINY[script.__name__][0].get("env_id", "Pendulum-v1"), "--compile",
-                              "--no-cuda"], tmp_path, env={**os.environ, "CXX": str(tmp_path / "no-such-c++")})
+    """$CXX names the compiler inductor uses; naming one that does not exist leaves none, and
+    `--compile` says so."""
+    result = run_cli(
+        script,
+        ["--env-id", TINY[script.__name__][0].get("env_id", "Pendulum-v1"), "--compile", "--no-cuda"],
+        tmp_path,
+        env={**os.environ, "CXX": str(tmp_path / "no-such-c++")},
+    )
     assert result.returncode == 2 and result.stdout == ""
     assert result.stderr.count("\n") == 1 and "--compile needs a C++ compiler" in result.stderr, result.stderr
     assert os.listdir(tmp_path) == []
 
 
-# ---------------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # IMPORT, --help, SAVED MODELS, VIDEO
-# ---------------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 def test_import_does_nothing(tmp_path, script):
     code = f"import sys; sys.path.insert(0, sys.argv[1]); import {script.__name__}; print('wandb' in sys.modules)"
     result = subprocess.run([sys.executable, "-c", code, str(ROOT)], cwd=tmp_path, capture_output=True, text=True)
@@ -393,8 +518,12 @@ def test_import_does_nothing(tmp_path, script):
 
 
 def test_help_lists_every_flag(script):
-    result = subprocess.run([sys.executable, script_path(script), "--help"], capture_output=True, text=True,
-                            env={**os.environ, "COLUMNS": "120"})
+    result = subprocess.run(
+        [sys.executable, script_path(script), "--help"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "COLUMNS": "120"},
+    )
     assert result.returncode == 0
     for field in script.Args.__dataclass_fields__:
         assert "--" + field.replace("_", "-") in result.stdout, field
@@ -402,13 +531,14 @@ def test_help_lists_every_flag(script):
 
 SNIPPET_MODELS = {name: {} for name in SCRIPTS} | {  # HIL-SERL's page loads pixel and gripper models too
     "sac_hil_serl-pixels": dict(env_id="InvertedPendulum-v5", from_pixels=True, image_size=16),
-    "sac_hil_serl-gripper": dict(env_id="grasp_env:PointGrasp-v0", num_discrete_actions=3)}
+    "sac_hil_serl-gripper": dict(env_id="grasp_env:PointGrasp-v0", num_discrete_actions=3),
+}
 
 
 @pytest.mark.parametrize("case", list(SNIPPET_MODELS))
 def test_saved_model_loads_and_evaluates_as_the_page_shows_headless(in_tmp, case):
-    """The page's snippet, run as written from another directory in a new process with no display and no MUJOCO_GL,
-    gives the run's evaluation returns."""
+    """The page's snippet, run as written from another directory in a new process with no display
+    and no MUJOCO_GL, gives the run's evaluation returns."""
     module = importlib.import_module(case.split("-")[0])
     summary = module.main(tiny(module, save_model=True, eval_episodes=2, **SNIPPET_MODELS[case]))
     page = (ROOT / "docs" / f"{module.__name__}.md").read_text()
@@ -417,19 +547,28 @@ def test_saved_model_loads_and_evaluates_as_the_page_shows_headless(in_tmp, case
     (in_tmp / "elsewhere").mkdir()
     env = {k: v for k, v in os.environ.items() if k not in ("MUJOCO_GL", "PYOPENGL_PLATFORM", "DISPLAY")}
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(ROOT / "tests")])  # the script, and grasp_env's module
-    result = subprocess.run([sys.executable, "-c", code + "\nprint(*returns.tolist())"], cwd=in_tmp / "elsewhere",
-                            env=env, capture_output=True, text=True, timeout=600)
+    result = subprocess.run(
+        [sys.executable, "-c", code + "\nprint(*returns.tolist())"],
+        cwd=in_tmp / "elsewhere",
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert result.returncode == 0, result.stderr
     returns = np.array(result.stdout.splitlines()[-1].split(), dtype=float)
     assert returns.shape == (10,)
-    # the snippet's evaluation is the script's: the first two of its episodes are the run's final evaluation
+    # the snippet's evaluation is the script's: the first two of its episodes are the run's final
+    # evaluation
     assert returns[:2].mean() == pytest.approx(summary["eval_return"])
 
 
 def check_capture_video(tmp_path, module, flags, loss_tag: str):
-    """--capture-video writes an mp4 of an evaluation episode, in a run whose updates ran (they logged `loss_tag`)."""
-    result = run_cli(module, [*flags, "--eval-episodes", "1", "--log-freq", "20", "--capture-video", "--no-cuda"],
-                     tmp_path)
+    """--capture-video writes an mp4 of an evaluation episode, in a run whose updates ran (they
+    logged `loss_tag`)."""
+    result = run_cli(
+        module, [*flags, "--eval-episodes", "1", "--log-freq", "20", "--capture-video", "--no-cuda"], tmp_path
+    )
     assert result.returncode == 0, result.stderr
     assert glob.glob(f"{tmp_path}/runs/*/videos/step_*/*.mp4")
     assert scalars(glob.glob(f"{tmp_path}/runs/*")[0])[loss_tag], loss_tag
@@ -438,14 +577,17 @@ def check_capture_video(tmp_path, module, flags, loss_tag: str):
 @pytest.mark.parametrize("name", OFF_POLICY)
 def test_smoke_capture_video(tmp_path, name):
     video_env = "BreakoutNoFrameskip-v4" if name == "sac_atari" else "InvertedPendulum-v5"  # no pygame
-    check_capture_video(tmp_path, importlib.import_module(name), ["--env-id", video_env, "--total-timesteps", "300",
-                                                                  "--learning-starts", "100", "--batch-size", "32"],
-                        "losses/qf_loss")
+    check_capture_video(
+        tmp_path,
+        importlib.import_module(name),
+        ["--env-id", video_env, "--total-timesteps", "300", "--learning-starts", "100", "--batch-size", "32"],
+        "losses/qf_loss",
+    )
 
 
-# ---------------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # NON-FINITE FLAGS, THE NaN GUARD, SAVES THAT FAIL
-# ---------------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 def test_non_finite_float_flags_are_refused(in_tmp, capsys, script):
     floats = [name for name, value in vars(script.Args()).items() if isinstance(value, float)]
     assert floats
@@ -458,14 +600,54 @@ def test_non_finite_float_flags_are_refused(in_tmp, capsys, script):
 
 
 DIVERGE = {  # flags of a run whose learning rates make it diverge after a checkpoint taken before its first update
-    "sac_continuous_action": ["--env-id", "Pendulum-v1", "--learning-starts", "500", "--batch-size", "64",
-                              "--policy-lr", "1e6", "--q-lr", "1e6"],
-    "sac_hil_serl": ["--env-id", "Pendulum-v1", "--learning-starts", "500", "--batch-size", "64",
-                              "--policy-lr", "1e6", "--q-lr", "1e6"],
-    "td3_continuous_action": ["--env-id", "Pendulum-v1", "--learning-starts", "500", "--batch-size", "64",
-                              "--learning-rate", "1e6"],
-    "sac_atari": ["--env-id", "CartPole-v1", "--learning-starts", "500", "--batch-size", "64", "--update-frequency", "1",
-                  "--policy-lr", "1e6", "--q-lr", "1e6"],
+    "sac_continuous_action": [
+        "--env-id",
+        "Pendulum-v1",
+        "--learning-starts",
+        "500",
+        "--batch-size",
+        "64",
+        "--policy-lr",
+        "1e6",
+        "--q-lr",
+        "1e6",
+    ],
+    "sac_hil_serl": [
+        "--env-id",
+        "Pendulum-v1",
+        "--learning-starts",
+        "500",
+        "--batch-size",
+        "64",
+        "--policy-lr",
+        "1e6",
+        "--q-lr",
+        "1e6",
+    ],
+    "td3_continuous_action": [
+        "--env-id",
+        "Pendulum-v1",
+        "--learning-starts",
+        "500",
+        "--batch-size",
+        "64",
+        "--learning-rate",
+        "1e6",
+    ],
+    "sac_atari": [
+        "--env-id",
+        "CartPole-v1",
+        "--learning-starts",
+        "500",
+        "--batch-size",
+        "64",
+        "--update-frequency",
+        "1",
+        "--policy-lr",
+        "1e6",
+        "--q-lr",
+        "1e6",
+    ],
     "a2c": ["--env-id", "CartPole-v1", "--learning-rate", "1e30"],
     "acer": ["--env-id", "CartPole-v1", "--learning-rate", "1e30", "--replay-start", "100"],
 }
@@ -474,8 +656,21 @@ DIVERGE = {  # flags of a run whose learning rates make it diverge after a check
 @pytest.mark.parametrize("name", list(DIVERGE))
 def test_a_diverging_run_stops_with_one_line_and_saves_nothing_non_finite(tmp_path, name):
     module = importlib.import_module(name)
-    flags = [*DIVERGE[name], "--total-timesteps", "3200", "--checkpoint-freq", "400", "--log-freq", "40",
-             "--eval-freq", "0", "--eval-episodes", "1", "--save-model", "--no-cuda"]
+    flags = [
+        *DIVERGE[name],
+        "--total-timesteps",
+        "3200",
+        "--checkpoint-freq",
+        "400",
+        "--log-freq",
+        "40",
+        "--eval-freq",
+        "0",
+        "--eval-episodes",
+        "1",
+        "--save-model",
+        "--no-cuda",
+    ]
     result = run_cli(module, flags, tmp_path)
     assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
     assert result.stderr.startswith("error: step ") and "the run diverged" in result.stderr, result.stderr
@@ -484,19 +679,40 @@ def test_a_diverging_run_stops_with_one_line_and_saves_nothing_non_finite(tmp_pa
     assert checkpoints or name in ("a2c", "acer")  # the off-policy runs checkpoint before their first update
     for path in checkpoints:  # the last good checkpoint: loadable, finite
         checkpoint = torch.load(path, weights_only=False)
-        tensors = [t for value in checkpoint.values() if isinstance(value, dict) for t in value.values()
-                   if isinstance(t, torch.Tensor) and t.is_floating_point()]
+        tensors = [
+            t
+            for value in checkpoint.values()
+            if isinstance(value, dict)
+            for t in value.values()
+            if isinstance(t, torch.Tensor) and t.is_floating_point()
+        ]
         assert tensors and all(t.isfinite().all() for t in tensors)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("name", ["sac_continuous_action", "td3_continuous_action"])
 def test_a_diverging_captured_run_stops_with_one_line_on_a_gpu(tmp_path, name):
-    """The NaN guard on the captured path, where the metrics it reads at --log-freq are the graphs' outputs."""
-    flags = [*DIVERGE[name], "--total-timesteps", "3200", "--checkpoint-freq", "400", "--log-freq", "40",
-             "--eval-freq", "0", "--eval-episodes", "1", "--save-model", "--compile"]
+    """The NaN guard on the captured path, where the metrics it reads at --log-freq are the graphs'
+    outputs."""
+    flags = [
+        *DIVERGE[name],
+        "--total-timesteps",
+        "3200",
+        "--checkpoint-freq",
+        "400",
+        "--log-freq",
+        "40",
+        "--eval-freq",
+        "0",
+        "--eval-episodes",
+        "1",
+        "--save-model",
+        "--compile",
+    ]
     result = run_cli(importlib.import_module(name), flags, tmp_path)
-    assert result.returncode == 2 and result.stderr.count("\n") == 1 and "the run diverged" in result.stderr, result.stderr
+    assert result.returncode == 2 and result.stderr.count("\n") == 1 and "the run diverged" in result.stderr, (
+        result.stderr
+    )
     assert not glob.glob(f"{tmp_path}/runs/*/model.pt")
 
 
@@ -510,7 +726,10 @@ def test_a_failed_save_keeps_the_previous_checkpoint_and_no_temporary_file(in_tm
             f.write(b"half a checkpoint")
             raise OSError(28, "No space left on device")
 
-        with monkeypatch.context() as patch, pytest.raises(script.ConfigError, match="No space left on device.*previous"):
+        with (
+            monkeypatch.context() as patch,
+            pytest.raises(script.ConfigError, match="No space left on device.*previous"),
+        ):
             patch.setattr(torch, "save", disk_full)
             run.save_checkpoint((20,), obs)
         assert "checkpoint.pt.tmp" not in os.listdir(run.dir)
@@ -519,13 +738,16 @@ def test_a_failed_save_keeps_the_previous_checkpoint_and_no_temporary_file(in_tm
         run.close()
 
 
-# ---------------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # RUN DIRECTORIES, FINISHED RUNS, THE STOP MESSAGE, THE PROGRESS LINE
-# ---------------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 def tiny_argv(module, **overrides) -> list:
     """tiny()'s fields as command-line flags."""
-    fields = {**dict(env_id="Pendulum-v1", total_timesteps=300, eval_freq=0, eval_episodes=1, log_freq=50),
-              **TINY[module.__name__][0], **overrides}
+    fields = {
+        **dict(env_id="Pendulum-v1", total_timesteps=300, eval_freq=0, eval_episodes=1, log_freq=50),
+        **TINY[module.__name__][0],
+        **overrides,
+    }
     return [a for key, value in fields.items() for a in (f"--{key.replace('_', '-')}", str(value))] + ["--no-cuda"]
 
 
@@ -553,20 +775,25 @@ def test_a_run_directory_that_cannot_be_written_is_one_line_and_nothing_is_writt
 
 @pytest.mark.parametrize("memory", ["cpu", "cuda"])
 @pytest.mark.parametrize("name", ["sac_continuous_action", "td3_continuous_action", "sac_atari", "acer"])
-def test_a_buffer_beyond_the_machine_s_memory_is_one_line_and_nothing_is_written(in_tmp, capsys, monkeypatch, name,
-                                                                                 memory):
-    """Torch cannot allocate a replay of 10^12 transitions: one line naming --buffer-size, after the envs and networks
-    are built but before the run directory is made, so nothing is on disk. On a GPU torch raises its OutOfMemoryError
-    instead (raised here by the buffer's constructor, as CUDA's allocator words it)."""
+def test_a_buffer_beyond_the_machine_s_memory_is_one_line_and_nothing_is_written(
+    in_tmp, capsys, monkeypatch, name, memory
+):
+    """Torch cannot allocate a replay of 10^12 transitions: one line naming --buffer-size, after the
+    envs and networks are built but before the run directory is made, so nothing is on disk. On a
+    GPU torch raises its OutOfMemoryError instead (raised here by the buffer's constructor, as
+    CUDA's allocator words it)."""
     script = importlib.import_module(name)
 
     def out_of_memory(*args, **kwargs):
-        raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 3.64 TiB. GPU 0 has a total capacity "
-                                          "of 79.19 GiB of which 78.61 GiB is free.")
+        raise torch.cuda.OutOfMemoryError(
+            "CUDA out of memory. Tried to allocate 3.64 TiB. GPU 0 has a total capacity "
+            "of 79.19 GiB of which 78.61 GiB is free."
+        )
 
     if memory == "cuda":
-        monkeypatch.setattr(getattr(script, "SegmentBuffer" if name == "acer" else "ReplayBuffer"), "__init__",
-                            out_of_memory)
+        monkeypatch.setattr(
+            getattr(script, "SegmentBuffer" if name == "acer" else "ReplayBuffer"), "__init__", out_of_memory
+        )
     else:
         try:
             torch.empty(4 * 10**12, dtype=torch.uint8)
@@ -580,18 +807,26 @@ def test_a_buffer_beyond_the_machine_s_memory_is_one_line_and_nothing_is_written
     assert "lower --buffer-size" in err and os.listdir(in_tmp) == []
 
 
-MEMORY_FLAGS = {"sac_continuous_action": "--batch-size", "sac_hil_serl": "--batch-size (with images, also --image-size)",
-                "td3_continuous_action": "--batch-size", "sac_atari": "--batch-size", "a2c": "--num-envs or --num-steps",
-                "acer": "--num-envs or --num-steps"}
+MEMORY_FLAGS = {
+    "sac_continuous_action": "--batch-size",
+    "sac_hil_serl": "--batch-size (with images, also --image-size)",
+    "td3_continuous_action": "--batch-size",
+    "sac_atari": "--batch-size",
+    "a2c": "--num-envs or --num-steps",
+    "acer": "--num-envs or --num-steps",
+}
 
 
 def test_running_out_of_memory_in_training_names_the_flags_that_size_a_step(in_tmp, capsys, monkeypatch, script):
-    """A failure to allocate once training runs (a CUDA OOM in an update, raised here where the step logs) is not the
-    buffer's: the traceback is printed for the run's log, then one last line naming the flags that size a training
-    step, not --buffer-size; exit code 2."""
+    """A failure to allocate once training runs (a CUDA OOM in an update, raised here where the step
+    logs) is not the buffer's: the traceback is printed for the run's log, then one last line naming
+    the flags that size a training step, not --buffer-size; exit code 2."""
+
     def out_of_memory(*args, **kwargs):
-        raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity "
-                                          "of 79.19 GiB of which 1.02 GiB is free.")
+        raise torch.cuda.OutOfMemoryError(
+            "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity "
+            "of 79.19 GiB of which 1.02 GiB is free."
+        )
 
     monkeypatch.setattr(script.Run, "log", out_of_memory)
     with pytest.raises(SystemExit) as exit_info:
@@ -599,14 +834,16 @@ def test_running_out_of_memory_in_training_names_the_flags_that_size_a_step(in_t
     err = capsys.readouterr().err
     last = err.rstrip("\n").splitlines()[-1]
     assert exit_info.value.code == 2 and "Traceback" in err and "--buffer-size" not in last, err
-    assert last == "error: out of memory in training (CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a " \
-        f"total capacity of 79.19 GiB of which 1.02 GiB is free.): lower {MEMORY_FLAGS[script.__name__]}", last
+    assert (
+        last == "error: out of memory in training (CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a "
+        f"total capacity of 79.19 GiB of which 1.02 GiB is free.): lower {MEMORY_FLAGS[script.__name__]}"
+    ), last
 
 
 def test_resuming_another_script_s_checkpoint_or_a_model_says_what_the_file_is(in_tmp, capsys):
-    """A checkpoint names the script that wrote it, so another script's is refused for what it is, before the
-    finished run's --resume-anyway is asked for; so is a model.pt. One written before checkpoints named their script
-    is refused as not this script's."""
+    """A checkpoint names the script that wrote it, so another script's is refused for what it is,
+    before the finished run's --resume-anyway is asked for; so is a model.pt. One written before
+    checkpoints named their script is refused as not this script's."""
     import sac_atari
     import td3_continuous_action as td3
 
@@ -615,10 +852,14 @@ def test_resuming_another_script_s_checkpoint_or_a_model_says_what_the_file_is(i
     unnamed = torch.load(checkpoint, weights_only=False)
     del unnamed["script"]
     torch.save(unnamed, in_tmp / "unnamed.pt")
-    for argv, needle in ((["--resume", checkpoint], "a checkpoint of sac_atari.py; resume it with sac_atari.py"),
-                         (["--resume", model], "a model.pt (the trained networks), not a checkpoint"),
-                         (["--resume", str(in_tmp / "unnamed.pt"), "--resume-anyway"],
-                          "not a checkpoint of td3_continuous_action.py (TypeError)")):
+    for argv, needle in (
+        (["--resume", checkpoint], "a checkpoint of sac_atari.py; resume it with sac_atari.py"),
+        (["--resume", model], "a model.pt (the trained networks), not a checkpoint"),
+        (
+            ["--resume", str(in_tmp / "unnamed.pt"), "--resume-anyway"],
+            "not a checkpoint of td3_continuous_action.py (TypeError)",
+        ),
+    ):
         with pytest.raises(SystemExit) as exit_info:
             td3.cli(argv)
         err = capsys.readouterr().err
@@ -643,8 +884,13 @@ def test_a_stopped_run_prints_a_command_that_continues_it_from_anywhere(tmp_path
     import sac_continuous_action as sac
 
     (tmp_path / "a").mkdir()
-    proc = subprocess.Popen([sys.executable, script_path(sac), *tiny_argv(sac, total_timesteps=100_000)],
-                            cwd=tmp_path / "a", stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, script_path(sac), *tiny_argv(sac, total_timesteps=100_000)],
+        cwd=tmp_path / "a",
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.time() + 120
     while not glob.glob(f"{tmp_path}/a/runs/*/events.*") and time.time() < deadline:
         time.sleep(0.05)
@@ -655,8 +901,13 @@ def test_a_stopped_run_prints_a_command_that_continues_it_from_anywhere(tmp_path
     command = out.strip().splitlines()[-1]
     assert command.startswith("python /") and "--resume /" in command, out
     os.makedirs(tmp_path / "b")
-    proc = subprocess.Popen([sys.executable, *command.split()[1:]], cwd=tmp_path / "b", stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, *command.split()[1:]],
+        cwd=tmp_path / "b",
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.time() + 120  # the resumed run opens a second event file beside the first, then handles signals
     while len(glob.glob(f"{tmp_path}/a/runs/*/events.*")) < 2 and time.time() < deadline:
         time.sleep(0.05)
@@ -697,19 +948,37 @@ def test_the_progress_line_before_any_episode_ends_shows_no_return_yet(in_tmp, c
 
 
 def test_an_error_after_a_progress_line_starts_a_line_of_its_own(tmp_path):
-    """The NaN guard's error comes after the progress line that was on the terminal, on a line of its own."""
+    """The NaN guard's error comes after the progress line that was on the terminal, on a line of
+    its own."""
     module = importlib.import_module("td3_continuous_action")
-    flags = [*DIVERGE["td3_continuous_action"], "--total-timesteps", "3200", "--log-freq", "1", "--eval-freq", "0",
-             "--eval-episodes", "1", "--no-cuda"]
-    result = subprocess.run([sys.executable, script_path(module), *flags], cwd=tmp_path, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, timeout=600)  # both streams, as a terminal shows them
+    flags = [
+        *DIVERGE["td3_continuous_action"],
+        "--total-timesteps",
+        "3200",
+        "--log-freq",
+        "1",
+        "--eval-freq",
+        "0",
+        "--eval-episodes",
+        "1",
+        "--no-cuda",
+    ]
+    result = subprocess.run(
+        [sys.executable, script_path(module), *flags],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=600,
+    )  # both streams, as a terminal shows them
     assert result.returncode == 2
     errors = [line for line in result.stdout.replace("\r", "\n").splitlines() if "error:" in line]
     assert len(errors) == 1 and errors[0].startswith("error: step "), result.stdout[-500:]
 
 
 def test_odd_characters_of_the_exp_name_and_env_id_become_dashes_in_the_run_folder(in_tmp):
-    """A tab or a newline in --exp-name and the ':' of a module-qualified env id make no odd file names."""
+    """A tab or a newline in --exp-name and the ':' of a module-qualified env id make no odd file
+    names."""
     import sac_continuous_action as sac
 
     summary = sac.main(tiny(sac, env_id="gymnasium.envs.classic_control:Pendulum-v1", exp_name="a b\tc\nd/e"))

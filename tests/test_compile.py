@@ -1,6 +1,7 @@
-"""--compile runs the update a reader edits: each edit a researcher is likely to make (another optimizer or its
-settings, a new network method, a new loss term, a new trainable tensor) trains the same compiled as eager. The
-edits are applied here to the scripts' own functions and classes, as a researcher would make them in the file."""
+"""--compile runs the update a reader edits: each edit a researcher is likely to make (another
+optimizer or its settings, a new network method, a new loss term, a new trainable tensor) trains the
+same compiled as eager. The edits are applied here to the scripts' own functions and classes, as a
+researcher would make them in the file."""
 
 import importlib
 import inspect
@@ -16,12 +17,19 @@ import td3_continuous_action as td3
 
 LOW, HIGH = [-2.0, 0.0, 10.0], [5.0, 0.5, 10.1]
 UPDATES = 100
-EDITS = ["AdamW with weight decay, Adam with amsgrad", "a new actor method calling a layer", "behaviour cloning",
-         "a Lagrange multiplier in the actor's optimizer", "SGD with momentum", "a second parameter group"]
+EDITS = [
+    "AdamW with weight decay, Adam with amsgrad",
+    "a new actor method calling a layer",
+    "behaviour cloning",
+    "a Lagrange multiplier in the actor's optimizer",
+    "SGD with momentum",
+    "a second parameter group",
+]
 
 
 def edited(module, name: str, *replacements):
-    """`module.<name>` with each (old, new) of `replacements` made in its source: a researcher's edit of the file."""
+    """`module.<name>` with each (old, new) of `replacements` made in its source: a researcher's
+    edit of the file."""
     source = inspect.getsource(getattr(module, name))
     for old, new in replacements:
         assert source.count(old) == 1, old
@@ -38,16 +46,25 @@ def named(**nets) -> dict:
 def random_batches(n: int, size: int = 32):
     generator = torch.Generator().manual_seed(7)
     low, high = torch.tensor(LOW), torch.tensor(HIGH)
-    return [(torch.randn(size, 3, generator=generator), low + (high - low) * torch.rand(size, 3, generator=generator),
-             torch.randn(size, generator=generator), torch.randn(size, 3, generator=generator),
-             (torch.rand(size, generator=generator) < 0.1).float()) for _ in range(n)]
+    return [
+        (
+            torch.randn(size, 3, generator=generator),
+            low + (high - low) * torch.rand(size, 3, generator=generator),
+            torch.randn(size, generator=generator),
+            torch.randn(size, 3, generator=generator),
+            (torch.rand(size, generator=generator) < 0.1).float(),
+        )
+        for _ in range(n)
+    ]
 
 
 def optimizers(edit: str, critic, actor, lr: float):
-    """The critics' and the actor's optimizers: Adam as `main` makes them, or as the edit makes them."""
+    """The critics' and the actor's optimizers: Adam as `main` makes them, or as the edit makes
+    them."""
     if edit == EDITS[0]:
-        return torch.optim.AdamW(critic.parameters(), lr=lr, weight_decay=0.1), \
-            torch.optim.Adam(actor.parameters(), lr=lr, amsgrad=True)
+        return torch.optim.AdamW(critic.parameters(), lr=lr, weight_decay=0.1), torch.optim.Adam(
+            actor.parameters(), lr=lr, amsgrad=True
+        )
     if edit == EDITS[4]:
         return torch.optim.SGD(critic.parameters(), lr=lr, momentum=0.9), torch.optim.Adam(actor.parameters(), lr=lr)
     if edit == EDITS[5]:
@@ -59,8 +76,8 @@ def optimizers(edit: str, critic, actor, lr: float):
 
 
 def sac_training(edit: str, compiled: bool, monkeypatch) -> dict:
-    """UPDATES critic updates (the target every other one) and an actor update every other one, on `edit`, eager or
-    through `compiled`; {name: (initial, final)} of every trained tensor."""
+    """UPDATES critic updates (the target every other one) and an actor update every other one, on
+    `edit`, eager or through `compiled`; {name: (initial, final)} of every trained tensor."""
     torch.manual_seed(0)
     args = sac.Args(q_lr=3e-3, policy_lr=3e-3)
     envs = fake_envs(LOW, HIGH)
@@ -79,6 +96,7 @@ def sac_training(edit: str, compiled: bool, monkeypatch) -> dict:
         def penalised(actor, qf, obs, alpha):
             loss, log_prob = loss_pi(actor, qf, obs, alpha)
             return loss + 0.1 * actor.mean_action(obs).pow(2).mean(), log_prob
+
         monkeypatch.setattr(sac.Actor, "mean_action", mean_action, raising=False)
         monkeypatch.setattr(sac, "compute_loss_pi", penalised)
     if edit == EDITS[3]:  # a multiplier trained by the actor's optimizer, on a bound on the mean action's size
@@ -89,13 +107,20 @@ def sac_training(edit: str, compiled: bool, monkeypatch) -> dict:
         def constrained(actor, qf, obs, alpha):
             loss, log_prob = loss_pi(actor, qf, obs, alpha)
             return loss + lagrange * (actor(obs)[0].pow(2).mean() - 1.0), log_prob
+
         monkeypatch.setattr(sac, "compute_loss_pi", constrained)
     updates = sac.sac_updates
     if edit == EDITS[2]:  # update_actor(obs, actions): J_pi + 2.5 ||tanh(mean(s)) scaled - a||^2 (TD3+BC's term)
-        updates = edited(sac, "sac_updates", ("def update_actor(obs):", "def update_actor(obs, actions):"),
-                         ("        step(actor_optimizer, loss, actor)\n",
-                          "        loss = loss + 2.5 * (actor.get_action(obs)[2] - actions).pow(2).mean()\n"
-                          "        step(actor_optimizer, loss, actor)\n"))
+        updates = edited(
+            sac,
+            "sac_updates",
+            ("def update_actor(obs):", "def update_actor(obs, actions):"),
+            (
+                "        step(actor_optimizer, loss, actor)\n",
+                "        loss = loss + 2.5 * (actor.get_action(obs)[2] - actions).pow(2).mean()\n"
+                "        step(actor_optimizer, loss, actor)\n",
+            ),
+        )
     initial = {name: p.detach().clone() for name, p in trained.items()}
     update_critic, update_actor, _ = updates(actor, qf, qf_target, log_alpha, q_optimizer, actor_optimizer, args, -3.0)
     if compiled:
@@ -109,7 +134,8 @@ def sac_training(edit: str, compiled: bool, monkeypatch) -> dict:
 
 
 def td3_training(edit: str, compiled: bool, monkeypatch) -> dict:
-    """UPDATES updates, the actor's and the targets' every other one, on `edit`; {name: (initial, final)}."""
+    """UPDATES updates, the actor's and the targets' every other one, on `edit`; {name: (initial,
+    final)}."""
     torch.manual_seed(0)
     args = td3.Args(learning_rate=3e-3)
     envs = fake_envs(LOW, HIGH)
@@ -125,20 +151,33 @@ def td3_training(edit: str, compiled: bool, monkeypatch) -> dict:
 
         def pre_tanh(self, obs):
             return self.fc_mu(F.relu(self.fc2(F.relu(self.fc1(obs)))))
+
         monkeypatch.setattr(td3.Actor, "pre_tanh", pre_tanh, raising=False)
-        monkeypatch.setattr(td3, "compute_loss_pi", lambda actor, qf, obs: loss_pi(actor, qf, obs)
-                            + 0.1 * actor.pre_tanh(obs).pow(2).mean())
+        monkeypatch.setattr(
+            td3,
+            "compute_loss_pi",
+            lambda actor, qf, obs: loss_pi(actor, qf, obs) + 0.1 * actor.pre_tanh(obs).pow(2).mean(),
+        )
     if edit == EDITS[3]:  # a multiplier trained by the actor's optimizer toward a bound on the action's size
         lagrange = torch.zeros((), requires_grad=True)
         actor_optimizer.add_param_group({"params": [lagrange], "lr": 1e-2})
         trained["lagrange"] = lagrange
-        monkeypatch.setattr(td3, "compute_loss_pi", lambda actor, qf, obs: loss_pi(actor, qf, obs)
-                            + lagrange * (actor(obs).pow(2).mean() - 1.0))
+        monkeypatch.setattr(
+            td3,
+            "compute_loss_pi",
+            lambda actor, qf, obs: loss_pi(actor, qf, obs) + lagrange * (actor(obs).pow(2).mean() - 1.0),
+        )
     update_fn = td3.td3_update
     if edit == EDITS[2]:  # TD3+BC (arXiv:2106.06860): J_pi + 2.5 ||mu(s) - a||^2
-        update_fn = edited(td3, "td3_update", ("actor_loss = compute_loss_pi(actor, qf, batch[0])\n",
-                                               "actor_loss = compute_loss_pi(actor, qf, batch[0]) + 2.5 * (actor(batch[0])"
-                                               " - batch[1]).pow(2).mean()\n"))
+        update_fn = edited(
+            td3,
+            "td3_update",
+            (
+                "actor_loss = compute_loss_pi(actor, qf, batch[0])\n",
+                "actor_loss = compute_loss_pi(actor, qf, batch[0]) + 2.5 * (actor(batch[0])"
+                " - batch[1]).pow(2).mean()\n",
+            ),
+        )
     initial = {name: p.detach().clone() for name, p in trained.items()}
     update, _ = update_fn(actor, actor_target, qf, qf_target, q_optimizer, actor_optimizer, args)
     if compiled:
@@ -150,11 +189,14 @@ def td3_training(edit: str, compiled: bool, monkeypatch) -> dict:
 
 
 def relative_distance(run: dict, other: dict) -> float:
-    """The largest, over the tensors both runs train, of ||x - x_other|| / ||x_other - x_initial||: how far two runs ended
-    apart, in units of how far training moved them. A norm, not an element-wise bound: the rounding of compiled
-    kernels differs from eager's, and Adam's division by sqrt(v) magnifies it where a gradient element is near zero."""
-    return max(float((run[name][1] - other[name][1]).norm() / (other[name][1] - other[name][0]).norm())
-               for name in run.keys() & other.keys())
+    """The largest, over the tensors both runs train, of ||x - x_other|| / ||x_other - x_initial||:
+    how far two runs ended apart, in units of how far training moved them. A norm, not an
+    element-wise bound: the rounding of compiled kernels differs from eager's, and Adam's division
+    by sqrt(v) magnifies it where a gradient element is near zero."""
+    return max(
+        float((run[name][1] - other[name][1]).norm() / (other[name][1] - other[name][0]).norm())
+        for name in run.keys() & other.keys()
+    )
 
 
 def trained(training, edit: str, compiled: bool) -> dict:
@@ -165,9 +207,10 @@ def trained(training, edit: str, compiled: bool) -> dict:
 @pytest.mark.parametrize("edit", EDITS)
 @pytest.mark.parametrize("training", [sac_training, td3_training], ids=["sac", "td3"])
 def test_an_edit_trains_the_same_compiled_as_eager(training, edit):
-    """After 100 updates from the same networks and batches, every trained tensor (networks, targets, log alpha, a new
-    multiplier) ends where eager training ends it, to float rounding, while leaving the edit out would not. Measured
-    (relative_distance): compiled from eager 1.6e-6 to 4.5e-3 over the twelve cases; without the edit, 0.13 to 26."""
+    """After 100 updates from the same networks and batches, every trained tensor (networks,
+    targets, log alpha, a new multiplier) ends where eager training ends it, to float rounding,
+    while leaving the edit out would not. Measured (relative_distance): compiled from eager 1.6e-6
+    to 4.5e-3 over the twelve cases; without the edit, 0.13 to 26."""
     torch._dynamo.reset()  # the edited functions share code objects with earlier tests' compilations
     eager = trained(training, edit, False)
     compiled = trained(training, edit, True)
@@ -184,16 +227,22 @@ def a_second_group(original):  # the output layers at three times the body's lea
     def make(params, lr, *settings):
         params = list(params)
         return original([{"params": params[:-4]}, {"params": params[-4:], "lr": 3 * lr}], lr, *settings)
+
     return make
 
 
 OTHER_SCRIPTS = {  # script: (the optimizer torch.optim names, its edit, flags of a run that reaches its updates)
-    "sac_atari": ("Adam", lambda original: lambda params, **settings: torch.optim.AdamW(params, weight_decay=0.1,
-                                                                                       **settings),
-                  dict(env_id="CartPole-v1", learning_starts=100, batch_size=32, buffer_size=1_000, update_frequency=1)),
+    "sac_atari": (
+        "Adam",
+        lambda original: lambda params, **settings: torch.optim.AdamW(params, weight_decay=0.1, **settings),
+        dict(env_id="CartPole-v1", learning_starts=100, batch_size=32, buffer_size=1_000, update_frequency=1),
+    ),
     "a2c": ("RMSprop", sgd_with_momentum, dict(env_id="CartPole-v1", num_envs=4, num_steps=5)),
-    "acer": ("RMSprop", a_second_group, dict(env_id="CartPole-v1", num_envs=4, num_steps=5, buffer_size=400,
-                                             replay_start=100)),
+    "acer": (
+        "RMSprop",
+        a_second_group,
+        dict(env_id="CartPole-v1", num_envs=4, num_steps=5, buffer_size=400, replay_start=100),
+    ),
 }
 
 
@@ -206,8 +255,9 @@ def saved_model(module, args) -> torch.Tensor:
 
 @pytest.mark.parametrize("name", list(OTHER_SCRIPTS))
 def test_an_edited_optimizer_trains_the_same_compiled_as_eager_in_the_other_scripts(in_tmp, monkeypatch, name):
-    """sac_atari.py (AdamW with weight decay), a2c.py (SGD with momentum) and acer.py (a second parameter group): the
-    model of a compiled run of 400 steps ends where the eager one does, to float rounding, and the edit moved it."""
+    """sac_atari.py (AdamW with weight decay), a2c.py (SGD with momentum) and acer.py (a second
+    parameter group): the model of a compiled run of 400 steps ends where the eager one does, to
+    float rounding, and the edit moved it."""
     module = importlib.import_module(name)
     optimizer, edit, flags = OTHER_SCRIPTS[name]
     args = module.Args(**flags, total_timesteps=400, eval_freq=0, eval_episodes=1, cuda=False, save_model=True)
@@ -221,9 +271,9 @@ def test_an_edited_optimizer_trains_the_same_compiled_as_eager_in_the_other_scri
 
 @pytest.mark.parametrize("script", [sac, td3], ids=["sac", "td3"])
 def test_captured_records_a_graph_per_call_signature_and_replays_on_copies(monkeypatch, script):
-    """`Captured`: each value of a flag and each input shape, dtype or stride has its own graph (3 warm-up calls, a
-    recording, then replays on the latest inputs copied into the recorded ones, whose strides are the first inputs':
-    a column block of a row); the side stream is made once."""
+    """`Captured`: each value of a flag and each input shape, dtype or stride has its own graph (3
+    warm-up calls, a recording, then replays on the latest inputs copied into the recorded ones,
+    whose strides are the first inputs': a column block of a row); the side stream is made once."""
     replays, calls = fake_cuda_graphs(monkeypatch), []
     streams = []
     stream = torch.cuda.Stream
@@ -232,6 +282,7 @@ def test_captured_records_a_graph_per_call_signature_and_replays_on_copies(monke
     def fn(batch, flag: bool):
         calls.append(flag)
         return {"sum": batch[0]["x"].sum() + batch[1]}
+
     captured, rows = script.Captured(fn), torch.randn(4, 6)
     for i in range(12):
         captured(({"x": (rows + i)[:, :3]}, torch.tensor(float(i))), i % 2 == 0)
@@ -245,7 +296,8 @@ def test_captured_records_a_graph_per_call_signature_and_replays_on_copies(monke
 
 
 def test_compile_is_off_unless_asked(monkeypatch):
-    """Every script runs the functions as written unless --compile is given, on the CPU and on a GPU alike."""
+    """Every script runs the functions as written unless --compile is given, on the CPU and on a GPU
+    alike."""
     for name in SCRIPTS:
         module = importlib.import_module(name)
         assert module.Args().compile is False and not hasattr(module, "COMPILE_MIN_STEPS")

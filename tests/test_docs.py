@@ -1,6 +1,6 @@
-"""The docs: every flag a script's page names exists, every command they show parses, the flag tables list every field
-of `Args` once with its default, and no tracked file carries development history, machine names or paths outside the
-repository."""
+"""The docs: every flag a script's page names exists, every command they show parses, the flag
+tables list every field of `Args` once with its default, and no tracked file carries development
+history, machine names or paths outside the repository."""
 
 import dataclasses
 import importlib
@@ -13,8 +13,11 @@ import tyro
 from conftest import ROOT, SCRIPTS
 
 NOT_FLAGS = {"--help", "--logdir", "--no-such-flag"}  # tensorboard's, and the bad-input example
-HISTORY = re.compile(r"\bsessions?\b|\bVMs?\b|\bzen ?\d|/work/|/root/|/home/\w|\.\./shared|shared/REFERENCE|"
-                     r"\bseed 00\d\b", re.I)
+HISTORY = re.compile(
+    r"\bsessions?\b|\bVMs?\b|\bzen ?\d|/work/|/root/|/home/\w|\.\./shared|shared/REFERENCE|"
+    r"\bseed 00\d\b",
+    re.I,
+)
 
 
 @pytest.mark.parametrize("name", SCRIPTS)
@@ -25,14 +28,17 @@ def test_every_flag_a_page_names_exists(name):
     prose = re.sub(r"```.*?```", "", page, flags=re.S)
     commands = re.findall(rf"^(?:\S+=\S+ )*python {name}\.py .*$", page, re.M)  # its example commands
     named = set(re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", prose + "\n".join(commands)))
-    assert named - NOT_FLAGS <= flags, f"docs/{name}.md names flags {name}.py lacks: {sorted(named - NOT_FLAGS - flags)}"
+    assert named - NOT_FLAGS <= flags, (
+        f"docs/{name}.md names flags {name}.py lacks: {sorted(named - NOT_FLAGS - flags)}"
+    )
     assert commands, f"docs/{name}.md shows no command"
 
 
 @pytest.mark.parametrize("name", SCRIPTS)
 def test_every_command_the_docs_show_parses_and_passes_the_script_s_checks(name):
-    """Each `python <name>.py ...` of the README and the pages, continuation lines joined, parses into Args and passes
-    check_args: a renamed flag or a value out of range in an example fails here."""
+    """Each `python <name>.py ...` of the README and the pages, continuation lines joined, parses
+    into Args and passes check_args: a renamed flag or a value out of range in an example fails
+    here."""
     module = importlib.import_module(name)
     text = "\n".join(p.read_text() for p in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))])
     commands = re.findall(rf"python {name}\.py((?: [^\n#`]*)?)", text.replace("\\\n", " "))
@@ -43,12 +49,14 @@ def test_every_command_the_docs_show_parses_and_passes_the_script_s_checks(name)
 
 
 def render(default):
-    """An `Args` default as `--help` shows it and the flag tables write it: 1_000_000 as 1000000, 3e-4 as 0.0003."""
+    """An `Args` default as `--help` shows it and the flag tables write it: 1_000_000 as 1000000,
+    3e-4 as 0.0003."""
     return f"`{default}`"
 
 
 def flag_table(path, heading):
-    """[(field, default column)] of the flag table in the section `heading` of `path`, in the table's order."""
+    """[(field, default column)] of the flag table in the section `heading` of `path`, in the
+    table's order."""
     section = (ROOT / path).read_text().split(f"\n{heading}\n", 1)[1].split("\n## ", 1)[0]
     rows = re.findall(r"^\| `--([a-z0-9-]+)` \| ([^|]*) \|", section, re.M)
     return [(flag.replace("-", "_"), default) for flag, default in rows]
@@ -61,8 +69,9 @@ def test_flag_tables_list_every_field_once_in_order_with_its_default(name):
     common = re.findall(r"^    (\w+):", common_block, re.M)
     readme, page = flag_table("README.md", "## Common flags"), flag_table(f"docs/{name}.md", "## Flags")
     assert [field for field, _ in readme] == common, "README's common flags table is not the common fields of Args"
-    assert [field for field, _ in page] == [field for field in defaults if field not in common], \
+    assert [field for field, _ in page] == [field for field in defaults if field not in common], (
         f"the flags table of docs/{name}.md is not the fields of {name}.Args after the common ones"
+    )
     for field, default in readme + page:
         shown = "the script's name" if field == "exp_name" and defaults[field] == name else render(defaults[field])
         assert default == shown, f"--{field.replace('_', '-')}: the table says {default}, Args {shown}"

@@ -1,6 +1,7 @@
-"""Each script reads algorithm-first: Args, the math, networks, storage and losses, then main(), then its validation,
-then the fenced sections (SAC's robot-learning options, the common block, the compiled updates), within the style
-guide's reading distance: the first loss function by line 300 and main() at most 100 lines."""
+"""Each script reads algorithm-first: Args, the math, networks, storage and losses, then main(),
+then its validation, then the fenced sections (SAC's robot-learning options, the common block, the
+compiled updates), within the style guide's reading distance: the first loss function by line 300
+and main() at most 100 lines."""
 
 import ast
 
@@ -8,8 +9,8 @@ import pytest
 from conftest import ROOT, SCRIPTS
 from test_common_block import BLOCK_START
 
-# STYLE.md's reading distance: the first loss function by line 300 and main() at most 100 lines; sac_hil_serl.py's
-# first loss comes by line 330 until its networks and losses are reordered to lead
+# STYLE.md's reading distance: the first loss function by line 300 and main() at most 100 lines;
+# sac_hil_serl.py's first loss comes by line 330 until its networks and losses are reordered to lead
 FIRST_LOSS_BY = {name: 330 if name == "sac_hil_serl" else 300 for name in SCRIPTS}
 MAIN_AT_MOST = 100
 COMPILED = {"sac_continuous_action", "sac_hil_serl", "td3_continuous_action"}  # the scripts with a compiled section
@@ -17,21 +18,28 @@ BANNERS = {"robot": "# ROBOT-LEARNING OPTIONS", "common": BLOCK_START, "compiled
 
 
 def layout(name: str) -> dict:
-    """Line numbers (1-based) of a script's landmarks: Args, the first loss function, main()'s first and last lines,
-    check_args, check_spaces, each fence's banner (its first `# ===` line), `if __name__`, and the file's length."""
+    """Line numbers (1-based) of a script's landmarks: Args, the first loss function, main()'s first
+    and last lines, check_args, check_spaces, each fence's banner (its first `# ===` line), `if
+    __name__`, and the file's length."""
     text = (ROOT / f"{name}.py").read_text()
     lines, tree = text.splitlines(), ast.parse(text)
     top = {node.name: node for node in tree.body if isinstance(node, (ast.FunctionDef, ast.ClassDef))}
     losses = [node.lineno for node in top.values() if isinstance(node, ast.FunctionDef) and "loss" in node.name]
-    found = {"args": top["Args"].lineno, "first_loss": min(losses), "main": top["main"].lineno,
-             "main_end": top["main"].end_lineno, "check_args": top["check_args"].lineno,
-             "check_spaces": top["check_spaces"].lineno, "length": len(lines),
-             "entry": next(node.lineno for node in tree.body if isinstance(node, ast.If))}
+    found = {
+        "args": top["Args"].lineno,
+        "first_loss": min(losses),
+        "main": top["main"].lineno,
+        "main_end": top["main"].end_lineno,
+        "check_args": top["check_args"].lineno,
+        "check_spaces": top["check_spaces"].lineno,
+        "length": len(lines),
+        "entry": next(node.lineno for node in tree.body if isinstance(node, ast.If)),
+    }
     for key, banner in BANNERS.items():
         at = [i for i, line in enumerate(lines, 1) if line.startswith(banner)]
         if at:  # a fence begins at its `# ===` rule where it has one (the common block's banner is a single line)
             found[key] = at[0] - 1 if lines[at[0] - 2].startswith("# ====") else at[0]
-            found[f"{key}_text"] = " ".join(lines[found[key] - 1: at[0] + 6])
+            found[f"{key}_text"] = " ".join(lines[found[key] - 1 : at[0] + 6])
     return found
 
 
@@ -55,13 +63,21 @@ def test_each_script_keeps_the_reading_distance(name):
 
 
 def below_fence_names_used_above_main(name: str) -> dict:
-    """{top-level definition above main(): the names it reads that are defined below the first fence banner}."""
+    """{top-level definition above main(): the names it reads that are defined below the first fence
+    banner}."""
     text = (ROOT / f"{name}.py").read_text()
     tree, lines = ast.parse(text), text.splitlines()
     fence = next(i for i, line in enumerate(lines, 1) if line.startswith(tuple(BANNERS.values())))
-    defined = {node.name for node in tree.body if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and node.lineno > fence}
-    defined |= {target.id for node in tree.body if isinstance(node, ast.Assign) and node.lineno > fence
-                for target in node.targets if isinstance(target, ast.Name)}
+    defined = {
+        node.name for node in tree.body if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and node.lineno > fence
+    }
+    defined |= {
+        target.id
+        for node in tree.body
+        if isinstance(node, ast.Assign) and node.lineno > fence
+        for target in node.targets
+        if isinstance(target, ast.Name)
+    }
     main = next(node for node in tree.body if isinstance(node, ast.FunctionDef) and node.name == "main")
     used = {}
     for node in tree.body:
@@ -74,8 +90,9 @@ def below_fence_names_used_above_main(name: str) -> dict:
 
 @pytest.mark.parametrize("name", SCRIPTS)
 def test_fences_hold(name):
-    """Nothing above main() (the math, networks, storage and losses) uses a name defined below a fence banner: the
-    algorithm reads without what a reader may skip. In sac_hil_serl.py the critics and the actor still build their
-    `Encoder` from the robot-learning section, and nothing else does, until that section moves above main()."""
+    """Nothing above main() (the math, networks, storage and losses) uses a name defined below a
+    fence banner: the algorithm reads without what a reader may skip. In sac_hil_serl.py the critics
+    and the actor still build their `Encoder` from the robot-learning section, and nothing else
+    does, until that section moves above main()."""
     known = {"QEnsemble": ["Encoder"], "Actor": ["Encoder"]} if name == "sac_hil_serl" else {}
     assert below_fence_names_used_above_main(name) == known

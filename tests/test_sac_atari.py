@@ -1,6 +1,6 @@
-"""sac_atari.py: the probability-weighted losses against per-action loops, the frame-deduplicating replay buffer against
-what the env returned, the Atari wrappers and the ALE snapshot of a checkpoint, smoke runs that reach updates, and a
-short CartPole learning run."""
+"""sac_atari.py: the probability-weighted losses against per-action loops, the frame-deduplicating
+replay buffer against what the env returned, the Atari wrappers and the ALE snapshot of a
+checkpoint, smoke runs that reach updates, and a short CartPole learning run."""
 
 import glob
 import os
@@ -30,12 +30,17 @@ def random_policy(batch=16, actions=6, seed=0):
     g = torch.Generator().manual_seed(seed)
     logits = torch.randn(batch, actions, generator=g) * 3
     log_probs = torch.log_softmax(logits, 1)
-    return log_probs.exp(), log_probs, torch.randn(batch, actions, generator=g), torch.randn(batch, actions, generator=g)
+    return (
+        log_probs.exp(),
+        log_probs,
+        torch.randn(batch, actions, generator=g),
+        torch.randn(batch, actions, generator=g),
+    )
 
 
-# ---------------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # MATH
-# ---------------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 def test_soft_q_target_equals_a_per_action_loop_and_termination_masks_the_bootstrap():
     probs, log_probs, q1, q2 = random_policy()
     rewards = torch.linspace(-1, 1, 16)
@@ -48,8 +53,9 @@ def test_soft_q_target_equals_a_per_action_loop_and_termination_masks_the_bootst
 def test_actor_and_alpha_losses_equal_per_action_loops():
     probs, log_probs, q1, q2 = random_policy(seed=1)
     alpha, target_entropy = 0.2, 0.89 * float(np.log(6))
-    expected = torch.stack([sum(probs[b, a] * (alpha * log_probs[b, a] - min(q1[b, a], q2[b, a])) for a in range(6))
-                            for b in range(16)]).mean()
+    expected = torch.stack(
+        [sum(probs[b, a] * (alpha * log_probs[b, a] - min(q1[b, a], q2[b, a])) for a in range(6)) for b in range(16)]
+    ).mean()
     torch.testing.assert_close(sa.discrete_actor_loss(probs, log_probs, torch.min(q1, q2), alpha), expected)
     log_alpha = torch.tensor([float(np.log(alpha))], requires_grad=True)
     loss = sa.discrete_alpha_loss(log_alpha, probs, log_probs, target_entropy)
@@ -93,11 +99,12 @@ def test_network_input_scales_frames_once_into_channels_last_and_the_networks_ag
     envs.close()
 
 
-# ---------------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # REPLAY BUFFER
-# ---------------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 def fill(env_thunk, num_envs, capacity, steps, seed=0):
-    """Step random actions, storing into a buffer and keeping every transition each sub-env made, in order."""
+    """Step random actions, storing into a buffer and keeping every transition each sub-env made, in
+    order."""
     envs = vector_env([env_thunk for _ in range(num_envs)])
     rb = sa.ReplayBuffer(capacity, num_envs, envs.single_observation_space, "cpu")
     obs, _ = envs.reset(seed=seed)
@@ -117,25 +124,37 @@ def fill(env_thunk, num_envs, capacity, steps, seed=0):
 
 
 def stored_transitions(rb, env):
-    """The transitions the buffer can sample from one stream, oldest first, rebuilt from its frames."""
-    order = (torch.arange(rb.slots) + int(rb.pos[env])) % rb.slots if rb.size[env] == rb.slots else \
-        torch.arange(int(rb.size[env]))
-    order = order[rb.stack - 1:] if rb.size[env] == rb.slots else order  # their stacks reach overwritten slots
+    """The transitions the buffer can sample from one stream, oldest first, rebuilt from its
+    frames."""
+    order = (
+        (torch.arange(rb.slots) + int(rb.pos[env])) % rb.slots
+        if rb.size[env] == rb.slots
+        else torch.arange(int(rb.size[env]))
+    )
+    order = order[rb.stack - 1 :] if rb.size[env] == rb.slots else order  # their stacks reach overwritten slots
     order = order[rb.valid[env, order]]
     e = torch.full_like(order, env)
-    return (rb.observations(e, order), rb.actions[env, order], rb.rewards[env, order],
-            rb.observations(e, (order + 1) % rb.slots), rb.terminations[env, order])
+    return (
+        rb.observations(e, order),
+        rb.actions[env, order],
+        rb.rewards[env, order],
+        rb.observations(e, (order + 1) % rb.slots),
+        rb.terminations[env, order],
+    )
 
 
 @pytest.mark.parametrize("env_id,capacity,steps", [("BreakoutNoFrameskip-v4", 600, 900), ("CartPole-v1", 200, 300)])
 def test_buffer_rebuilds_exactly_what_the_env_returned_across_episodes_and_wrap_around(env_id, capacity, steps):
-    thunk = sa.make_env(sa.Args(env_id=env_id), wrap=sa.observation_wrappers) if env_id != "CartPole-v1" else \
-        lambda: gym.wrappers.TimeLimit(gym.make("CartPole-v1"), 15)  # truncations as well as terminations
+    thunk = (
+        sa.make_env(sa.Args(env_id=env_id), wrap=sa.observation_wrappers)
+        if env_id != "CartPole-v1"
+        else lambda: gym.wrappers.TimeLimit(gym.make("CartPole-v1"), 15)
+    )  # truncations as well as terminations
     rb, history = fill(thunk, 2, capacity, steps)
     assert (rb.size == rb.slots).all()  # both streams wrapped around
     for env in range(2):
         obs, actions, rewards, next_obs, terminations = stored_transitions(rb, env)
-        expected = history[env][-len(obs):]
+        expected = history[env][-len(obs) :]
         assert len(obs) >= rb.slots * 0.8  # all but the final-observation slots and the stale stacks
         ends = sum(t or u for *_, t, u in expected)
         assert ends >= 5 and any(u for *_, u in expected) == (env_id == "CartPole-v1")
@@ -150,10 +169,16 @@ def test_buffer_rebuilds_exactly_what_the_env_returned_across_episodes_and_wrap_
         assert (o.tobytes(), a, o2.tobytes()) in known
 
 
-@pytest.mark.parametrize("argv", [["--buffer-size", "2", "--batch-size", "1", "--learning-starts", "1"],
-                                  ["--num-envs", "4", "--buffer-size", "20", "--batch-size", "4", "--learning-starts", "8"]])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--buffer-size", "2", "--batch-size", "1", "--learning-starts", "1"],
+        ["--num-envs", "4", "--buffer-size", "20", "--batch-size", "4", "--learning-starts", "8"],
+    ],
+)
 def test_a_buffer_too_small_for_a_stack_and_a_transition_per_sub_env_is_one_line(in_tmp, capsys, argv):
-    """Such a buffer can hold no transition to sample (an episode's end takes two slots), and sampling would not end."""
+    """Such a buffer can hold no transition to sample (an episode's end takes two slots), and
+    sampling would not end."""
     with pytest.raises(SystemExit) as exit_info:
         sa.cli(["--env-id", "CartPole-v1", "--total-timesteps", "100", *argv])
     err = capsys.readouterr().err
@@ -173,9 +198,9 @@ def test_buffer_state_round_trips():
         assert torch.equal(x, y)
 
 
-# ---------------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # ATARI ENVS
-# ---------------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 def test_atari_pipeline_and_v5_settings():
     env = sa.make_env(sa.Args(env_id="BreakoutNoFrameskip-v4"), wrap=sa.observation_wrappers)()
     assert env.observation_space.shape == (4, 84, 84) and env.observation_space.dtype == np.uint8
@@ -183,16 +208,29 @@ def test_atari_pipeline_and_v5_settings():
     while isinstance(e, gym.Wrapper):
         names.append(type(e).__name__)
         e = e.env
-    assert names[:10] == ["FrameStackObservation", "TransformObservation", "AtariWrapper", "ClipRewardEnv", "WarpFrame",
-                          "FireResetEnv", "EpisodicLifeEnv", "MaxAndSkipEnv", "NoopResetEnv", "RecordEpisodeStatistics"]
+    assert names[:10] == [
+        "FrameStackObservation",
+        "TransformObservation",
+        "AtariWrapper",
+        "ClipRewardEnv",
+        "WarpFrame",
+        "FireResetEnv",
+        "EpisodicLifeEnv",
+        "MaxAndSkipEnv",
+        "NoopResetEnv",
+        "RecordEpisodeStatistics",
+    ]
     v5 = sa.make_env(sa.Args(env_id="ALE/Breakout-v5"), wrap=sa.observation_wrappers)()
     for e, sticky in ((v5, 0.25), (env, 0.0)):
         assert e.unwrapped._frameskip == 1 and e.unwrapped.ale.getFloat("repeat_action_probability") == sticky
 
 
 def test_ale_snapshot_restores_the_game_exactly(in_tmp):
-    """A checkpoint's Breakout sub-envs, put back by --resume, step exactly as the ones it was written from."""
-    args, _, device = sa.setup(sa.Args(env_id="BreakoutNoFrameskip-v4", num_envs=2, cuda=False), sa.observation_wrappers)
+    """A checkpoint's Breakout sub-envs, put back by --resume, step exactly as the ones it was
+    written from."""
+    args, _, device = sa.setup(
+        sa.Args(env_id="BreakoutNoFrameskip-v4", num_envs=2, cuda=False), sa.observation_wrappers
+    )
     run = sa.Run(args, None, device, "--batch-size", sa.observation_wrappers)
     _, obs = run.resume({}, (0,))
     rng = np.random.default_rng(0)
@@ -202,7 +240,9 @@ def test_ale_snapshot_restores_the_game_exactly(in_tmp):
     actions = rng.integers(0, 4, (300, 2))
     original = [run.envs.step(a)[:2] for a in actions]
     run.close()
-    restored_run = sa.Run(*sa.setup(sa.Args(resume=path), sa.observation_wrappers), "--batch-size", sa.observation_wrappers)
+    restored_run = sa.Run(
+        *sa.setup(sa.Args(resume=path), sa.observation_wrappers), "--batch-size", sa.observation_wrappers
+    )
     restored = [restored_run.envs.step(a)[:2] for a in actions]
     restored_run.close()
     assert restored_run.exact
@@ -210,28 +250,63 @@ def test_ale_snapshot_restores_the_game_exactly(in_tmp):
         assert np.array_equal(o1, o2) and np.array_equal(r1, r2)
 
 
-# ---------------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # SMOKE AND LEARNING
-# ---------------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("env_id", ["BreakoutNoFrameskip-v4", "ALE/Pong-v5"])
 def test_smoke_atari_reaches_updates(in_tmp, env_id):
-    summary = sa.main(sa.Args(env_id=env_id, total_timesteps=260, learning_starts=100, batch_size=16, buffer_size=500,
-                              target_network_frequency=50, eval_freq=0, eval_episodes=1, log_freq=20, cuda=False))
+    summary = sa.main(
+        sa.Args(
+            env_id=env_id,
+            total_timesteps=260,
+            learning_starts=100,
+            batch_size=16,
+            buffer_size=500,
+            target_network_frequency=50,
+            eval_freq=0,
+            eval_episodes=1,
+            log_freq=20,
+            cuda=False,
+        )
+    )
     assert summary["critic_updates"] == 41  # every 4th step from step 100 to 260
     logged = scalars(summary["run_dir"])
-    for tag in ("losses/qf1_values", "losses/qf2_values", "losses/qf1_loss", "losses/qf2_loss", "losses/qf_loss",
-                "losses/actor_loss", "losses/alpha", "losses/alpha_loss", "losses/entropy", "charts/SPS",
-                "eval/episodic_return"):
+    for tag in (
+        "losses/qf1_values",
+        "losses/qf2_values",
+        "losses/qf1_loss",
+        "losses/qf2_loss",
+        "losses/qf_loss",
+        "losses/actor_loss",
+        "losses/alpha",
+        "losses/alpha_loss",
+        "losses/entropy",
+        "charts/SPS",
+        "eval/episodic_return",
+    ):
         assert tag in logged, tag
 
 
 @pytest.mark.parametrize("autotune", [True, False])
 @pytest.mark.parametrize("checkpoint_buffer", [True, False])
 def test_smoke_boolean_flags_cartpole(in_tmp, autotune, checkpoint_buffer):
-    args = sa.Args(env_id="CartPole-v1", total_timesteps=400, learning_starts=100, batch_size=32, buffer_size=1_000,
-                   update_frequency=1, target_network_frequency=10, tau=0.5, eval_freq=200, eval_episodes=1,
-                   checkpoint_freq=200, autotune=autotune, checkpoint_buffer=checkpoint_buffer, save_model=True,
-                   cuda=False)
+    args = sa.Args(
+        env_id="CartPole-v1",
+        total_timesteps=400,
+        learning_starts=100,
+        batch_size=32,
+        buffer_size=1_000,
+        update_frequency=1,
+        target_network_frequency=10,
+        tau=0.5,
+        eval_freq=200,
+        eval_episodes=1,
+        checkpoint_freq=200,
+        autotune=autotune,
+        checkpoint_buffer=checkpoint_buffer,
+        save_model=True,
+        cuda=False,
+    )
     summary = sa.main(args)
     assert summary["critic_updates"] == 301  # every step from step 100 to 400
     checkpoint = torch.load(glob.glob("runs/*/checkpoint.pt")[0], weights_only=False)
@@ -241,17 +316,28 @@ def test_smoke_boolean_flags_cartpole(in_tmp, autotune, checkpoint_buffer):
 
 
 def test_an_exact_resume_without_the_buffer_stores_the_true_frame_stacks(in_tmp, monkeypatch):
-    """Resumed mid-episode with --no-checkpoint-buffer, the new stream starts with every frame of the current stack, so
-    each stored s' stack (and s, the stack before it) is the one the env returned, not one padded with the newest frame."""
+    """Resumed mid-episode with --no-checkpoint-buffer, the new stream starts with every frame of
+    the current stack, so each stored s' stack (and s, the stack before it) is the one the env
+    returned, not one padded with the newest frame."""
     stored, add = [], sa.ReplayBuffer.add
 
     def checked_add(rb, actions, rewards, real_next_obs, terminations, dones, next_obs):
         add(rb, actions, rewards, real_next_obs, terminations, dones, next_obs)
         slots = torch.as_tensor([(p - 1 - int(d)) % rb.slots for p, d in zip(rb.pos, dones)])  # s' slots
         stored.append(np.array_equal(rb.observations(torch.arange(rb.num_envs), slots).numpy(), real_next_obs))
+
     monkeypatch.setattr(sa.ReplayBuffer, "add", checked_add)
-    args = dict(env_id="BreakoutNoFrameskip-v4", num_envs=2, batch_size=16, buffer_size=600, learning_starts=100,
-                eval_freq=0, eval_episodes=1, cuda=False, checkpoint_buffer=False)
+    args = dict(
+        env_id="BreakoutNoFrameskip-v4",
+        num_envs=2,
+        batch_size=16,
+        buffer_size=600,
+        learning_starts=100,
+        eval_freq=0,
+        eval_episodes=1,
+        cuda=False,
+        checkpoint_buffer=False,
+    )
     sa.main(sa.Args(total_timesteps=120, checkpoint_freq=120, **args))
     checkpoint = glob.glob("runs/*/checkpoint.pt")[0]
     saved = torch.load(checkpoint, weights_only=False)
@@ -263,11 +349,21 @@ def test_an_exact_resume_without_the_buffer_stores_the_true_frame_stacks(in_tmp,
 
 def test_resume_without_the_buffer_refills_it_before_updating(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    args = dict(env_id="CartPole-v1", batch_size=32, buffer_size=1_000, update_frequency=1, eval_freq=0,
-                eval_episodes=1, cuda=False, checkpoint_buffer=False, learning_starts=100)
+    args = dict(
+        env_id="CartPole-v1",
+        batch_size=32,
+        buffer_size=1_000,
+        update_frequency=1,
+        eval_freq=0,
+        eval_episodes=1,
+        cuda=False,
+        checkpoint_buffer=False,
+        learning_starts=100,
+    )
     sa.main(sa.Args(total_timesteps=200, checkpoint_freq=200, **args))
     checkpoint = glob.glob("runs/*/checkpoint.pt")[0]
-    # resuming reads the saved configuration; a longer run continues from step 200 with an empty buffer
+    # resuming reads the saved configuration; a longer run continues from step 200 with an empty
+    # buffer
     saved = torch.load(checkpoint, weights_only=False)
     saved["args"]["total_timesteps"] = 400
     torch.save(saved, checkpoint)
@@ -277,15 +373,37 @@ def test_resume_without_the_buffer_refills_it_before_updating(tmp_path, monkeypa
 
 @pytest.mark.slow
 def test_compile_cartpole(in_tmp):
-    summary = sa.main(sa.Args(env_id="CartPole-v1", total_timesteps=300, learning_starts=100, batch_size=32,
-                              update_frequency=1, eval_freq=0, eval_episodes=1, compile=True, cuda=False))
+    summary = sa.main(
+        sa.Args(
+            env_id="CartPole-v1",
+            total_timesteps=300,
+            learning_starts=100,
+            batch_size=32,
+            update_frequency=1,
+            eval_freq=0,
+            eval_episodes=1,
+            compile=True,
+            cuda=False,
+        )
+    )
     assert summary["critic_updates"] == 201
 
 
-# CartPole-v1, 6k steps with these flags, one thread: the final evaluation (10 greedy episodes) of seeds 1-5 measured
-# 443.6, 384.6, 500.0, 344.0, 340.0 (a random policy scores about 22). The threshold sits below the worst.
-CARTPOLE = dict(env_id="CartPole-v1", total_timesteps=6_000, learning_starts=1_000, update_frequency=1,
-                target_network_frequency=1, tau=0.005, batch_size=64, buffer_size=6_000, eval_freq=0, cuda=False)
+# CartPole-v1, 6k steps with these flags, one thread: the final evaluation (10 greedy episodes) of
+# seeds 1-5 measured 443.6, 384.6, 500.0, 344.0, 340.0 (a random policy scores about 22). The
+# threshold sits below the worst.
+CARTPOLE = dict(
+    env_id="CartPole-v1",
+    total_timesteps=6_000,
+    learning_starts=1_000,
+    update_frequency=1,
+    target_network_frequency=1,
+    tau=0.005,
+    batch_size=64,
+    buffer_size=6_000,
+    eval_freq=0,
+    cuda=False,
+)
 
 
 def test_learns_cartpole(in_tmp):

@@ -1,7 +1,8 @@
-"""benchmark/run.py --backend slurm against a real single-node Slurm (benchmark/slurm/local_cluster.sh): a tiny a2c grid
-submitted as a job array, followed with squeue and reported; a resubmission submitting nothing; a task cancelled with
-scancel finishing, from its checkpoint, when the grid is submitted again. Skipped unless RL_TEST_SLURM=1, and where the
-cluster cannot be started: not root, or neither Slurm nor apt-get to install it."""
+"""benchmark/run.py --backend slurm against a real single-node Slurm
+(benchmark/slurm/local_cluster.sh): a tiny a2c grid submitted as a job array, followed with squeue
+and reported; a resubmission submitting nothing; a task cancelled with scancel finishing, from its
+checkpoint, when the grid is submitted again. Skipped unless RL_TEST_SLURM=1, and where the cluster
+cannot be started: not root, or neither Slurm nor apt-get to install it."""
 
 import glob
 import os
@@ -19,8 +20,9 @@ CLUSTER = str(ROOT / "benchmark" / "slurm" / "local_cluster.sh")
 
 @pytest.fixture
 def cluster():
-    """The cluster, for one test: pytest-xdist may run tests of a module on different workers, and a second test's
-    teardown would stop the daemons under the first, so everything that needs Slurm is one test."""
+    """The cluster, for one test: pytest-xdist may run tests of a module on different workers, and a
+    second test's teardown would stop the daemons under the first, so everything that needs Slurm is
+    one test."""
     if os.environ.get("RL_TEST_SLURM") != "1":
         pytest.skip("RL_TEST_SLURM=1 starts a single-node Slurm for this test (as root; .ci/run sets it)")
     if os.geteuid() != 0:
@@ -34,18 +36,57 @@ def cluster():
 
 
 def grid(tmp_path, *args, seeds=("1", "2"), steps="400", extra="--eval-freq 200 --eval-episodes 2 --num-envs 4"):
-    return subprocess.run([sys.executable, str(ROOT / "benchmark" / "run.py"), "--script", "a2c", "--envs",
-                           "CartPole-v1", "--seeds", *seeds, "--total-timesteps", steps, f"--extra={extra}",
-                           "--out", str(tmp_path / "grid"), "--backend", "slurm", *args],
-                          capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    return subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmark" / "run.py"),
+            "--script",
+            "a2c",
+            "--envs",
+            "CartPole-v1",
+            "--seeds",
+            *seeds,
+            "--total-timesteps",
+            steps,
+            f"--extra={extra}",
+            "--out",
+            str(tmp_path / "grid"),
+            "--backend",
+            "slurm",
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+    )
 
 
 def test_dry_run_prints_the_batch_script(tmp_path):
-    result = grid(tmp_path, "--dry-run", "--partition", "big", "--time", "1:00:00", "--mem", "4G", "--gpus-per-task",
-                  "1", "--cpus-per-task", "2")
+    result = grid(
+        tmp_path,
+        "--dry-run",
+        "--partition",
+        "big",
+        "--time",
+        "1:00:00",
+        "--mem",
+        "4G",
+        "--gpus-per-task",
+        "1",
+        "--cpus-per-task",
+        "2",
+    )
     assert result.returncode == 0, result.stderr
-    for line in ("#SBATCH --array=0,1", "#SBATCH --cpus-per-task=2", "#SBATCH --partition=big", "#SBATCH --mem=4G",
-                 "#SBATCH --time=1:00:00", "#SBATCH --gres=gpu:1", "--run-index $SLURM_ARRAY_TASK_ID"):
+    for line in (
+        "#SBATCH --array=0,1",
+        "#SBATCH --cpus-per-task=2",
+        "#SBATCH --partition=big",
+        "#SBATCH --mem=4G",
+        "#SBATCH --time=1:00:00",
+        "#SBATCH --gres=gpu:1",
+        "--run-index $SLURM_ARRAY_TASK_ID",
+    ):
         assert line in result.stdout, line
     assert not (tmp_path / "grid").exists()
 
@@ -63,7 +104,8 @@ def test_grid_on_slurm_finishes_reports_resubmits_nothing_and_survives_scancel(c
     again = grid(tmp_path, "--wait")
     assert again.returncode == 0 and "nothing to submit" in again.stdout and "sbatch" not in again.stdout
 
-    # a run cancelled with scancel stops with a checkpoint and finishes from it when the grid is submitted again
+    # a run cancelled with scancel stops with a checkpoint and finishes from it when the grid is
+    # submitted again
     (tmp_path / "cancel").mkdir()
     long = dict(seeds=("1",), steps="200000", extra="--eval-freq 0 --eval-episodes 1")
     submitted = grid(tmp_path / "cancel", "--checkpoint-freq", "4000", **long)
@@ -74,8 +116,11 @@ def test_grid_on_slurm_finishes_reports_resubmits_nothing_and_survives_scancel(c
     while not glob.glob(f"{run}/runs/*/checkpoint.pt") and time.time() < deadline:
         time.sleep(0.1)
     cancel = subprocess.run(["scancel", job], capture_output=True, text=True)
-    assert cancel.returncode == 0, (cancel.stderr, subprocess.run(["squeue"], capture_output=True, text=True).stdout,
-                                   (run / "log.txt").read_text())
+    assert cancel.returncode == 0, (
+        cancel.stderr,
+        subprocess.run(["squeue"], capture_output=True, text=True).stdout,
+        (run / "log.txt").read_text(),
+    )
     while subprocess.run(["squeue", "-h", "-j", job], capture_output=True, text=True).stdout.strip():
         assert time.time() < deadline
         time.sleep(0.5)

@@ -1,7 +1,7 @@
-"""Specification of td3_continuous_action.py: target policy smoothing checked statistically, the clipped double-Q
-target, the actor, its eager and compiled updates against plain autograd, its own bad input, smoke runs of its flags
-that reach both updates, and a short learning run. The common block (episode ends, resume, bad input, ...) is
-specified in test_common_block.py."""
+"""Specification of td3_continuous_action.py: target policy smoothing checked statistically, the
+clipped double-Q target, the actor, its eager and compiled updates against plain autograd, its own
+bad input, smoke runs of its flags that reach both updates, and a short learning run. The common
+block (episode ends, resume, bad input, ...) is specified in test_common_block.py."""
 
 import glob
 import math
@@ -21,16 +21,17 @@ def tiny(**overrides) -> td3.Args:
 
 
 def clipped_normal_variance(sigma: float, c: float) -> float:
-    """Var[clip(X, -c, c)] for X ~ N(0, sigma^2): sigma^2 (1 - 2 Phi(-k) - 2 k phi(k)) + 2 c^2 Phi(-k), k = c / sigma."""
+    """Var[clip(X, -c, c)] for X ~ N(0, sigma^2): sigma^2 (1 - 2 Phi(-k) - 2 k phi(k)) + 2 c^2
+    Phi(-k), k = c / sigma."""
     k = c / sigma
     tail = 0.5 * (1 + math.erf(-k / math.sqrt(2)))
     density = math.exp(-k * k / 2) / math.sqrt(2 * math.pi)
     return sigma**2 * (1 - 2 * tail - 2 * k * density) + 2 * c**2 * tail
 
 
-# ---------------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # MATH
-# ---------------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 def test_smoothing_noise_is_independent_scaled_and_clipped():
     torch.manual_seed(0)
     low, high = torch.tensor(LOW), torch.tensor(HIGH)
@@ -38,16 +39,19 @@ def test_smoothing_noise_is_independent_scaled_and_clipped():
     n = 200_000
     centre = bias.expand(n, 3).contiguous()  # at the centre the bounds never bind, so only the noise clip acts
     noise = (td3.smoothed_target_actions(centre, scale, low, high, policy_noise=0.2, noise_clip=0.5) - centre) / scale
-    # scaled by the action range: in units of the scale every dimension has the same clipped-normal spread
+    # scaled by the action range: in units of the scale every dimension has the same clipped-normal
+    # spread
     expected_std = math.sqrt(clipped_normal_variance(0.2, 0.5))
     for d in range(3):
         assert noise[:, d].std().item() == pytest.approx(expected_std, rel=0.01)
         assert noise[:, d].mean().abs().item() < 0.002
-    # clipped at c = noise_clip * scale, and clipped as often as N(0, 0.2^2) leaves [-0.5, 0.5] (2 Phi(-2.5) = 1.24%)
+    # clipped at c = noise_clip * scale, and clipped as often as N(0, 0.2^2) leaves [-0.5, 0.5] (2
+    # Phi(-2.5) = 1.24%)
     assert noise.abs().max().item() <= 0.5 + 1e-5
     at_clip = (noise.abs() > 0.5 - 1e-4).float().mean().item()
     assert at_clip == pytest.approx(2 * 0.5 * (1 + math.erf(-2.5 / math.sqrt(2))), rel=0.05)
-    # independent per dimension and per sample: no correlation between dimensions or between neighbouring samples
+    # independent per dimension and per sample: no correlation between dimensions or between
+    # neighbouring samples
     corr = torch.corrcoef(noise.T)
     assert (corr - torch.eye(3)).abs().max().item() < 0.01
     assert torch.corrcoef(torch.stack([noise[:-1, 0], noise[1:, 0]]))[0, 1].abs().item() < 0.01
@@ -104,7 +108,8 @@ def td3_nets(seed: int = 0):
 
 
 def run_updates(update, batches, policy_frequency=2):
-    """Per-update metrics of `update(batch, actor_step)`, reseeding torch before each (the smoothing noise)."""
+    """Per-update metrics of `update(batch, actor_step)`, reseeding torch before each (the smoothing
+    noise)."""
     logged = []
     for i, batch in enumerate(batches):
         torch.manual_seed(100 + i)
@@ -114,13 +119,15 @@ def run_updates(update, batches, policy_frequency=2):
 
 
 def autograd_update(actor, actor_target, qf, qf_target, args):
-    """The updates written the plain autograd way, one tensor at a time, with torch.optim.Adam: the reference."""
+    """The updates written the plain autograd way, one tensor at a time, with torch.optim.Adam: the
+    reference."""
     q_optimizer = torch.optim.Adam(qf.parameters(), lr=args.learning_rate, foreach=False)
     actor_optimizer = torch.optim.Adam(actor.parameters(), lr=args.learning_rate, foreach=False)
 
     def update(batch, actor_step):
-        loss, metrics = td3.compute_loss_q(actor_target, qf, qf_target, batch, args.gamma, args.policy_noise,
-                                           args.noise_clip)
+        loss, metrics = td3.compute_loss_q(
+            actor_target, qf, qf_target, batch, args.gamma, args.policy_noise, args.noise_clip
+        )
         q_optimizer.zero_grad()
         loss.backward()
         q_optimizer.step()
@@ -135,11 +142,13 @@ def autograd_update(actor, actor_target, qf, qf_target, args):
                 for p_target, p in zip(target.parameters(), online.parameters()):
                     p_target.lerp_(p, args.tau)
         return {**metrics, "actor_loss": actor_loss.detach()}
+
     return update
 
 
 def main_update(nets, args, compiled: bool):
-    """`update` as `main` builds it, on fused Adam optimizers: `td3_update`'s, eager or through `compiled`."""
+    """`update` as `main` builds it, on fused Adam optimizers: `td3_update`'s, eager or through
+    `compiled`."""
     actor, actor_target, qf, qf_target = nets
     optimizers = [torch.optim.Adam(net.parameters(), lr=args.learning_rate, fused=True) for net in (qf, actor)]
     update = td3.td3_update(actor, actor_target, qf, qf_target, *optimizers, args)[0]
@@ -149,31 +158,46 @@ def main_update(nets, args, compiled: bool):
 def random_batches(n: int, size: int = 64):
     torch.manual_seed(7)
     low, high = torch.tensor(LOW), torch.tensor(HIGH)
-    return [(torch.randn(size, 3), low + (high - low) * torch.rand(size, 3), torch.randn(size), torch.randn(size, 3),
-             (torch.rand(size) < 0.1).float()) for _ in range(n)]
+    return [
+        (
+            torch.randn(size, 3),
+            low + (high - low) * torch.rand(size, 3),
+            torch.randn(size),
+            torch.randn(size, 3),
+            (torch.rand(size) < 0.1).float(),
+        )
+        for _ in range(n)
+    ]
 
 
 def assert_same_training(nets, other_nets, logged, other_logged, rtol, atol):
-    """The same metrics at every update, and the same parameters at the end, to float rounding: `atol` for the
-    metrics and ten times it for the parameters, where Adam's division by sqrt(v) magnifies the rounding of a
-    near-zero gradient element (seen: one weight of 131,072 off by 2.8e-6 after 8 updates at learning rate 0.01)."""
+    """The same metrics at every update, and the same parameters at the end, to float rounding:
+    `atol` for the metrics and ten times it for the parameters, where Adam's division by sqrt(v)
+    magnifies the rounding of a near-zero gradient element (seen: one weight of 131,072 off by
+    2.8e-6 after 8 updates at learning rate 0.01)."""
     for step, (metrics, other) in enumerate(zip(logged, other_logged)):
         assert metrics.keys() == other.keys(), step
         for key in metrics:
-            torch.testing.assert_close(metrics[key], other[key], rtol=rtol, atol=atol,
-                                       msg=lambda m, key=key, step=step: f"{key} at update {step}: {m}")
+            torch.testing.assert_close(
+                metrics[key],
+                other[key],
+                rtol=rtol,
+                atol=atol,
+                msg=lambda m, key=key, step=step: f"{key} at update {step}: {m}",
+            )
     for net, other in zip(nets, other_nets):
         for (name, p), q in zip(net.named_parameters(), other.parameters()):
-            torch.testing.assert_close(p.detach(), q.detach(), rtol=rtol, atol=10 * atol,
-                                       msg=lambda m, name=name: f"{name}: {m}")
+            torch.testing.assert_close(
+                p.detach(), q.detach(), rtol=rtol, atol=10 * atol, msg=lambda m, name=name: f"{name}: {m}"
+            )
 
 
 @pytest.mark.parametrize("path", ["eager", "compiled"])
 def test_updates_match_autograd_one_tensor_at_a_time(path):
-    """`td3_update` (fused Adam, one Polyak kernel), eager and through `compiled`, against the plain autograd
-    reference: the same metrics at every update (the actor's loss is computed after this update's critic step, which a
-    stale critic would change) and the same networks, targets included, after 8 updates at a learning rate large enough
-    to move them."""
+    """`td3_update` (fused Adam, one Polyak kernel), eager and through `compiled`, against the plain
+    autograd reference: the same metrics at every update (the actor's loss is computed after this
+    update's critic step, which a stale critic would change) and the same networks, targets
+    included, after 8 updates at a learning rate large enough to move them."""
     torch._dynamo.reset()
     args = td3.Args(learning_rate=0.01, tau=0.1)
     batches = random_batches(8)
@@ -189,8 +213,9 @@ def test_updates_match_autograd_one_tensor_at_a_time(path):
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_captured_update_matches_the_eager_one_on_a_gpu(monkeypatch):
-    """On a GPU, from the same networks and batches, 100 updates: captured (compiled, then CUDA graphs) equal to the
-    compiled update uncaptured, and to the eager update to float tolerance; acting too."""
+    """On a GPU, from the same networks and batches, 100 updates: captured (compiled, then CUDA
+    graphs) equal to the compiled update uncaptured, and to the eager update to float tolerance;
+    acting too."""
     args, batches = td3.Args(), [tuple(x.cuda() for x in b) for b in random_batches(100, size=256)]
     results = []
     for path in ("eager", "compiled", "captured"):
@@ -211,9 +236,9 @@ def test_captured_update_matches_the_eager_one_on_a_gpu(monkeypatch):
     torch.testing.assert_close(captured[2], eager_actions, rtol=1e-4, atol=1e-5)
 
 
-# ---------------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # BAD INPUT: one line, exit code 2, nothing written
-# ---------------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 BAD_INPUT = {
     "batch above buffer": (["--batch-size", "512", "--buffer-size", "256"], "--buffer-size"),
     "buffer below num envs": (["--num-envs", "4", "--batch-size", "2", "--buffer-size", "3"], "--buffer-size"),
@@ -243,19 +268,29 @@ def test_bad_input_one_line_exit_2_nothing_written(in_tmp, capsys, case):
     assert os.listdir(in_tmp) == []
 
 
-# ---------------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # SMOKE: every boolean flag in both states reaches both updates
-# ---------------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("value", [True, False])
 @pytest.mark.parametrize("flag", ["cuda", "save_model"])
 def test_smoke_boolean_flags_reach_updates(in_tmp, flag, value):
     summary = td3.main(tiny(**{flag: value}))
-    # steps 100..300 bring 201 critic updates; every second one an actor update and the target updates
+    # steps 100..300 bring 201 critic updates; every second one an actor update and the target
+    # updates
     assert summary["critic_updates"] == 201 and summary["actor_updates"] == 100
     logged = scalars(summary["run_dir"])
-    for tag in ["losses/qf1_values", "losses/qf2_values", "losses/qf1_loss", "losses/qf2_loss", "losses/qf_loss",
-                "losses/actor_loss", "charts/SPS", "charts/episodic_return", "charts/episodic_length",
-                "eval/episodic_return"]:
+    for tag in [
+        "losses/qf1_values",
+        "losses/qf2_values",
+        "losses/qf1_loss",
+        "losses/qf2_loss",
+        "losses/qf_loss",
+        "losses/actor_loss",
+        "charts/SPS",
+        "charts/episodic_return",
+        "charts/episodic_length",
+        "eval/episodic_return",
+    ]:
         assert tag in logged, tag
     assert [step for step, _ in logged["losses/qf_loss"]] == [100, 150, 200, 250, 300]  # every --log-freq env steps
     assert os.path.exists(f"{summary['run_dir']}/model.pt") == (flag == "save_model" and value)
@@ -264,7 +299,8 @@ def test_smoke_boolean_flags_reach_updates(in_tmp, flag, value):
 def test_smoke_vector_envs_and_policy_frequency(in_tmp):
     args = tiny(num_envs=2, policy_frequency=3, exploration_noise=0.5, checkpoint_freq=300)
     summary = td3.main(args)
-    # iterations whose step count reaches learning_starts: global_step = 100, 102, ..., 300 -> 101 iterations
+    # iterations whose step count reaches learning_starts: global_step = 100, 102, ..., 300 -> 101
+    # iterations
     assert summary["critic_updates"] == 202 and summary["actor_updates"] == 202 // 3
     checkpoint = torch.load(f"{summary['run_dir']}/checkpoint.pt", weights_only=False)
     actions = checkpoint["rb"]["storage"][:, 3]  # Pendulum: columns obs (3), action (1), reward, next obs, terminated
@@ -287,11 +323,29 @@ def test_smoke_compile(in_tmp):
 
 @pytest.mark.slow
 def test_compiled_run_stopped_and_resumed_ends_identical(tmp_path):
-    """--compile keeps Adam's state in the optimizers, so a checkpoint resumes the compiled path exactly."""
+    """--compile keeps Adam's state in the optimizers, so a checkpoint resumes the compiled path
+    exactly."""
     from test_common_block import run_cli, stop_with_sigterm_and_resume
 
-    flags = ["--env-id", "Pendulum-v1", "--total-timesteps", "1500", "--learning-starts", "300", "--batch-size", "64",
-             "--eval-freq", "500", "--eval-episodes", "1", "--save-model", "--log-freq", "50", "--no-cuda", "--compile"]
+    flags = [
+        "--env-id",
+        "Pendulum-v1",
+        "--total-timesteps",
+        "1500",
+        "--learning-starts",
+        "300",
+        "--batch-size",
+        "64",
+        "--eval-freq",
+        "500",
+        "--eval-episodes",
+        "1",
+        "--save-model",
+        "--log-freq",
+        "50",
+        "--no-cuda",
+        "--compile",
+    ]
     (tmp_path / "a").mkdir()
     assert run_cli(td3, flags, tmp_path / "a").returncode == 0
     stop_with_sigterm_and_resume(tmp_path, td3, flags, 400, 1500, "b")
@@ -301,13 +355,24 @@ def test_compiled_run_stopped_and_resumed_ends_identical(tmp_path):
             assert torch.equal(tensor, b[key][name]), (key, name)
 
 
-# ---------------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # LEARNING
-# ---------------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 def test_learns_pendulum(in_tmp):
-    """Pendulum-v1, 7,000 env steps (1,000 random), final evaluation without noise over 10 episodes."""
-    summary = td3.main(td3.Args(env_id="Pendulum-v1", total_timesteps=7_000, learning_starts=1_000, eval_freq=0,
-                                eval_episodes=10, cuda=False, seed=1))
-    # Final evaluation at 7,000 steps, one thread, seeds 1-5: -209.59, -220.24, -215.10, -221.39, -303.58 (at 1,000
-    # steps, still random: -1,318 to -1,637). Seed 1 is asserted; the threshold sits below the worst of the five seeds.
+    """Pendulum-v1, 7,000 env steps (1,000 random), final evaluation without noise over 10
+    episodes."""
+    summary = td3.main(
+        td3.Args(
+            env_id="Pendulum-v1",
+            total_timesteps=7_000,
+            learning_starts=1_000,
+            eval_freq=0,
+            eval_episodes=10,
+            cuda=False,
+            seed=1,
+        )
+    )
+    # Final evaluation at 7,000 steps, one thread, seeds 1-5: -209.59, -220.24, -215.10, -221.39,
+    # -303.58 (at 1,000 steps, still random: -1,318 to -1,637). Seed 1 is asserted; the threshold
+    # sits below the worst of the five seeds.
     assert summary["eval_return"] > -600
