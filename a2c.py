@@ -3,10 +3,9 @@ actions; MLP or NatureCNN.
 
 Papers:
     Mnih et al. 2016, "Asynchronous Methods for Deep Reinforcement Learning" (A3C; A2C is its
-    synchronous form),
-        arXiv:1602.01783
+        synchronous form), arXiv:1602.01783
     Schulman et al. 2015, "High-Dimensional Continuous Control Using Generalized Advantage
-    Estimation", arXiv:1506.02438
+        Estimation", arXiv:1506.02438
 
 Example:
     python a2c.py --env-id CartPole-v1 --advantage gae --seed 1

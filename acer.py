@@ -2,8 +2,8 @@
 Discrete actions.
 
 Paper:
-    Wang et al. 2016, "Sample Efficient Actor-Critic with Experience Replay", arXiv:1611.01224
-    (Algorithms 1-2, Sec. 3)
+    Wang et al. 2016, "Sample Efficient Actor-Critic with Experience Replay",
+        arXiv:1611.01224 (Algorithms 1-2, Sec. 3)
 
 Example:
     python acer.py --env-id CartPole-v1 --seed 1

@@ -4,8 +4,9 @@ Discrete envs.
 Papers:
     Christodoulou 2019, "Soft Actor-Critic for Discrete Action Settings", arXiv:1910.07207
     Haarnoja et al. 2018, "Soft Actor-Critic Algorithms and Applications" (automatic alpha),
-    arXiv:1812.05905 Mnih et al. 2015, "Human-level control through deep reinforcement learning"
-    (NatureCNN, Atari preprocessing)
+        arXiv:1812.05905
+    Mnih et al. 2015, "Human-level control through deep reinforcement learning" (NatureCNN, Atari
+        preprocessing)
 
 Example:
     python sac_atari.py --env-id BreakoutNoFrameskip-v4 --seed 1

@@ -5,13 +5,15 @@ repeats its core (Args, the losses, the updates) on purpose.
 
 Papers:
     Haarnoja et al. 2018, "Soft Actor-Critic: Off-Policy Maximum Entropy Deep RL with a Stochastic
-    Actor",
-        arXiv:1801.01290
+        Actor", arXiv:1801.01290
     Haarnoja et al. 2018, "Soft Actor-Critic Algorithms and Applications" (automatic alpha),
-    arXiv:1812.05905 Chen et al. 2021, "Randomized Ensembled Double Q-Learning" (critic ensembles,
-    subsampled min, UTD), arXiv:2101.05982 Ball et al. 2023, "Efficient Online RL with Offline Data"
-    (RLPD: LayerNorm in the critics), arXiv:2302.02948 van Hasselt et al. 2016, "Deep RL with Double
-    Q-learning" (the discrete gripper critic's target), arXiv:1509.06461
+        arXiv:1812.05905
+    Chen et al. 2021, "Randomized Ensembled Double Q-Learning" (critic ensembles, subsampled min,
+        UTD), arXiv:2101.05982
+    Ball et al. 2023, "Efficient Online RL with Offline Data" (RLPD: LayerNorm in the critics),
+        arXiv:2302.02948
+    van Hasselt et al. 2016, "Deep RL with Double Q-learning" (the discrete gripper critic's
+        target), arXiv:1509.06461
 
 Example:
     python sac_hil_serl.py --env-id InvertedPendulum-v5 --from-pixels --image-size 64 --seed 1

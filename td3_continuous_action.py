@@ -2,7 +2,7 @@
 
 Paper:
     Fujimoto, van Hoof, Meger 2018, "Addressing Function Approximation Error in Actor-Critic
-    Methods", arXiv:1802.09477
+        Methods", arXiv:1802.09477
 
 Example:
     python td3_continuous_action.py --env-id Hopper-v5 --seed 1
