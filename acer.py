@@ -280,10 +280,9 @@ def acer_loss(agent: Agent, avg_agent: Agent, segment: dict, args: Args):
         avg_kl = (pi_avg * (pi_avg.clamp(min=1e-12).log() - pi[:T].clamp(min=1e-12).log())).sum(-1).mean()
 
     # g = d objective / df on a leaf copy f of pi(.|s_t), the statistics phi of Sec. 3.3, per sample
-    # [eq. 9]
-    #   = min(c, rho_t) grad log pi(a_t|s_t) (Q_ret - V(s_t)) + E_{a~pi}[relu(1 - c / rho_t(a)) grad
-    #   log pi(a|s_t)
-    #     (Q(s_t, a) - V(s_t))] + beta grad H(pi(.|s_t)),   rho_t(a) = pi(a|s_t) / mu(a|s_t)
+    #   = min(c, rho_t) grad log pi(a_t|s_t) (Q_ret - V(s_t))
+    #     + E_{a~pi}[relu(1 - c / rho_t(a)) grad log pi(a|s_t) (Q(s_t, a) - V(s_t))]
+    #     + beta grad H(pi(.|s_t)),   rho_t(a) = pi(a|s_t) / mu(a|s_t)                      [eq. 9]
     f = pi[:T].detach().requires_grad_()
     log_pi = f.clamp(min=1e-12).log()
     truncated_term = rho.clamp(max=args.truncation_c) * log_pi.gather(-1, actions).squeeze(-1) * (q_ret - values[:T])

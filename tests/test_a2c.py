@@ -307,9 +307,10 @@ def test_smoke_capture_video(tmp_path):
 # --------------------------------------------------------------------------------------------------
 # CartPole-v1, defaults otherwise (8 envs, 5 steps, RMSprop 7e-4), one thread, greedy evaluations
 # (10 episodes) every 25k steps, seeds 1-5:
-#   nstep  25k: 434.9, 412.8, 444.1, 271.7, 473.5   50k: 224.9, 185.3, 500.0, 345.9, 334.5   (100k:
-#   90.3 ... 500.0) gae    25k: 247.9, 193.6, 500.0, 147.1, 499.2   50k: 492.0, 500.0, 500.0,  77.9,
-#   198.6   (100k: 189.8, 45.4, ...)
+#   nstep  25k: 434.9, 412.8, 444.1, 271.7, 473.5   50k: 224.9, 185.3, 500.0, 345.9, 334.5
+#          (100k: 90.3 ... 500.0)
+#   gae    25k: 247.9, 193.6, 500.0, 147.1, 499.2   50k: 492.0, 500.0, 500.0,  77.9, 198.6
+#          (100k: 189.8, 45.4, ...)
 # A2C's greedy policy swings between evaluations (gae seed 2: 500.0 at 75k, 45.4 at 100k), so the
 # test asserts the best of the two evaluations in 50k steps, the maximum-over-training protocol of
 # the TD3 paper. The worst seed's best was 147.1; untrained greedy policies score 9 to 30.

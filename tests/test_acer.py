@@ -497,8 +497,8 @@ def test_smoke_capture_video(tmp_path):
 # CartPole-v1, defaults otherwise (8 envs, T 20, replay ratio 4, trust region on), replay from 2,000
 # transitions, one thread, greedy evaluations (10 episodes) at 15k and at the end (29,920 steps),
 # seeds 1-5 measured:
-#   15k: 134.6, 60.1, 171.4, 46.1, 54.0     end: 231.8, 159.8, 141.1, 120.3, 140.6     best: 120.3
-#   ... 231.8
+#   15k: 134.6, 60.1, 171.4, 46.1, 54.0     end: 231.8, 159.8, 141.1, 120.3, 140.6
+#   best: 120.3 ... 231.8
 # The worst seed's best evaluation was 120.3; untrained greedy policies score 9 to 30.
 def test_learns_cartpole(in_tmp):
     summary = acer.main(acer.Args(seed=1, total_timesteps=30_000, replay_start=2_000, eval_freq=15_000, cuda=False))
