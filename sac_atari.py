@@ -26,6 +26,7 @@ Deviations from the papers and from CleanRL (each marked `# DEVIATION(n)` in the
        rebuilds stacks exactly.
 """
 
+import ast
 import contextlib
 import importlib.util
 import io
@@ -81,6 +82,9 @@ class Args:
     resume_anyway: bool = False
     """let --resume continue a run that has finished; what it logged to TensorBoard after that
     checkpoint is dropped"""
+    env_kwargs: tuple[str, ...] = ()
+    """keyword arguments of gym.make as KEY:VALUE, each VALUE a Python literal or else a string
+    (RL Zoo's --env-kwargs), such as image_obs:True"""
     # --- END OF COMMON ARGS ---
 
     env_id: str = "BreakoutNoFrameskip-v4"
@@ -535,12 +539,26 @@ def make_env(args, video_dir: str | None = None, wrap=None):
             ale_py = importlib.import_module("ale_py")
             ale_py.ALEInterface.setLoggerMode(ale_py.LoggerMode.Error)
             gym.register_envs(ale_py)
-        env = gym.make(args.env_id, **kwargs)
+        env = gym.make(args.env_id, **{**parse_env_kwargs(args.env_kwargs), **kwargs})
         if video_dir:
             env = gym.wrappers.RecordVideo(env, video_dir, episode_trigger=lambda k: k == 0, disable_logger=True)
         return gym.wrappers.RecordEpisodeStatistics(env)
 
     return lambda: wrap(args, make) if wrap else make()
+
+
+def parse_env_kwargs(pairs: tuple) -> dict:
+    """--env-kwargs KEY:VALUE ... as gym.make's keywords: each VALUE a Python literal (True, 3, 0.5,
+    'a', [1, 2]) or else the string itself."""
+    kwargs = {}
+    for pair in pairs:
+        key, colon, value = pair.partition(":")
+        check([(not (colon and key.isidentifier()), f"--env-kwargs {pair}: write KEY:VALUE, such as image_obs:True")])
+        try:
+            kwargs[key] = ast.literal_eval(value)
+        except (ValueError, SyntaxError):  # not a literal: the string
+            kwargs[key] = value
+    return kwargs
 
 
 def pickle_envs(envs: list, states: list) -> bytes:
@@ -655,7 +673,8 @@ def setup(args, wrap=None):
             if isinstance(e, ConfigError)
             else ConfigError(  # a ConfigError names the flag to change
                 f"{args.env_id} cannot be made ({type(e).__name__}: {e}): an unknown env id (see "
-                "gymnasium.pprint_registry()), or a missing extra or (--capture-video, --from-pixels) MuJoCo renderer?"
+                "gymnasium.pprint_registry()), an --env-kwargs key it does not take, or a missing extra "
+                "or (--capture-video, --from-pixels) MuJoCo renderer?"
             )
         ) from None
     check([(args.capture_video and frame is None, f"--capture-video: {args.env_id} renders no frames")])

@@ -40,6 +40,7 @@ Deviations from the papers (each marked `# DEVIATION(n)` in the code):
        statistics (LeRobot's, when frozen).
 """
 
+import ast
 import contextlib
 import functools
 import importlib.util
@@ -99,6 +100,9 @@ class Args:
     resume_anyway: bool = False
     """let --resume continue a run that has finished; what it logged to TensorBoard after that
     checkpoint is dropped"""
+    env_kwargs: tuple[str, ...] = ()
+    """keyword arguments of gym.make as KEY:VALUE, each VALUE a Python literal or else a string
+    (RL Zoo's --env-kwargs), such as image_obs:True"""
     # --- END OF COMMON ARGS ---
 
     env_id: str = "Hopper-v5"
@@ -162,8 +166,9 @@ class Args:
     from_pixels: bool = False
     """observe a rendered frame of --image-size pixels beside the env's own observation, as a Dict
     (pixels, state)"""
-    image_size: int = 84
-    """height and width of --from-pixels frames, in pixels (DrQ, arXiv:2004.13649: 84)"""
+    image_size: int | None = None
+    """--from-pixels' frame size in pixels, unset 84 (DrQ); an env's own images are resized to it
+    (unset: as they come)"""
     frame_stack: int = 1
     """with --from-pixels, observe the last k frames, stacked on the channel axis (DrQ,
     arXiv:2004.13649: 3)"""
@@ -189,7 +194,8 @@ class Args:
     """train on this .npz of transitions (written by --save-replay) too: a share of each batch comes
     from it (RLPD)"""
     offline_ratio: float | None = None
-    """share of each batch drawn from --offline-data; unset: 0.5, RLPD's symmetric sampling"""
+    """share of each batch drawn from the demo buffer once it holds that many; unset: 0.5, RLPD's
+    symmetric sampling"""
     offline_steps: int = 0
     """update steps on --offline-data alone before the first env step (HIL-SERL's offline
     learner)"""
@@ -201,11 +207,18 @@ class Args:
     2015)"""
     discrete_q_lr: float | None = None
     """learning rate of the gripper critic's Adam; unset: --q-lr"""
+    demo_buffer_size: int = 100_000
+    """transitions the demo buffer holds: --offline-data's, then each step a person drove
+    (LeRobot's offline_buffer_capacity)"""
 
 
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0  # DEVIATION(3)
 HIDDEN = 256  # units per hidden layer (SAC paper, Table 1); also the state encoding's width (HIL-SERL latent_dim)
 LOG_2PI = math.log(2 * math.pi)
+PIXELS = 84  # --from-pixels' frame size unless --image-size sets it (DrQ, arXiv:2004.13649)
+IMAGE_FEATURES = 50  # an image's encoding width (DrQ, SAC-AE)
+SPATIAL_FEATURES = 8  # SpatialEmbedding's K, learned maps per channel (HIL-SERL's image_embedding_pooling_dim)
+IMAGENET = torch.tensor([0.485, 0.456, 0.406]), torch.tensor([0.229, 0.224, 0.225])  # mean and std of each colour
 
 
 # PURE MATH
@@ -240,8 +253,149 @@ def subsample_critics(num_critics: int, num_subsample: int, device=None):
     return slice(None) if num_subsample == num_critics else torch.randperm(num_critics, device=device)[:num_subsample]
 
 
-# NETWORKS AND REPLAY BUFFER
-# -------------------------------------------------------------------------------------------
+def double_dqn_target(rewards, terminations, next_q, next_q_target, gamma: float):
+    """Shapes: rewards, terminations (B,); next_q, next_q_target (B, K), Q_d(s', .) and the target
+    network's Q_d'(s', .). y = r + gamma * (1 - terminated) * Q_d'(s', argmax_a Q_d(s', a))
+    [arXiv:1509.06461 eq. 4; HIL-SERL]"""
+    best = next_q.argmax(dim=-1, keepdim=True)  # the online network picks the command, the target network values it
+    return rewards + gamma * (1.0 - terminations) * next_q_target.gather(-1, best).squeeze(-1)
+
+
+def random_shift(images: torch.Tensor, pad: int = 4) -> torch.Tensor:
+    """DrQ's shift (arXiv:2004.13649, Sec. 3.1): images (B, C, H, W) edge-padded by `pad`, cropped
+    at uniform offsets."""
+    n, _, h, w = images.shape
+    padded = F.pad(images, (pad,) * 4, mode="replicate")
+    dy, dx = torch.randint(0, 2 * pad + 1, (2, n, 1, 1), device=images.device)
+    rows, cols = torch.arange(h, device=images.device)[:, None] + dy, torch.arange(w, device=images.device) + dx
+    return padded[torch.arange(n, device=images.device)[:, None, None], :, rows, cols].permute(0, 3, 1, 2)
+
+
+def gripper_levels(action_space, k: int) -> np.ndarray:
+    """The values of the gripper's k commands: k evenly spaced points of the last action dimension's
+    [low, high]."""
+    return np.linspace(action_space.low[-1], action_space.high[-1], k, dtype=np.float32)
+
+
+# LOSSES AND UPDATES
+# --------------------------------------------------------------------------------------------------
+def compute_loss_q(actor, qf, qf_target, batch, alpha, gamma, backup_entropy, num_subsample):
+    """J_Q = sum_i E[(Q_i(s, a) - y)^2], y from `soft_q_target`   [arXiv:1812.05905 eq. 5;
+    DEVIATION(2)]. Returns (loss, metrics)."""
+    obs, actions, rewards, next_obs, terminations, _ = batch  # the last, the gripper's penalties, is Q_d's
+    with torch.no_grad():
+        next_actions, next_log_prob, _ = actor.get_action(next_obs)
+        idx = subsample_critics(qf.weights[0].shape[0], num_subsample, actions.device)
+        next_q = qf_target(next_obs, next_actions, idx)
+        y = soft_q_target(rewards, terminations, next_q, next_log_prob.squeeze(-1), alpha, gamma, backup_entropy)
+    q = qf(obs, actions[:, : next_actions.shape[-1]])  # the arm's dimensions: a gripper's value is Q_d's
+    per_critic = (q - y).pow(2).mean(dim=1)
+    q_means, losses = q.detach().mean(dim=1), per_critic.detach()  # detached: logging records no autograd graph
+    metrics = {
+        "qf1_values": q_means[0],
+        "qf2_values": q_means[1],
+        "qf1_loss": losses[0],
+        "qf2_loss": losses[1],
+        "qf_loss": losses.mean(),
+    }
+    return per_critic.sum(), metrics
+
+
+def compute_loss_pi(actor, qf, obs, alpha):
+    """J_pi = E_s[alpha * log pi(a|s) - min_i Q_i(s, a)], a ~ pi(.|s) reparameterized
+    [arXiv:1801.01290 eq. 12]; the critics' parameters enter detached, so gradients reach the actor
+    only. Returns (loss, detached log_prob (B,))."""
+    actions, log_prob, _ = actor.get_action(obs)
+    q = qf(obs, actions, detach_params=True).min(dim=0).values  # DEVIATION(1): REDQ's actor takes the mean over N
+    log_prob = log_prob.squeeze(-1)
+    return (alpha * log_prob - q).mean(), log_prob.detach()
+
+
+def compute_loss_alpha(log_alpha, log_prob, target_entropy: float):
+    """J(alpha) = E_a~pi[-alpha * log pi(a|s) - alpha * H-bar]   [arXiv:1812.05905 eq. 18]; log_prob
+    is detached."""
+    return (-log_alpha.exp() * (log_prob + target_entropy)).mean()
+
+
+def compute_loss_actor_alpha(actor, qf, obs, log_alpha, target_entropy: float, autotune: bool):
+    """J_pi, plus J(alpha) when alpha is tuned, as one loss: they share no parameter (alpha and log
+    pi enter each other's detached), so one backward pass serves both. Returns (loss, detached
+    metrics)."""
+    alpha = log_alpha.detach().exp()
+    loss, log_prob = compute_loss_pi(actor, qf, obs, alpha)
+    metrics = {"actor_loss": loss.detach(), "alpha": alpha[0], "entropy": -log_prob.mean()}
+    if autotune:
+        alpha_loss = compute_loss_alpha(log_alpha, log_prob, target_entropy)  # DEVIATION(5)
+        loss, metrics["alpha_loss"] = loss + alpha_loss, alpha_loss.detach()
+    return loss, metrics
+
+
+def compute_loss_discrete_q(dq, dq_target, batch, levels, gamma: float):
+    """J_d = E[(Q_d(s, g) - y)^2], g the command the env received, y `double_dqn_target`'s
+    (HIL-SERL); (loss, metrics)"""
+    obs, actions, rewards, next_obs, terminations, penalties = batch
+    g = (actions[:, -1:] - levels).abs().argmin(dim=-1, keepdim=True)  # the stored value back to its command's index
+    with torch.no_grad():  # r + info["discrete_penalty"]: the cost of moving the gripper, Q_d's alone (LeRobot's)
+        y = double_dqn_target(rewards + penalties, terminations, dq(next_obs), dq_target(next_obs), gamma)
+    q = dq(obs).gather(-1, g).squeeze(-1)
+    loss = (q - y).pow(2).mean()
+    return loss, {"discrete_qf_loss": loss.detach(), "discrete_qf_values": q.detach().mean()}
+
+
+def polyak_update(targets: list, params: list, tau: float) -> None:
+    """theta' <- tau * theta + (1 - tau) * theta'   [arXiv:1801.01290 Algorithm 1]"""
+    with torch.no_grad():
+        torch._foreach_lerp_(targets, params, tau)
+
+
+def optimizer_step(optimizer, loss, module, max_norm: float | None) -> None:
+    """One step of `optimizer` on `loss`, the gradient norm of `module` first clipped to max_norm
+    (None: not)."""
+    optimizer.zero_grad()
+    loss.backward()
+    if max_norm is not None:
+        nn.utils.clip_grad_norm_(module.parameters(), max_norm)
+    optimizer.step()
+
+
+def sac_updates(actor, qf, qf_target, log_alpha, q_optimizer, actor_optimizer, args, target_entropy: float):
+    """update_critic(batch, update_target) and update_actor(obs): one gradient step each on the
+    losses above, returning detached metrics (no host sync); act(obs), a ~ pi(.|s) to collect with.
+    log alpha is a parameter group of the actor's optimizer, stepped with it."""
+    num_subsample = args.num_subsample_critics or args.num_critics
+    step = functools.partial(optimizer_step, max_norm=args.max_grad_norm)
+
+    def update_critic(batch, update_target: bool):
+        alpha = log_alpha.exp().detach()
+        loss, metrics = compute_loss_q(
+            actor, qf, qf_target, batch, alpha, args.gamma, args.backup_entropy, num_subsample
+        )
+        step(q_optimizer, loss, qf)
+        if update_target:
+            polyak_update(list(qf_target.parameters()), list(qf.parameters()), args.tau)
+        return metrics
+
+    def update_actor(obs):
+        loss, metrics = compute_loss_actor_alpha(actor, qf, obs, log_alpha, target_entropy, args.autotune)
+        step(actor_optimizer, loss, actor)
+        return metrics
+
+    @torch.no_grad()
+    def act(obs):
+        return actor.get_action(obs)[0]
+
+    return update_critic, update_actor, act
+
+
+def target_of(source: nn.Module, target: nn.Module) -> nn.Module:
+    """`target` made a copy of `source` that takes no gradient: the target network, moved by
+    `polyak_update`."""
+    target.load_state_dict(source.state_dict())
+    return target.requires_grad_(False)
+
+
+# NETWORKS: THE CRITICS, THE ACTOR, THE IMAGE ENCODERS AND THE GRIPPER'S CRITIC
+# --------------------------------------------------------------------------------------------------
 class QEnsemble(nn.Module):
     """N soft Q networks Q_i(s, a), each 256-256-1 with ReLU on one shared `Encoder`'s features of s
     (a flat s passes through it; images: the robot-learning section), in one batched pass: layer
@@ -324,376 +478,6 @@ class Actor(nn.Module):
         action = torch.addcmul(self.action_bias, torch.tanh(u), self.action_scale)
         log_prob = tanh_gaussian_log_prob(u, eps, log_std, self.action_scale)
         return action, log_prob, torch.addcmul(self.action_bias, torch.tanh(mean), self.action_scale)
-
-
-class ReplayBuffer:
-    """Preallocated circular storage of (s, a, r, s', terminated), sampled uniformly: column blocks
-    of one float tensor, so storing a step is one copy and drawing a minibatch one gather (Dict
-    observations: ImageReplayBuffer)."""
-
-    def __init__(self, capacity: int, obs_dim: int, act_dim: int, device):
-        self.capacity, self.pos, self.size, self.device = capacity, 0, 0, device
-        self.widths = (obs_dim, act_dim, 1, obs_dim, 1)
-        self.storage = torch.empty((capacity, sum(self.widths)), device=device)  # rows >= size are never read
-
-    def add(self, obs, actions, rewards, next_obs, terminations, dones):
-        """Store one row per sub-env; arrays are (num_envs, ...), next_obs the true s', `dones`
-        where episodes ended (read by ImageReplayBuffer). Returns the rows' indices."""
-        rows = np.concatenate([obs, actions, rewards[:, None], next_obs, terminations[:, None]], 1, dtype=np.float32)
-        idx = torch.arange(self.pos, self.pos + len(rows)) % self.capacity
-        self.storage[idx.to(self.device)] = torch.from_numpy(rows).to(self.device)
-        self.pos, self.size = (self.pos + len(rows)) % self.capacity, min(self.size + len(rows), self.capacity)
-        return idx
-
-    def sample(self, batch_size: int):
-        """(obs, actions, rewards, next_obs, terminations) of `batch_size` transitions drawn
-        uniformly."""
-        return self.rows(torch.randint(0, self.size, (batch_size,), device=self.device))
-
-    def rows(self, idx):
-        obs, actions, rewards, next_obs, terminations = self.storage.index_select(0, idx).split(self.widths, dim=-1)
-        return obs, actions, rewards.squeeze(-1), next_obs, terminations.squeeze(-1)
-
-    def state_dict(self):  # a copy of the rows written: torch.save writes a view's whole storage, the whole buffer
-        return {"pos": self.pos, "size": self.size, "storage": self.storage[: self.size].to("cpu", copy=True)}
-
-    def load_state_dict(self, state):
-        self.pos, self.size = state["pos"], state["size"]
-        self.storage[: self.size] = state["storage"].to(self.device)
-
-
-# LOSSES AND UPDATES
-# --------------------------------------------------------------------------------------------------
-def compute_loss_q(actor, qf, qf_target, batch, alpha, gamma, backup_entropy, num_subsample):
-    """J_Q = sum_i E[(Q_i(s, a) - y)^2], y from `soft_q_target`   [arXiv:1812.05905 eq. 5;
-    DEVIATION(2)]. Returns (loss, metrics)."""
-    obs, actions, rewards, next_obs, terminations = batch
-    with torch.no_grad():
-        next_actions, next_log_prob, _ = actor.get_action(next_obs)
-        idx = subsample_critics(qf.weights[0].shape[0], num_subsample, actions.device)
-        next_q = qf_target(next_obs, next_actions, idx)
-        y = soft_q_target(rewards, terminations, next_q, next_log_prob.squeeze(-1), alpha, gamma, backup_entropy)
-    q = qf(obs, actions[:, : next_actions.shape[-1]])  # the arm's dimensions: a gripper's value is Q_d's
-    per_critic = (q - y).pow(2).mean(dim=1)
-    q_means, losses = q.detach().mean(dim=1), per_critic.detach()  # detached: logging records no autograd graph
-    metrics = {
-        "qf1_values": q_means[0],
-        "qf2_values": q_means[1],
-        "qf1_loss": losses[0],
-        "qf2_loss": losses[1],
-        "qf_loss": losses.mean(),
-    }
-    return per_critic.sum(), metrics
-
-
-def compute_loss_pi(actor, qf, obs, alpha):
-    """J_pi = E_s[alpha * log pi(a|s) - min_i Q_i(s, a)], a ~ pi(.|s) reparameterized
-    [arXiv:1801.01290 eq. 12]; the critics' parameters enter detached, so gradients reach the actor
-    only. Returns (loss, detached log_prob (B,))."""
-    actions, log_prob, _ = actor.get_action(obs)
-    q = qf(obs, actions, detach_params=True).min(dim=0).values  # DEVIATION(1): REDQ's actor takes the mean over N
-    log_prob = log_prob.squeeze(-1)
-    return (alpha * log_prob - q).mean(), log_prob.detach()
-
-
-def compute_loss_alpha(log_alpha, log_prob, target_entropy: float):
-    """J(alpha) = E_a~pi[-alpha * log pi(a|s) - alpha * H-bar]   [arXiv:1812.05905 eq. 18]; log_prob
-    is detached."""
-    return (-log_alpha.exp() * (log_prob + target_entropy)).mean()
-
-
-def compute_loss_actor_alpha(actor, qf, obs, log_alpha, target_entropy: float, autotune: bool):
-    """J_pi, plus J(alpha) when alpha is tuned, as one loss: they share no parameter (alpha and log
-    pi enter each other's detached), so one backward pass serves both. Returns (loss, detached
-    metrics)."""
-    alpha = log_alpha.detach().exp()
-    loss, log_prob = compute_loss_pi(actor, qf, obs, alpha)
-    metrics = {"actor_loss": loss.detach(), "alpha": alpha[0], "entropy": -log_prob.mean()}
-    if autotune:
-        alpha_loss = compute_loss_alpha(log_alpha, log_prob, target_entropy)  # DEVIATION(5)
-        loss, metrics["alpha_loss"] = loss + alpha_loss, alpha_loss.detach()
-    return loss, metrics
-
-
-def polyak_update(targets: list, params: list, tau: float) -> None:
-    """theta' <- tau * theta + (1 - tau) * theta'   [arXiv:1801.01290 Algorithm 1]"""
-    with torch.no_grad():
-        torch._foreach_lerp_(targets, params, tau)
-
-
-def optimizer_step(optimizer, loss, module, max_norm: float | None) -> None:
-    """One step of `optimizer` on `loss`, the gradient norm of `module` first clipped to max_norm
-    (None: not)."""
-    optimizer.zero_grad()
-    loss.backward()
-    if max_norm is not None:
-        nn.utils.clip_grad_norm_(module.parameters(), max_norm)
-    optimizer.step()
-
-
-def sac_updates(actor, qf, qf_target, log_alpha, q_optimizer, actor_optimizer, args, target_entropy: float):
-    """update_critic(batch, update_target) and update_actor(obs): one gradient step each on the
-    losses above, returning detached metrics (no host sync); act(obs), a ~ pi(.|s) to collect with.
-    log alpha is a parameter group of the actor's optimizer, stepped with it."""
-    num_subsample = args.num_subsample_critics or args.num_critics
-    step = functools.partial(optimizer_step, max_norm=args.max_grad_norm)
-
-    def update_critic(batch, update_target: bool):
-        alpha = log_alpha.exp().detach()
-        loss, metrics = compute_loss_q(
-            actor, qf, qf_target, batch, alpha, args.gamma, args.backup_entropy, num_subsample
-        )
-        step(q_optimizer, loss, qf)
-        if update_target:
-            polyak_update(list(qf_target.parameters()), list(qf.parameters()), args.tau)
-        return metrics
-
-    def update_actor(obs):
-        loss, metrics = compute_loss_actor_alpha(actor, qf, obs, log_alpha, target_entropy, args.autotune)
-        step(actor_optimizer, loss, actor)
-        return metrics
-
-    @torch.no_grad()
-    def act(obs):
-        return actor.get_action(obs)[0]
-
-    return update_critic, update_actor, act
-
-
-def target_of(source: nn.Module, target: nn.Module) -> nn.Module:
-    """`target` made a copy of `source` that takes no gradient: the target network, moved by
-    `polyak_update`."""
-    target.load_state_dict(source.state_dict())
-    return target.requires_grad_(False)
-
-
-# MAIN
-# --------------------------------------------------------------------------------------------------
-def main(args: Args) -> dict:
-    """Train; returns a summary. Raises ConfigError, before writing anything, on bad flags, envs or
-    checkpoints."""
-    args, checkpoint, device = setup(args, observation_wrappers)
-    files = ("offline_data", "save_replay", "image_encoder_weights")  # made absolute: a resume runs from anywhere
-    args = replace(args, **{key: os.path.abspath(path) for key in files if (path := getattr(args, key))})
-    with Run(args, checkpoint, device, "--batch-size (with images, also --image-size)", observation_wrappers) as run:
-        obs_space, action_space = run.envs.single_observation_space, run.envs.single_action_space
-        data = robot_learning_setup(args, obs_space, action_space)  # the robot-learning flags checked; --offline-data
-        gripper, share = args.num_discrete_actions > 0, args.shared_encoder and isinstance(obs_space, gym.spaces.Dict)
-        act_dim = action_space.shape[0] - gripper  # |A|: the arm's dimensions, without a gripper's
-        actor = None if share else Actor(run.envs, gripper=gripper).to(device)  # first, as the seed's draws have gone
-        image = dict(pooling=args.image_pooling, weights=args.image_encoder_weights, frozen=args.freeze_image_encoder)
-        qf, qf_target = (
-            QEnsemble(run.envs, args.num_critics, args.critic_layer_norm, gripper, **image).to(device) for _ in range(2)
-        )
-        actor = actor or Actor(run.envs, qf.encoder, gripper).to(device)
-        qf_target = target_of(qf, qf_target)  # with the critics' encoder: a Polyak-averaged copy, as theirs
-        grip = Gripper(args, run.envs, qf, qf_target, share, device) if gripper else None  # its own critic and Adam
-        fused = {"fused": True} if device.type in ("cpu", "cuda") else {}  # one Adam kernel for all tensors
-        q_optimizer = torch.optim.Adam(qf.parameters(), lr=args.q_lr, **fused)
-        actor_optimizer = torch.optim.Adam(actor.parameters(), lr=args.policy_lr, **fused)
-        log_alpha = torch.zeros(1, device=device, requires_grad=True)
-        if args.autotune:  # log alpha's Adam: a parameter group of the actor's optimizer, with its own learning rate
-            actor_optimizer.add_param_group({"params": [log_alpha], "lr": args.q_lr})
-        else:
-            log_alpha.data.fill_(math.log(args.alpha) if args.alpha > 0 else -math.inf)
-        # H-bar = -|A| (arXiv:1812.05905, Sec. 5) unless --target-entropy sets it
-        target_entropy = -float(act_dim) if args.target_entropy is None else args.target_entropy
-        rb = replay_buffer(args, args.buffer_size, obs_space, action_space.shape[0], device, qf.encoder)
-        stateful = dict(
-            actor=actor,
-            qf=qf,
-            qf_target=qf_target,
-            q_optimizer=q_optimizer,
-            actor_optimizer=actor_optimizer,
-            rb=rb,
-            log_alpha=log_alpha,
-            **(grip.stateful if grip else {}),
-        )
-        (global_step, critic_updates, actor_updates, update_steps), obs = run.resume(stateful, (0, 0, 0, 0))
-        update_critic, update_actor, act = sac_updates(
-            actor, qf, qf_target, log_alpha, q_optimizer, actor_optimizer, args, target_entropy
-        )
-        if args.compile:  # the same functions, compiled (on a GPU, captured too)
-            update_critic, update_actor, act = compiled([update_critic, update_actor, act], device)
-        counters = lambda: (global_step, critic_updates, actor_updates, update_steps)  # noqa: E731
-        offline = None if data is None else offline_replay(args, data, obs_space, device, qf.encoder)
-        replay = rb if offline is None else MixedReplay(rb, offline, args.offline_ratio)  # RLPD's batches
-
-        def policy(obs):  # the deterministic action tanh(mean) * scale + bias (and the greedy gripper), for evaluation
-            x = to_tensors(obs, device)
-            arm = torch.addcmul(actor.action_bias, torch.tanh(actor(x)[0]), actor.action_scale)
-            return (torch.cat([arm, grip.act(x)], dim=-1) if grip else arm).cpu().numpy()
-
-        def update(replay):  # utd_ratio critic updates; every policy_frequency-th call, policy_frequency actor
-            nonlocal critic_updates, actor_updates, update_steps  # updates (DEVIATION(4))
-            for _ in range(args.utd_ratio):
-                batch = replay.sample(args.batch_size)
-                critic_updates += 1
-                update_target = critic_updates % args.target_update_interval == 0
-                metrics.update(
-                    update_critic(batch, update_target), **(grip.update(batch, update_target) if grip else {})
-                )
-            update_steps += 1
-            if update_steps % args.policy_frequency == 0:
-                for _ in range(args.policy_frequency):
-                    metrics.update(update_actor(batch[0]))
-                    actor_updates += 1
-
-        metrics = {}
-        offline_phase(run, update, offline, metrics, counters, args)  # --offline-steps on the offline data alone
-        while global_step + args.num_envs <= args.total_timesteps and not run.stop_signal:
-            # COLLECT: random actions for the first learning_starts steps (DEVIATION(6)), then a ~
-            # pi(.|s)
-            x = to_tensors(obs, device)
-            if global_step < args.learning_starts:
-                u = torch.rand((args.num_envs, act_dim), device=device) * 2.0 - 1.0
-                actions = u * actor.action_scale + actor.action_bias
-            else:
-                actions = act(x)
-            actions = (torch.cat([actions, grip.act(x, global_step)], dim=-1) if grip else actions).cpu().numpy()
-            next_obs, rewards, terminations, truncations, infos = run.envs.step(actions)
-            previous_step, global_step = global_step, global_step + args.num_envs
-
-            # STORE: bootstrap through truncations, never through terminations: s' is the true final
-            # observation and `terminations` alone masks the target. SAME_STEP autoreset means no
-            # stored transition spans a reset.
-            rb.add(obs, actions, rewards, final_observations(next_obs, infos), terminations, terminations | truncations)
-            obs = next_obs
-
-            # UPDATE: every env step brings one update step
-            if global_step >= args.learning_starts:
-                for _ in range(args.num_envs):
-                    update(replay)
-
-            # LOG, EVALUATE, CHECKPOINT
-            run.log(infos, metrics, previous_step, global_step)
-            run.after_step(previous_step, counters(), obs, policy)
-        model = {
-            "actor": actor.state_dict(),
-            "qf": qf.state_dict(),
-            "log_alpha": log_alpha.detach().cpu(),
-            **({"discrete_qf": grip.dq.state_dict()} if grip else {}),
-        }
-        summary = run.finish(counters(), obs, policy, model)
-        if args.save_replay:  # durably, whole or not at all
-            run.save(lambda f: np.savez(f, **replay_arrays(rb)), args.save_replay, global_step, "other files are kept")
-            print(f"replay buffer saved to {args.save_replay}")
-    return {**summary, "critic_updates": critic_updates, "actor_updates": actor_updates}
-
-
-# VALIDATION
-# --------------------------------------------------------------------------------------------------
-def check_args(args: Args) -> None:
-    """Raise ConfigError for this script's out-of-range or contradictory flags."""
-    replay_dir = os.path.dirname(os.path.abspath(args.save_replay or "."))
-    check(
-        [
-            (
-                args.buffer_size < max(args.batch_size, 2 * args.num_envs),
-                f"--buffer-size must be at least --batch-size "
-                f"({args.batch_size}) and twice --num-envs ({args.num_envs})",
-            ),
-            (
-                args.learning_starts >= args.total_timesteps and not args.offline_steps,
-                f"--learning-starts must lie below --total-timesteps ({args.total_timesteps}), or no update runs",
-            ),
-            (
-                not 1 <= args.batch_size <= (args.buffer_size if args.offline_data else args.learning_starts),
-                "--batch-size must lie in [1, --learning-starts] ([1, --buffer-size] with --offline-data)",
-            ),
-            (
-                not min(x for x in (args.policy_lr, args.q_lr, args.discrete_q_lr, args.max_grad_norm) if x is not None)
-                > 0,
-                "--policy-lr, --q-lr, --discrete-q-lr and --max-grad-norm must be positive",
-            ),
-            (not (0 < args.tau <= 1 and 0 < args.gamma <= 1), "--tau and --gamma must lie in (0, 1]"),
-            (not args.alpha >= 0, "--alpha must be non-negative"),
-            (args.num_critics < 2, "--num-critics must be at least 2"),
-            (
-                args.num_subsample_critics not in (None, *range(1, args.num_critics + 1)),
-                f"--num-subsample-critics must lie in [1, --num-critics={args.num_critics}]",
-            ),
-            (
-                min(args.utd_ratio, args.policy_frequency, args.target_update_interval) < 1,
-                "--utd-ratio, --policy-frequency and --target-update-interval must be at least 1",
-            ),
-            (not 16 <= args.image_size <= 512, "--image-size must lie in [16, 512] pixels"),  # 512: 99M weights a head
-            (
-                not 1 <= args.frame_stack < args.image_size / 3 or args.frame_stack > 1 and not args.from_pixels,
-                "--frame-stack must lie in [1, --image-size / 3) and above 1 needs --from-pixels",
-            ),
-            (
-                not 0 <= (args.offline_ratio or 0) <= 1 or args.offline_steps < 0,
-                "--offline-ratio must lie in [0, 1] and --offline-steps be non-negative",
-            ),
-            (
-                args.num_discrete_actions < 0 or args.num_discrete_actions == 1,
-                "--num-discrete-actions must be 0 (off) or at least 2: a gripper of one command has nothing to choose",
-            ),
-            (not 0 <= args.gripper_epsilon <= 1, "--gripper-epsilon must lie in [0, 1]"),
-            (
-                (args.offline_ratio or args.offline_steps) and not args.offline_data,
-                "--offline-ratio and --offline-steps need --offline-data PATH, an .npz written by --save-replay",
-            ),
-            (
-                args.save_replay
-                and args.offline_data
-                and os.path.abspath(args.save_replay) == os.path.abspath(args.offline_data),
-                "--save-replay would overwrite the --offline-data file; pass another file name",
-            ),
-            (
-                args.save_replay and (os.path.isdir(args.save_replay) or not os.access(replay_dir, os.W_OK | os.X_OK)),
-                f"--save-replay {args.save_replay} is a directory, or its directory is missing or read-only; "
-                "pass a file name, such as replay.npz, in a writable directory",
-            ),
-        ]
-    )
-
-
-def check_spaces(env_id: str, obs_space, action_space) -> None:
-    """Raise ConfigError unless observations are a 1-D Box or a Dict of vectors and uint8 images;
-    actions a Box."""
-    box = isinstance(action_space, gym.spaces.Box)  # the bounds are read only from a Box
-    spaces = obs_space.spaces if isinstance(obs_space, gym.spaces.Dict) else {}
-    bad = [
-        key
-        for key, space in spaces.items()
-        if not isinstance(space, gym.spaces.Box) or (space.dtype == np.uint8) != (len(space.shape) == 3)
-    ]
-    check(
-        [
-            (isinstance(action_space, gym.spaces.Discrete), f"{env_id} has a Discrete action space: use sac_atari.py"),
-            (not box, f"{env_id}'s action space is no Box; this script needs one"),
-            (
-                not (spaces or isinstance(obs_space, gym.spaces.Box) and len(obs_space.shape) == 1),
-                f"{env_id} has {obs_space} observations; "
-                "this script needs a 1-D Box (see gymnasium.wrappers.FlattenObservation) or a Dict",
-            ),
-            (
-                bad,
-                f"{env_id}'s observation keys {bad} are neither vector Boxes "
-                "nor 3-d uint8 images (H, W, C) or (C, H, W)",
-            ),
-            (
-                box
-                and not np.all(
-                    np.isfinite(action_space.low)
-                    & np.isfinite(action_space.high)
-                    & (action_space.high > action_space.low)
-                ),
-                f"{env_id} has unbounded or empty action bounds; tanh needs finite low < high",
-            ),
-        ]
-    )
-
-
-# ==================================================================================================
-# ROBOT-LEARNING OPTIONS (HIL-SERL): images with their encoder and replay, gripper, offline data.
-# SAC readers may stop.
-# ==================================================================================================
-IMAGE_FEATURES = 50  # an image's encoding width (DrQ, SAC-AE)
-SPATIAL_FEATURES = 8  # SpatialEmbedding's K, learned maps per channel (HIL-SERL's image_embedding_pooling_dim)
-IMAGENET = torch.tensor([0.485, 0.456, 0.406]), torch.tensor([0.229, 0.224, 0.225])  # mean and std of each colour
 
 
 def to_tensors(obs, device):
@@ -813,13 +597,8 @@ class ResNet10(nn.Sequential):
             )
         )
         self.train()
-        try:  # without a file, its own random weights (as tests write them)
-            self.load_state_dict(torch.load(weights, "cpu", weights_only=True) if weights else self.state_dict())
-        except Exception as e:  # missing, no state dict, or of other shapes
-            raise ConfigError(
-                f"--image-encoder-weights {weights}: no ResNet-10 for {channels}-channel images ("
-                f"{type(e).__name__}: {' '.join(str(e).split())[:160]}); see the page for making one"
-            ) from None
+        if weights:  # else its own random weights (as tests write them); `check_encoder_weights` read the file
+            self.load_state_dict(torch.load(weights, "cpu", weights_only=True))
 
     def train(self, mode: bool = True):  # BatchNorms as in eval mode: DEVIATION(8)
         return super().train(False)
@@ -829,14 +608,128 @@ class ResNet10(nn.Sequential):
         return super().forward((images - mean) / std)
 
 
-def random_shift(images: torch.Tensor, pad: int = 4) -> torch.Tensor:
-    """DrQ's shift (arXiv:2004.13649, Sec. 3.1): images (B, C, H, W) edge-padded by `pad`, cropped
-    at uniform offsets."""
-    n, _, h, w = images.shape
-    padded = F.pad(images, (pad,) * 4, mode="replicate")
-    dy, dx = torch.randint(0, 2 * pad + 1, (2, n, 1, 1), device=images.device)
-    rows, cols = torch.arange(h, device=images.device)[:, None] + dy, torch.arange(w, device=images.device) + dx
-    return padded[torch.arange(n, device=images.device)[:, None, None], :, rows, cols].permute(0, 3, 1, 2)
+class DiscreteQ(nn.Module):
+    """HIL-SERL's discrete critic Q_d(s, .) of the gripper's K commands: 256-256-K with ReLU on
+    features of s."""
+
+    def __init__(self, envs, k: int, shared_encoder=None):
+        super().__init__()
+        self.encoder = Encoder(envs.single_observation_space) if shared_encoder is None else None
+        self.shared = [shared_encoder] if shared_encoder else []  # in a list: not registered, not in .parameters()
+        self.net = nn.Sequential(
+            nn.Linear((shared_encoder or self.encoder).out_dim, HIDDEN),
+            nn.ReLU(),
+            nn.Linear(HIDDEN, HIDDEN),
+            nn.ReLU(),
+            nn.Linear(HIDDEN, k),
+        )
+
+    features = Actor.features
+
+    def forward(self, obs):
+        return self.net(self.features(obs))
+
+
+class Gripper:
+    """--num-discrete-actions K: the last action dimension is one of K commands chosen by Q_d, with
+    its own Adam and Polyak target, updated eagerly; its encoder is its own, or the critics' read
+    detached (target's: DEVIATION(7))."""
+
+    def __init__(self, args, envs, qf, qf_target, share: bool, device):
+        k, fused = args.num_discrete_actions, {"fused": True} if device.type in ("cpu", "cuda") else {}
+        self.dq, dq_target = (DiscreteQ(envs, k, q.encoder if share else None).to(device) for q in (qf, qf_target))
+        self.dq_target = target_of(self.dq, dq_target)
+        self.optimizer = torch.optim.Adam(self.dq.parameters(), lr=args.discrete_q_lr or args.q_lr, **fused)
+        self.levels = torch.as_tensor(gripper_levels(envs.single_action_space, k), device=device)
+        self.stateful, self.args = dict(dq=self.dq, dq_target=self.dq_target, dq_optimizer=self.optimizer), args
+
+    def act(self, x, global_step: int | None = None):
+        """(B, 1) values of g = argmax_a Q_d(s, a); in training (at a global_step), uniform with
+        probability epsilon."""
+        with torch.no_grad():
+            g = self.dq(x).argmax(dim=-1)
+        if global_step is not None:  # epsilon: 1 for the first learning_starts steps, then --gripper-epsilon
+            epsilon = 1.0 if global_step < self.args.learning_starts else self.args.gripper_epsilon
+            g = torch.where(torch.rand(len(g), device=g.device) < epsilon, torch.randint_like(g, len(self.levels)), g)
+        return self.levels[g, None]
+
+    def update(self, batch, update_target: bool) -> dict:  # a step on J_d, and of the target; detached metrics
+        loss, metrics = compute_loss_discrete_q(self.dq, self.dq_target, batch, self.levels, self.args.gamma)
+        optimizer_step(self.optimizer, loss, self.dq, self.args.max_grad_norm)
+        if update_target:
+            polyak_update(list(self.dq_target.parameters()), list(self.dq.parameters()), self.args.tau)
+        return metrics
+
+
+def networks(args, envs, device) -> tuple:
+    """(actor, qf, qf_target, grip): the critics on their `Encoder` and its Polyak-averaged copy;
+    the actor on the critics' encoder, read detached (--shared-encoder with Dict observations,
+    HIL-SERL's), or on its own; with --num-discrete-actions, the gripper's critic, else None."""
+    gripper = args.num_discrete_actions > 0
+    share = args.shared_encoder and isinstance(envs.single_observation_space, gym.spaces.Dict)
+    actor = None if share else Actor(envs, gripper=gripper).to(device)  # first, as the seed's draws have gone
+    image = dict(pooling=args.image_pooling, weights=args.image_encoder_weights, frozen=args.freeze_image_encoder)
+    qf = QEnsemble(envs, args.num_critics, args.critic_layer_norm, gripper, **image).to(device)
+    qf_target = QEnsemble(envs, args.num_critics, args.critic_layer_norm, gripper, **image).to(device)
+    actor = actor or Actor(envs, qf.encoder, gripper).to(device)
+    qf_target = target_of(qf, qf_target)  # with the critics' encoder: a Polyak-averaged copy, as theirs
+    grip = Gripper(args, envs, qf, qf_target, share, device) if gripper else None  # its own critic and Adam
+    return actor, qf, qf_target, grip
+
+
+def greedy_policy(actor, grip, device):
+    """The deterministic policy, numpy in and out: tanh(mean) * scale + bias, and the greedy gripper
+    command."""
+
+    def policy(obs):
+        x = to_tensors(obs, device)
+        arm = torch.addcmul(actor.action_bias, torch.tanh(actor(x)[0]), actor.action_scale)
+        return (torch.cat([arm, grip.act(x)], dim=-1) if grip else arm).cpu().numpy()
+
+    return policy
+
+
+# REPLAY: ONLINE, IMAGES STORED ONCE, DEMOS MIXED IN (RLPD)
+# --------------------------------------------------------------------------------------------------
+class ReplayBuffer:
+    """Preallocated circular storage of (s, a, r, s', terminated, the gripper's penalty, whether a
+    person acted), sampled uniformly: column blocks of one float tensor, so storing a step is one
+    copy and drawing a minibatch one gather (Dict observations: ImageReplayBuffer)."""
+
+    def __init__(self, capacity: int, obs_dim: int, act_dim: int, device):
+        self.capacity, self.pos, self.size, self.device = capacity, 0, 0, device
+        self.widths = (obs_dim, act_dim, 1, obs_dim, 1, 1, 1)
+        self.storage = torch.empty((capacity, sum(self.widths)), device=device)  # rows >= size are never read
+
+    def add(self, obs, actions, rewards, next_obs, terminations, dones, penalties=0.0, interventions=False):
+        """Store one row per sub-env; arrays are (num_envs, ...), next_obs the true s', `dones`
+        where episodes ended (read by ImageReplayBuffer), `penalties` info["discrete_penalty"] and
+        `interventions` info["is_intervention"] (0 and False where the env gives none). Returns the
+        rows' indices."""
+        extras = [np.broadcast_to(x, len(rewards))[:, None] for x in (penalties, interventions)]
+        rows = [obs, actions, rewards[:, None], next_obs, terminations[:, None], *extras]
+        rows = np.concatenate(rows, 1, dtype=np.float32)
+        idx = torch.arange(self.pos, self.pos + len(rows)) % self.capacity
+        self.storage[idx.to(self.device)] = torch.from_numpy(rows).to(self.device)
+        self.pos, self.size = (self.pos + len(rows)) % self.capacity, min(self.size + len(rows), self.capacity)
+        return idx
+
+    def sample(self, batch_size: int):
+        """(obs, actions, rewards, next_obs, terminations, penalties) of `batch_size` transitions
+        drawn uniformly."""
+        return self.rows(torch.randint(0, self.size, (batch_size,), device=self.device))
+
+    def rows(self, idx):
+        columns = self.storage.index_select(0, idx).split(self.widths, dim=-1)
+        obs, actions, rewards, next_obs, terminations, penalties, _ = columns
+        return obs, actions, rewards.squeeze(-1), next_obs, terminations.squeeze(-1), penalties.squeeze(-1)
+
+    def state_dict(self):  # a copy of the rows written: torch.save writes a view's whole storage, the whole buffer
+        return {"pos": self.pos, "size": self.size, "storage": self.storage[: self.size].to("cpu", copy=True)}
+
+    def load_state_dict(self, state):
+        self.pos, self.size = state["pos"], state["size"]
+        self.storage[: self.size] = state["storage"].to(self.device)
 
 
 class ImageReplayBuffer(ReplayBuffer):
@@ -878,8 +771,9 @@ class ImageReplayBuffer(ReplayBuffer):
                 )
         return out
 
-    def add(self, obs, actions, rewards, next_obs, terminations, dones):
-        idx = super().add(self.flat(obs), actions, rewards, self.flat(next_obs), terminations, dones)
+    def add(self, obs, actions, rewards, next_obs, terminations, dones, penalties=0.0, interventions=False):
+        flat_obs, flat_next_obs = self.flat(obs), self.flat(next_obs)
+        idx = super().add(flat_obs, actions, rewards, flat_next_obs, terminations, dones, penalties, interventions)
         self.ended[idx] = torch.as_tensor(dones, dtype=torch.bool)
         new = self.ended[(idx - self.num_envs) % self.capacity]  # else s is stored already, as the row before's s'
         obs, next_obs = self.stored({key: obs[key][new.numpy()] for key in self.images}), self.stored(next_obs)
@@ -903,14 +797,14 @@ class ImageReplayBuffer(ReplayBuffer):
     def sample(self, batch_size: int):
         idx = torch.randint(0, self.size - self.stale(), (batch_size,), device=self.device)
         idx = (idx + self.pos * (self.size == self.capacity) + self.stale()) % self.capacity if self.stale() else idx
-        obs, actions, rewards, next_obs, terminations = self.rows(idx)
+        obs, actions, rewards, next_obs, terminations, penalties = self.rows(idx)
         obs, next_obs = (
             to_tensors(self.observations(part, idx.cpu(), nxt, self.sampled), self.device)
             for part, nxt in ((obs, False), (next_obs, True))
         )
         for o in (obs, next_obs) if self.augment else ():
             o.update({key: random_shift(o[key]) for key in self.images})
-        return obs, actions, rewards, next_obs, terminations
+        return obs, actions, rewards, next_obs, terminations, penalties
 
     def state_dict(self):  # copies of the rows written, as ReplayBuffer's
         written = min(self.size + self.num_envs, self.capacity)  # the rows' s and the newest rows' s'
@@ -949,102 +843,302 @@ def replay_buffer(args, capacity: int, obs_space, act_dim: int, device, encoder,
     )
 
 
-def replay_arrays(rb: ReplayBuffer) -> dict:
-    """--save-replay's arrays: obs, actions, rewards, next_obs, terminations (a Dict's as
-    obs/<key>), oldest first."""
-    images = isinstance(rb, ImageReplayBuffer)
-    idx = (torch.arange(rb.stale() if images else 0, rb.size) + (rb.pos if rb.size == rb.capacity else 0)) % rb.capacity
-    obs, actions, rewards, next_obs, terminations = rb.storage[idx.to(rb.device)].cpu().split(rb.widths, -1)
-    data = {"actions": actions, "rewards": rewards[:, 0], "terminations": terminations[:, 0]}
-    for name, flat, nxt in (("obs", obs, False), ("next_obs", next_obs, True)):
-        data.update(
-            {
-                f"{name}/{k}": v.reshape(len(idx), *rb.spaces[k].shape)
-                for k, v in rb.observations(flat, idx, nxt, rb.images).items()
-            }
-            if images
-            else {name: flat}
+class MixedReplay:
+    """RLPD's symmetric sampling (arXiv:2302.02948): round(batch_size * ratio) of a batch from the
+    demo buffer, once it holds that many transitions; until then, the whole batch from the online
+    buffer."""
+
+    def __init__(self, rb: ReplayBuffer, demo: ReplayBuffer, ratio: float | None):
+        self.rb, self.demo, self.ratio = rb, demo, 0.5 if ratio is None else ratio
+
+    def sample(self, batch_size: int):
+        k = round(batch_size * self.ratio)
+        k = k if self.demo.size >= k else 0
+        parts = [buffer.sample(n) for buffer, n in ((self.rb, batch_size - k), (self.demo, k)) if n]
+        return parts[0] if len(parts) == 1 else tuple(map(concatenate, zip(*parts)))
+
+
+def concatenate(xs: list):
+    """torch.cat of tensors, or of dicts of tensors key by key."""
+    if isinstance(xs[0], dict):
+        return {key: torch.cat([x[key] for x in xs]) for key in xs[0]}
+    return torch.cat(xs)
+
+
+def add_demos(demo: ReplayBuffer, rows: np.ndarray, obs, actions, rewards, next_obs, terminations, penalties) -> None:
+    """The transitions of the sub-envs `rows` (a mask) selects into the demo buffer, each with both
+    its frames: a person's takeovers need not follow each other."""
+    if rows.any():
+        obs, next_obs = (
+            {key: x[rows] for key, x in o.items()} if isinstance(o, dict) else o[rows] for o in (obs, next_obs)
         )
-    return {key: value.numpy() for key, value in data.items()}
+        ones = np.ones(rows.sum(), dtype=bool)
+        demo.add(obs, actions[rows], rewards[rows], next_obs, terminations[rows], ones, penalties[rows], ones)
 
 
-def double_dqn_target(rewards, terminations, next_q, next_q_target, gamma: float):
-    """Shapes: rewards, terminations (B,); next_q, next_q_target (B, K), Q_d(s', .) and the target
-    network's Q_d'(s', .). y = r + gamma * (1 - terminated) * Q_d'(s', argmax_a Q_d(s', a))
-    [arXiv:1509.06461 eq. 4; HIL-SERL]"""
-    best = next_q.argmax(dim=-1, keepdim=True)  # the online network picks the command, the target network values it
-    return rewards + gamma * (1.0 - terminations) * next_q_target.gather(-1, best).squeeze(-1)
+# HUMAN INTERVENTIONS
+# --------------------------------------------------------------------------------------------------
+def step_info(infos: dict, key: str, dones: np.ndarray) -> list:
+    """Each sub-env's info[key] of the step it took, None where it gave none: an ended episode's is
+    in infos["final_info"] (SAME_STEP autoreset; the infos beside it are the reset's)."""
+    values = []
+    for i, done in enumerate(dones):
+        source = infos.get("final_info", {}) if done else infos
+        given = source.get(f"_{key}")
+        values.append(source[key][i] if given is not None and given[i] else None)
+    return values
 
 
-def gripper_levels(action_space, k: int) -> np.ndarray:
-    """The values of the gripper's k commands: k evenly spaced points of the last action dimension's
-    [low, high]."""
-    return np.linspace(action_space.low[-1], action_space.high[-1], k, dtype=np.float32)
+class Interventions:
+    """A person's takeovers, by the protocol of gym-hil's envs (LeRobot's HIL-SERL): where
+    info["is_intervention"] is true the env ran info["teleop_action"], not the policy's action, so
+    that is the action stored. Counts each episode's intervened steps (charts/intervention_rate)."""
+
+    def __init__(self, args, action_space):
+        self.env_id, self.space = args.env_id, action_space
+        self.levels = gripper_levels(action_space, args.num_discrete_actions)  # none without a gripper
+        self.steps = np.zeros((2, args.num_envs), dtype=np.int64)  # each episode's steps so far, and its intervened
+
+    def actions(self, infos: dict, actions: np.ndarray, dones: np.ndarray) -> tuple:
+        """(actions, intervened): the actions the envs ran, and the mask of the sub-envs a person
+        drove; a gripper's command is the nearest of its K levels."""
+        flags = step_info(infos, "is_intervention", dones)
+        teleop = step_info(infos, "teleop_action", dones)
+        check_intervention_flags(self.env_id, flags)
+        intervened = np.array([flag is not None and bool(flag) for flag in flags])
+        for i in np.flatnonzero(intervened):
+            action = np.asarray(teleop[i] if teleop[i] is not None else [], dtype=np.float32)
+            check_teleop_action(self.env_id, self.space, action)
+            if len(self.levels):
+                action[-1] = self.levels[np.abs(self.levels - action[-1]).argmin()]
+            actions[i] = action
+        self.steps += np.stack([np.ones_like(intervened), intervened])
+        return actions, intervened
+
+    def log(self, writer, dones: np.ndarray, demo_size: int, global_step: int) -> None:
+        """charts/intervention_rate, the intervened share of each ended episode's steps, and
+        charts/demo_transitions."""
+        for i in np.flatnonzero(dones):
+            writer.add_scalar("charts/intervention_rate", self.steps[1, i] / self.steps[0, i], global_step)
+            writer.add_scalar("charts/demo_transitions", demo_size, global_step)
+        self.steps[:, dones] = 0
+
+    def state_dict(self) -> dict:
+        return {"steps": self.steps.copy()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.steps[:] = state["steps"]
 
 
-class DiscreteQ(nn.Module):
-    """HIL-SERL's discrete critic Q_d(s, .) of the gripper's K commands: 256-256-K with ReLU on
-    features of s."""
-
-    def __init__(self, envs, k: int, shared_encoder=None):
-        super().__init__()
-        self.encoder = Encoder(envs.single_observation_space) if shared_encoder is None else None
-        self.shared = [shared_encoder] if shared_encoder else []  # in a list: not registered, not in .parameters()
-        self.net = nn.Sequential(
-            nn.Linear((shared_encoder or self.encoder).out_dim, HIDDEN),
-            nn.ReLU(),
-            nn.Linear(HIDDEN, HIDDEN),
-            nn.ReLU(),
-            nn.Linear(HIDDEN, k),
+# MAIN
+# --------------------------------------------------------------------------------------------------
+def main(args: Args) -> dict:
+    """Train; returns a summary. Raises ConfigError, before writing anything, on bad flags, envs or
+    checkpoints."""
+    args, checkpoint, device = setup(args, observation_wrappers)
+    files = ("offline_data", "save_replay", "image_encoder_weights")  # made absolute: a resume runs from anywhere
+    args = replace(args, **{key: os.path.abspath(path) for key in files if (path := getattr(args, key))})
+    with Run(args, checkpoint, device, "--batch-size (with images, also --image-size)", observation_wrappers) as run:
+        obs_space = run.envs.single_observation_space
+        action_space = run.envs.single_action_space
+        data = robot_learning_setup(args, obs_space, action_space)  # the robot-learning flags checked; --offline-data
+        actor, qf, qf_target, grip = networks(args, run.envs, device)
+        act_dim = actor.action_scale.shape[0]  # |A|: the arm's dimensions, without a gripper's
+        fused = {"fused": True} if device.type in ("cpu", "cuda") else {}  # one Adam kernel for all tensors
+        q_optimizer = torch.optim.Adam(qf.parameters(), lr=args.q_lr, **fused)
+        actor_optimizer = torch.optim.Adam(actor.parameters(), lr=args.policy_lr, **fused)
+        log_alpha = torch.zeros(1, device=device, requires_grad=True)
+        if args.autotune:  # log alpha's Adam: a parameter group of the actor's optimizer, with its own learning rate
+            actor_optimizer.add_param_group({"params": [log_alpha], "lr": args.q_lr})
+        else:
+            log_alpha.data.fill_(math.log(args.alpha) if args.alpha > 0 else -math.inf)
+        # H-bar = -|A| (arXiv:1812.05905, Sec. 5) unless --target-entropy sets it
+        target_entropy = -float(act_dim) if args.target_entropy is None else args.target_entropy
+        rb = replay_buffer(args, args.buffer_size, obs_space, action_space.shape[0], device, qf.encoder)
+        demo = demo_buffer(args, data, obs_space, action_space.shape[0], device, qf.encoder)  # offline data, takeovers
+        replay = MixedReplay(rb, demo, args.offline_ratio)  # RLPD's batches, once the demos hold their share
+        person = Interventions(args, action_space)  # a person's takeovers: the actions the envs ran
+        stateful = dict(actor=actor, qf=qf, qf_target=qf_target, q_optimizer=q_optimizer, log_alpha=log_alpha)
+        stateful.update(
+            actor_optimizer=actor_optimizer, rb=rb, demo=demo, person=person, **(grip.stateful if grip else {})
         )
+        (global_step, critic_updates, actor_updates, update_steps), obs = run.resume(stateful, (0, 0, 0, 0))
+        update_critic, update_actor, act = sac_updates(
+            actor, qf, qf_target, log_alpha, q_optimizer, actor_optimizer, args, target_entropy
+        )
+        if args.compile:  # the same functions, compiled (on a GPU, captured too)
+            update_critic, update_actor, act = compiled([update_critic, update_actor, act], device)
+        counters = lambda: (global_step, critic_updates, actor_updates, update_steps)  # noqa: E731
+        policy = greedy_policy(actor, grip, device)  # for evaluation
 
-    features = Actor.features
+        def update(replay):  # utd_ratio critic updates; every policy_frequency-th call, policy_frequency actor
+            nonlocal critic_updates, actor_updates, update_steps  # updates (DEVIATION(4))
+            for _ in range(args.utd_ratio):
+                batch = replay.sample(args.batch_size)
+                critic_updates += 1
+                update_target = critic_updates % args.target_update_interval == 0
+                metrics.update(update_critic(batch, update_target))
+                metrics.update(grip.update(batch, update_target) if grip else {})
+            update_steps += 1
+            if update_steps % args.policy_frequency == 0:
+                for _ in range(args.policy_frequency):
+                    metrics.update(update_actor(batch[0]))
+                    actor_updates += 1
 
-    def forward(self, obs):
-        return self.net(self.features(obs))
+        metrics = {}
+        offline_phase(run, update, demo, metrics, counters, args)  # --offline-steps on the offline data alone
+        while global_step + args.num_envs <= args.total_timesteps and not run.stop_signal:
+            # COLLECT: random actions for learning_starts steps (DEVIATION(6)), then a ~ pi(.|s)
+            x = to_tensors(obs, device)
+            if global_step < args.learning_starts:
+                u = torch.rand((args.num_envs, act_dim), device=device) * 2.0 - 1.0
+                actions = u * actor.action_scale + actor.action_bias
+            else:
+                actions = act(x)
+            actions = (torch.cat([actions, grip.act(x, global_step)], dim=-1) if grip else actions).cpu().numpy()
+            next_obs, rewards, terminations, truncations, infos = run.envs.step(actions)
+            previous_step, global_step = global_step, global_step + args.num_envs
+            dones = terminations | truncations
+
+            # A PERSON: where one took over, the env ran their action; store it, as a demo too
+            actions, intervened = person.actions(infos, actions, dones)
+            penalties = np.array([p or 0.0 for p in step_info(infos, "discrete_penalty", dones)], dtype=np.float32)
+
+            # STORE: bootstrap through truncations, never through terminations: s' is the true final
+            # observation and `terminations` alone masks the target; no transition spans a reset.
+            real_next_obs = final_observations(next_obs, infos)
+            rb.add(obs, actions, rewards, real_next_obs, terminations, dones, penalties, intervened)
+            add_demos(demo, intervened, obs, actions, rewards, real_next_obs, terminations, penalties)
+            obs = next_obs
+
+            # UPDATE: every env step brings one update step
+            if global_step >= args.learning_starts:
+                for _ in range(args.num_envs):
+                    update(replay)
+
+            # LOG, EVALUATE, CHECKPOINT
+            run.log(infos, metrics, previous_step, global_step)
+            person.log(run.writer, dones, demo.size, global_step)
+            run.after_step(previous_step, counters(), obs, policy)
+        model = dict(actor=actor.state_dict(), qf=qf.state_dict(), log_alpha=log_alpha.detach().cpu())
+        model.update({"discrete_qf": grip.dq.state_dict()} if grip else {})
+        summary = run.finish(counters(), obs, policy, model)
+        if args.save_replay:  # durably, whole or not at all
+            run.save(lambda f: np.savez(f, **replay_arrays(rb)), args.save_replay, global_step, "other files are kept")
+            print(f"replay buffer saved to {args.save_replay}")
+    return {**summary, "critic_updates": critic_updates, "actor_updates": actor_updates}
 
 
-def compute_loss_discrete_q(dq, dq_target, batch, levels, gamma: float):
-    """J_d = E[(Q_d(s, g) - y)^2], g the command the env received, y `double_dqn_target`'s
-    (HIL-SERL); (loss, metrics)"""
-    obs, actions, rewards, next_obs, terminations = batch
-    g = (actions[:, -1:] - levels).abs().argmin(dim=-1, keepdim=True)  # the stored value back to its command's index
-    with torch.no_grad():
-        y = double_dqn_target(rewards, terminations, dq(next_obs), dq_target(next_obs), gamma)
-    q = dq(obs).gather(-1, g).squeeze(-1)
-    loss = (q - y).pow(2).mean()
-    return loss, {"discrete_qf_loss": loss.detach(), "discrete_qf_values": q.detach().mean()}
+# VALIDATION
+# --------------------------------------------------------------------------------------------------
+def check_args(args: Args) -> None:
+    """Raise ConfigError for this script's out-of-range or contradictory flags."""
+    replay_dir = os.path.dirname(os.path.abspath(args.save_replay or "."))
+    check(
+        [
+            (
+                args.buffer_size < max(args.batch_size, 2 * args.num_envs),
+                f"--buffer-size must be at least --batch-size "
+                f"({args.batch_size}) and twice --num-envs ({args.num_envs})",
+            ),
+            (
+                args.learning_starts >= args.total_timesteps and not args.offline_steps,
+                f"--learning-starts must lie below --total-timesteps ({args.total_timesteps}), or no update runs",
+            ),
+            (
+                not 1 <= args.batch_size <= (args.buffer_size if args.offline_data else args.learning_starts),
+                "--batch-size must lie in [1, --learning-starts] ([1, --buffer-size] with --offline-data)",
+            ),
+            (
+                not min(x for x in (args.policy_lr, args.q_lr, args.discrete_q_lr, args.max_grad_norm) if x is not None)
+                > 0,
+                "--policy-lr, --q-lr, --discrete-q-lr and --max-grad-norm must be positive",
+            ),
+            (not (0 < args.tau <= 1 and 0 < args.gamma <= 1), "--tau and --gamma must lie in (0, 1]"),
+            (not args.alpha >= 0, "--alpha must be non-negative"),
+            (args.num_critics < 2, "--num-critics must be at least 2"),
+            (
+                args.num_subsample_critics not in (None, *range(1, args.num_critics + 1)),
+                f"--num-subsample-critics must lie in [1, --num-critics={args.num_critics}]",
+            ),
+            (
+                min(args.utd_ratio, args.policy_frequency, args.target_update_interval) < 1,
+                "--utd-ratio, --policy-frequency and --target-update-interval must be at least 1",
+            ),
+            (
+                not 16 <= (args.image_size or PIXELS) <= 512,
+                "--image-size must lie in [16, 512] pixels",
+            ),  # 99M weights a head
+            (
+                not 1 <= args.frame_stack < (args.image_size or PIXELS) / 3
+                or args.frame_stack > 1
+                and not args.from_pixels,
+                "--frame-stack must lie in [1, --image-size / 3) and above 1 needs --from-pixels",
+            ),
+            (
+                not 0 <= (args.offline_ratio or 0) <= 1 or args.offline_steps < 0,
+                "--offline-ratio must lie in [0, 1] and --offline-steps be non-negative",
+            ),
+            (
+                args.num_discrete_actions < 0 or args.num_discrete_actions == 1,
+                "--num-discrete-actions must be 0 (off) or at least 2: a gripper of one command has nothing to choose",
+            ),
+            (not 0 <= args.gripper_epsilon <= 1, "--gripper-epsilon must lie in [0, 1]"),
+            (
+                args.offline_steps and not args.offline_data,
+                "--offline-steps needs --offline-data PATH, an .npz written by --save-replay",
+            ),
+            (args.demo_buffer_size < 1, "--demo-buffer-size must be at least 1"),
+            (
+                args.save_replay
+                and args.offline_data
+                and os.path.abspath(args.save_replay) == os.path.abspath(args.offline_data),
+                "--save-replay would overwrite the --offline-data file; pass another file name",
+            ),
+            (
+                args.save_replay and (os.path.isdir(args.save_replay) or not os.access(replay_dir, os.W_OK | os.X_OK)),
+                f"--save-replay {args.save_replay} is a directory, or its directory is missing or read-only; "
+                "pass a file name, such as replay.npz, in a writable directory",
+            ),
+        ]
+    )
 
 
-class Gripper:
-    """--num-discrete-actions K: the last action dimension is one of K commands chosen by Q_d, with
-    its own Adam and Polyak target, updated eagerly; its encoder is its own, or the critics' read
-    detached (target's: DEVIATION(7))."""
-
-    def __init__(self, args, envs, qf, qf_target, share: bool, device):
-        k, fused = args.num_discrete_actions, {"fused": True} if device.type in ("cpu", "cuda") else {}
-        self.dq, dq_target = (DiscreteQ(envs, k, q.encoder if share else None).to(device) for q in (qf, qf_target))
-        self.dq_target = target_of(self.dq, dq_target)
-        self.optimizer = torch.optim.Adam(self.dq.parameters(), lr=args.discrete_q_lr or args.q_lr, **fused)
-        self.levels = torch.as_tensor(gripper_levels(envs.single_action_space, k), device=device)
-        self.stateful, self.args = dict(dq=self.dq, dq_target=self.dq_target, dq_optimizer=self.optimizer), args
-
-    def act(self, x, global_step: int | None = None):
-        """(B, 1) values of g = argmax_a Q_d(s, a); in training (at a global_step), uniform with
-        probability epsilon."""
-        with torch.no_grad():
-            g = self.dq(x).argmax(dim=-1)
-        if global_step is not None:  # epsilon: 1 for the first learning_starts steps, then --gripper-epsilon
-            epsilon = 1.0 if global_step < self.args.learning_starts else self.args.gripper_epsilon
-            g = torch.where(torch.rand(len(g), device=g.device) < epsilon, torch.randint_like(g, len(self.levels)), g)
-        return self.levels[g, None]
-
-    def update(self, batch, update_target: bool) -> dict:  # a step on J_d, and of the target; detached metrics
-        loss, metrics = compute_loss_discrete_q(self.dq, self.dq_target, batch, self.levels, self.args.gamma)
-        optimizer_step(self.optimizer, loss, self.dq, self.args.max_grad_norm)
-        if update_target:
-            polyak_update(list(self.dq_target.parameters()), list(self.dq.parameters()), self.args.tau)
-        return metrics
+def check_spaces(env_id: str, obs_space, action_space) -> None:
+    """Raise ConfigError unless observations are a 1-D Box or a Dict of vectors and uint8 images;
+    actions a Box."""
+    box = isinstance(action_space, gym.spaces.Box)  # the bounds are read only from a Box
+    spaces = obs_space.spaces if isinstance(obs_space, gym.spaces.Dict) else {}
+    bad = [
+        key
+        for key, space in spaces.items()
+        if not isinstance(space, gym.spaces.Box) or (space.dtype == np.uint8) != (len(space.shape) == 3)
+    ]
+    check(
+        [
+            (isinstance(action_space, gym.spaces.Discrete), f"{env_id} has a Discrete action space: use sac_atari.py"),
+            (not box, f"{env_id}'s action space is no Box; this script needs one"),
+            (
+                not (spaces or isinstance(obs_space, gym.spaces.Box) and len(obs_space.shape) == 1),
+                f"{env_id} has {obs_space} observations; "
+                "this script needs a 1-D Box (see gymnasium.wrappers.FlattenObservation) or a Dict",
+            ),
+            (
+                bad,
+                f"{env_id}'s observation keys {bad} are neither vector Boxes "
+                "nor 3-d uint8 images (H, W, C) or (C, H, W)",
+            ),
+            (
+                box
+                and not np.all(
+                    np.isfinite(action_space.low)
+                    & np.isfinite(action_space.high)
+                    & (action_space.high > action_space.low)
+                ),
+                f"{env_id} has unbounded or empty action bounds; tanh needs finite low < high",
+            ),
+        ]
+    )
 
 
 def robot_learning_setup(args, obs_space, action_space) -> dict | None:
@@ -1067,6 +1161,8 @@ def robot_learning_setup(args, obs_space, action_space) -> dict | None:
             ),
         ]
     )
+    for channels in sorted({x.shape[0] if x.shape[0] < x.shape[-1] else x.shape[-1] for x in images_of(spaces)}):
+        check_encoder_weights(args.image_encoder_weights, channels)
     if not args.offline_data:
         return None
     try:
@@ -1085,6 +1181,8 @@ def robot_learning_setup(args, obs_space, action_space) -> dict | None:
             for key, space in (spaces or {None: obs_space}).items()
         }
     )
+    optional = {"discrete_penalties": (), "interventions": ()}  # absent: 0 and False
+    fields.update({key: shape for key, shape in optional.items() if key in data})
     bad = sorted({*data} ^ {*fields}) + [
         f"{key} of shape {data[key].shape}" for key in {*data} & {*fields} if data[key].shape != (n, *fields[key])
     ]
@@ -1099,7 +1197,12 @@ def robot_learning_setup(args, obs_space, action_space) -> dict | None:
                 bad or not n,
                 f"--offline-data {args.offline_data} does not fit {args.env_id}: "
                 f"{', '.join(bad) or 'no transitions'}; it needs these (N, ...) arrays: {fields}",
-            )
+            ),
+            (
+                n > args.demo_buffer_size,
+                f"--offline-data {args.offline_data} holds {n:,} transitions, more than --demo-buffer-size "
+                f"{args.demo_buffer_size:,}: raise it",
+            ),
         ]
     )
     levels, actions = gripper_levels(action_space, args.num_discrete_actions), data["actions"]
@@ -1124,39 +1227,63 @@ def robot_learning_setup(args, obs_space, action_space) -> dict | None:
     return data
 
 
-def offline_replay(args, data: dict, obs_space, device, encoder) -> ReplayBuffer:
-    """--offline-data's transitions (`robot_learning_setup` checked them) in a replay buffer of
-    their own."""
+# OFFLINE DATA, SAVED REPLAYS AND OBSERVATIONS
+# --------------------------------------------------------------------------------------------------
+def check_intervention_flags(env_id: str, flags: list) -> None:
+    """Raise ConfigError unless each info["is_intervention"] given is a bool."""
+    bad = [flag for flag in flags if flag is not None and not isinstance(flag, (bool, np.bool_))]
+    check([(bad, f"{env_id}'s info['is_intervention'] is {bad[:1]}, no bool: the env must set True or False")])
+
+
+def check_teleop_action(env_id: str, space, action: np.ndarray) -> None:
+    """Raise ConfigError unless `action`, an info["teleop_action"], is an action of `space`."""
+    slack = 1e-5 * (space.high - space.low)  # float rounding
+    inside = action.shape == space.shape and np.all((action >= space.low - slack) & (action <= space.high + slack))
+    check(
+        [
+            (
+                not inside,
+                f"{env_id}'s info['teleop_action'] {action.tolist()} is no action of its {space}: "
+                "on an intervention the env must report the action it ran",
+            )
+        ]
+    )
+
+
+def images_of(spaces: dict) -> list:
+    """The image spaces (3-d uint8 Boxes) among a Dict's."""
+    return [space for space in spaces.values() if space.dtype == np.uint8]
+
+
+def check_encoder_weights(weights: str | None, channels: int) -> None:
+    """Raise ConfigError unless `weights` holds a ResNet-10 for `channels`-channel images."""
+    if not weights:
+        return
+    try:
+        ResNet10(channels).load_state_dict(torch.load(weights, "cpu", weights_only=True))
+    except Exception as e:  # missing, no state dict, or of other shapes
+        raise ConfigError(
+            f"--image-encoder-weights {weights}: no ResNet-10 for {channels}-channel images ("
+            f"{type(e).__name__}: {' '.join(str(e).split())[:160]}); see the page for making one"
+        ) from None
+
+
+def demo_buffer(args, data: dict | None, obs_space, act_dim: int, device, encoder) -> ReplayBuffer:
+    """The demo buffer, of --demo-buffer-size transitions: --offline-data's (`robot_learning_setup`
+    checked them), then each one a person took over (`add_demos`)."""
+    rb = replay_buffer(args, args.demo_buffer_size, obs_space, act_dim, device, encoder, num_envs=1)
+    if data is None:
+        return rb
     n, spaces = len(data["actions"]), getattr(obs_space, "spaces", {})
-    rb = replay_buffer(args, n + 1, obs_space, data["actions"].shape[1], device, encoder, num_envs=1)
     obs, next_obs = (
         {key: data[f"{name}/{key}"] for key in spaces} if spaces else data[name] for name in ("obs", "next_obs")
     )
     chained = np.ones(n - 1, dtype=bool)  # transition i + 1 starts at i's s': the frame is stored once
     for key in getattr(rb, "images", ()):
         chained &= (next_obs[key][:-1] == obs[key][1:]).reshape(n - 1, -1).all(1)
-    rb.add(obs, data["actions"], data["rewards"], next_obs, data["terminations"], np.append(~chained, False))
+    extras = [data.get(key, np.zeros(n)) for key in ("discrete_penalties", "interventions")]
+    rb.add(obs, data["actions"], data["rewards"], next_obs, data["terminations"], np.append(~chained, True), *extras)
     return rb
-
-
-class MixedReplay:
-    """RLPD's symmetric sampling (arXiv:2302.02948): round(batch_size * ratio) of a batch from the
-    offline buffer."""
-
-    def __init__(self, rb: ReplayBuffer, offline: ReplayBuffer, ratio: float | None):
-        self.rb, self.offline, self.ratio = rb, offline, 0.5 if ratio is None else ratio
-
-    def sample(self, batch_size: int):
-        k = round(batch_size * self.ratio)
-        parts = [buffer.sample(n) for buffer, n in ((self.rb, batch_size - k), (self.offline, k)) if n]
-        return parts[0] if len(parts) == 1 else tuple(map(concatenate, zip(*parts)))
-
-
-def concatenate(xs: list):
-    """torch.cat of tensors, or of dicts of tensors key by key."""
-    if isinstance(xs[0], dict):
-        return {key: torch.cat([x[key] for x in xs]) for key in xs[0]}
-    return torch.cat(xs)
 
 
 def offline_phase(run, update, offline, metrics: dict, counters, args) -> None:
@@ -1172,23 +1299,102 @@ def offline_phase(run, update, offline, metrics: dict, counters, args) -> None:
     run.last_log = time.time(), counters()[0]
 
 
+def replay_arrays(rb: ReplayBuffer) -> dict:
+    """--save-replay's arrays: obs, actions, rewards, next_obs, terminations, discrete_penalties and
+    interventions (a Dict's observations as obs/<key>), oldest first."""
+    images = isinstance(rb, ImageReplayBuffer)
+    idx = (torch.arange(rb.stale() if images else 0, rb.size) + (rb.pos if rb.size == rb.capacity else 0)) % rb.capacity
+    columns = rb.storage[idx.to(rb.device)].cpu().split(rb.widths, -1)
+    obs, actions, rewards, next_obs, terminations, penalties, interventions = columns
+    data = {"actions": actions, "rewards": rewards[:, 0], "terminations": terminations[:, 0]}
+    data.update(discrete_penalties=penalties[:, 0], interventions=interventions[:, 0].bool())
+    for name, flat, nxt in (("obs", obs, False), ("next_obs", next_obs, True)):
+        data.update(
+            {
+                f"{name}/{k}": v.reshape(len(idx), *rb.spaces[k].shape)
+                for k, v in rb.observations(flat, idx, nxt, rb.images).items()
+            }
+            if images
+            else {name: flat}
+        )
+    return {key: value.numpy() for key, value in data.items()}
+
+
 def observation_wrappers(args, make):
-    """`make()`'s env or, with --from-pixels, {"pixels": its frame, "state": its observation},
-    --frame-stack frames."""
-    if not args.from_pixels:
-        return make()
+    """`make()`'s env (with --from-pixels, `pixel_observations`'), a nested Dict's observations
+    flattened to one level, their keys joined by "/" ({"pixels": {"front": x}} to {"pixels/front":
+    x}), and with --image-size its own images resized."""
+    env = pixel_observations(args, make) if args.from_pixels else make()
+    spaces = flat_spaces(env.observation_space)
+    if spaces.keys() != getattr(env.observation_space, "spaces", {}).keys():
+        env = gym.wrappers.TransformObservation(env, flatten_observation, gym.spaces.Dict(spaces))
+    resize = [key for key, space in spaces.items() if is_image(space) and args.image_size and not args.from_pixels]
+    if resize:
+        resized_spaces = {
+            key: resized_space(space, args.image_size) if key in resize else space for key, space in spaces.items()
+        }
+        resize_images = functools.partial(resized, keys=resize, size=args.image_size)
+        env = gym.wrappers.TransformObservation(env, resize_images, gym.spaces.Dict(resized_spaces))
+    return env
+
+
+def flat_spaces(space, prefix: str = "") -> dict:
+    """{"a/b": leaf space} of a nested Dict space; {} for any other space."""
+    if not isinstance(space, gym.spaces.Dict):
+        return {prefix[:-1]: space} if prefix else {}
+    return {
+        key: leaf for name, sub in space.spaces.items() for key, leaf in flat_spaces(sub, f"{prefix}{name}/").items()
+    }
+
+
+def flatten_observation(obs: dict, prefix: str = "") -> dict:
+    """A nested Dict observation as {"a/b": leaf}, as `flat_spaces` names them."""
+    flat = {}
+    for name, x in obs.items():
+        flat.update(flatten_observation(x, f"{prefix}{name}/") if isinstance(x, dict) else {f"{prefix}{name}": x})
+    return flat
+
+
+def is_image(space) -> bool:
+    """A 3-d uint8 Box: an image, (H, W, C) or (C, H, W)."""
+    return isinstance(space, gym.spaces.Box) and space.dtype == np.uint8 and len(space.shape) == 3
+
+
+def resized_space(space, size: int):
+    """An image space of `size` x `size` pixels, its channels where they were."""
+    channels_first = space.shape[0] < space.shape[-1]
+    shape = (space.shape[0], size, size) if channels_first else (size, size, space.shape[-1])
+    return gym.spaces.Box(0, 255, shape, np.uint8)
+
+
+def resized(obs: dict, keys: list, size: int) -> dict:
+    """--image-size: the images `keys` resized to `size` x `size` (bilinear, antialiased)."""
+    obs = dict(obs)
+    for key in keys:
+        x = torch.from_numpy(np.ascontiguousarray(obs[key]))
+        channels_first = x.shape[0] < x.shape[-1]
+        x = (x if channels_first else x.permute(2, 0, 1))[None].float()
+        x = F.interpolate(x, (size, size), mode="bilinear", antialias=True)[0].round().clamp(0, 255).to(torch.uint8)
+        obs[key] = (x if channels_first else x.permute(1, 2, 0)).numpy()
+    return obs
+
+
+def pixel_observations(args, make):
+    """--from-pixels: {"pixels": `make()`'s frame of --image-size pixels, "state": its observation},
+    or the last --frame-stack frames."""
+    size = args.image_size or PIXELS
     os.environ.setdefault("MUJOCO_GL", "egl")  # headless MuJoCo rendering; read when mujoco is first imported
     __import__("torch._dynamo")  # CUDA wheels' triton segfaults when first loaded after MuJoCo's EGL context
     try:  # gym.make's keywords go to the env's constructor
-        env = make(render_mode="rgb_array", width=args.image_size, height=args.image_size)
+        env = make(render_mode="rgb_array", width=size, height=size)
         env.unwrapped.render()  # MuJoCo aims the camera at its first frame's geoms: those of gym.make's state
     except Exception as e:
         raise ConfigError(
-            f"--from-pixels: {args.env_id} cannot render {args.image_size} x {args.image_size} frames ("
+            f"--from-pixels: {args.env_id} cannot render {size} x {size} frames ("
             f"{type(e).__name__}: {e}); use an env made with a frame size (MuJoCo's), lower --image-size, "
             "or set MUJOCO_GL=egl on a headless machine"
         ) from None
-    space = gym.spaces.Box(0, 255, (args.image_size, args.image_size, 3), np.uint8)
+    space = gym.spaces.Box(0, 255, (size, size, 3), np.uint8)
     env = gym.wrappers.TransformObservation(
         env, functools.partial(pixels_and_state, env), gym.spaces.Dict(pixels=space, state=env.observation_space)
     )
@@ -1248,12 +1454,26 @@ def make_env(args, video_dir: str | None = None, wrap=None):
             ale_py = importlib.import_module("ale_py")
             ale_py.ALEInterface.setLoggerMode(ale_py.LoggerMode.Error)
             gym.register_envs(ale_py)
-        env = gym.make(args.env_id, **kwargs)
+        env = gym.make(args.env_id, **{**parse_env_kwargs(args.env_kwargs), **kwargs})
         if video_dir:
             env = gym.wrappers.RecordVideo(env, video_dir, episode_trigger=lambda k: k == 0, disable_logger=True)
         return gym.wrappers.RecordEpisodeStatistics(env)
 
     return lambda: wrap(args, make) if wrap else make()
+
+
+def parse_env_kwargs(pairs: tuple) -> dict:
+    """--env-kwargs KEY:VALUE ... as gym.make's keywords: each VALUE a Python literal (True, 3, 0.5,
+    'a', [1, 2]) or else the string itself."""
+    kwargs = {}
+    for pair in pairs:
+        key, colon, value = pair.partition(":")
+        check([(not (colon and key.isidentifier()), f"--env-kwargs {pair}: write KEY:VALUE, such as image_obs:True")])
+        try:
+            kwargs[key] = ast.literal_eval(value)
+        except (ValueError, SyntaxError):  # not a literal: the string
+            kwargs[key] = value
+    return kwargs
 
 
 def pickle_envs(envs: list, states: list) -> bytes:
@@ -1368,7 +1588,8 @@ def setup(args, wrap=None):
             if isinstance(e, ConfigError)
             else ConfigError(  # a ConfigError names the flag to change
                 f"{args.env_id} cannot be made ({type(e).__name__}: {e}): an unknown env id (see "
-                "gymnasium.pprint_registry()), or a missing extra or (--capture-video, --from-pixels) MuJoCo renderer?"
+                "gymnasium.pprint_registry()), an --env-kwargs key it does not take, or a missing extra "
+                "or (--capture-video, --from-pixels) MuJoCo renderer?"
             )
         ) from None
     check([(args.capture_video and frame is None, f"--capture-video: {args.env_id} renders no frames")])

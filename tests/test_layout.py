@@ -1,5 +1,5 @@
 """Each script reads algorithm-first: Args, the math, networks, storage and losses, then main(),
-then its validation, then the fenced sections (SAC's robot-learning options, the common block, the
+then its validation, then the fenced sections (the common block, the
 compiled updates), within the style guide's reading distance: the first loss function by line 300
 and main() at most 100 lines."""
 
@@ -9,12 +9,11 @@ import pytest
 from conftest import ROOT, SCRIPTS
 from test_common_block import BLOCK_START
 
-# STYLE.md's reading distance: the first loss function by line 300 and main() at most 100 lines;
-# sac_hil_serl.py's first loss comes by line 330 until its networks and losses are reordered to lead
-FIRST_LOSS_BY = {name: 330 if name == "sac_hil_serl" else 300 for name in SCRIPTS}
+# STYLE.md's reading distance: the first loss function by line 300 and main() at most 100 lines
+FIRST_LOSS_BY = 300
 MAIN_AT_MOST = 100
 COMPILED = {"sac_continuous_action", "sac_hil_serl", "td3_continuous_action"}  # the scripts with a compiled section
-BANNERS = {"robot": "# ROBOT-LEARNING OPTIONS", "common": BLOCK_START, "compiled": "# COMPILED UPDATES"}
+BANNERS = {"common": BLOCK_START, "compiled": "# COMPILED UPDATES"}
 
 
 def layout(name: str) -> dict:
@@ -46,19 +45,19 @@ def layout(name: str) -> dict:
 @pytest.mark.parametrize("name", SCRIPTS)
 def test_each_script_reads_in_the_style_guides_order(name):
     at = layout(name)
-    order = ["args", "first_loss", "main", "check_args", "check_spaces", "robot", "common", "compiled", "entry"]
+    order = ["args", "first_loss", "main", "check_args", "check_spaces", "common", "compiled", "entry"]
     present = [key for key in order if key in at]
     assert [at[key] for key in present] == sorted(at[key] for key in present), {key: at[key] for key in present}
-    assert "common" in at and ("robot" in at) == (name == "sac_hil_serl")
+    assert "common" in at
     assert ("compiled" in at) == (name in COMPILED)
-    for key in ("robot", "common", "compiled"):  # each fence says that a reader of the algorithm may stop there
+    for key in ("common", "compiled"):  # each fence says that a reader of the algorithm may stop there
         assert key not in at or "may stop" in at[f"{key}_text"], (key, at.get(f"{key}_text"))
 
 
 @pytest.mark.parametrize("name", SCRIPTS)
 def test_each_script_keeps_the_reading_distance(name):
     at = layout(name)
-    assert at["first_loss"] <= FIRST_LOSS_BY[name]
+    assert at["first_loss"] <= FIRST_LOSS_BY
     assert at["main_end"] - at["main"] + 1 <= MAIN_AT_MOST
 
 
@@ -91,8 +90,5 @@ def below_fence_names_used_above_main(name: str) -> dict:
 @pytest.mark.parametrize("name", SCRIPTS)
 def test_fences_hold(name):
     """Nothing above main() (the math, networks, storage and losses) uses a name defined below a
-    fence banner: the algorithm reads without what a reader may skip. In sac_hil_serl.py the critics
-    and the actor still build their `Encoder` from the robot-learning section, and nothing else
-    does, until that section moves above main()."""
-    known = {"QEnsemble": ["Encoder"], "Actor": ["Encoder"]} if name == "sac_hil_serl" else {}
-    assert below_fence_names_used_above_main(name) == known
+    fence banner: the algorithm reads without what a reader may skip."""
+    assert below_fence_names_used_above_main(name) == {}

@@ -1,0 +1,104 @@
+"""A scripted person for human-in-the-loop training (sac_hil_serl.py), and a task where one helps.
+
+`ScriptedPerson` wraps any env and takes over by the protocol of gym-hil's envs: in the first
+`episodes` training episodes it runs its expert's action instead of the policy's and reports it in
+info["teleop_action"], with info["is_intervention"] True; elsewhere info["is_intervention"] is
+False. It stays out of evaluation episodes, which sac_hil_serl.py resets with seeds of 1,000,000
+and above (EVAL_SEED_OFFSET), so that eval/episodic_return measures the policy alone.
+
+`PointReach-v0` is a sparse task: a point starts near one corner of the plane and earns a reward of
+1, which ends the episode, only within RADIUS of a goal near the opposite corner; episodes are cut
+at 100 steps. Uniform random actions almost never get there. Its `person_episodes` keyword puts a
+scripted person in the loop: `--env-id hil_env:PointReach-v0 --env-kwargs person_episodes:10`
+(tests/ on the path, as in the tests and their subprocesses).
+
+python tests/hil_env.py OUT.npz EPISODES writes EPISODES of the expert as --offline-data.
+"""
+
+import sys
+
+import gymnasium as gym
+import numpy as np
+
+EVAL_SEED_OFFSET = 1_000_000  # sac_hil_serl.py resets evaluation episodes with seeds from here on
+
+
+class ScriptedPerson(gym.Wrapper):
+    """Takes over in the first `episodes` training episodes with `expert(env, obs)`'s actions, as a
+    person with a gamepad would (gym-hil's protocol: info["is_intervention"], info["teleop_action"])."""
+
+    def __init__(self, env, expert, episodes: int):
+        super().__init__(env)
+        self.expert, self.episodes, self.started, self.driving = expert, episodes, 0, False
+
+    def reset(self, *, seed=None, options=None):
+        obs, info = self.env.reset(seed=seed, options=options)
+        evaluation = seed is not None and seed >= EVAL_SEED_OFFSET
+        self.driving = not evaluation and self.started < self.episodes
+        self.started += not evaluation
+        self.obs = obs
+        return obs, info
+
+    def step(self, action):
+        if self.driving:
+            action = self.expert(self.env, self.obs)
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self.obs = obs
+        info.update(is_intervention=self.driving)
+        if self.driving:
+            info.update(teleop_action=np.asarray(action, dtype=np.float32))
+        return obs, reward, terminated, truncated, info
+
+
+class PointReach(gym.Env):
+    """Observation (2,): the point's position. Action (2,) in [-1, 1]: a velocity (x SPEED). The
+    point starts uniformly in a 0.2-wide square around (-0.8, -0.8); reward 1 and the episode's end
+    within RADIUS of the goal (0.8, 0.8), else 0."""
+
+    SPEED, RADIUS = 0.05, 0.1
+    GOAL = np.array([0.8, 0.8])
+
+    def __init__(self):
+        self.observation_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+        self.action_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.pos = self.np_random.uniform(-0.9, -0.7, 2)
+        return self.pos.astype(np.float32), {}
+
+    def step(self, action):
+        self.pos = np.clip(self.pos + self.SPEED * np.clip(action, -1.0, 1.0), -1.0, 1.0)
+        reached = bool(np.linalg.norm(self.pos - self.GOAL) < self.RADIUS)
+        return self.pos.astype(np.float32), float(reached), reached, False, {}
+
+
+def reach_expert(env, obs) -> np.ndarray:
+    """Straight at the goal, at full speed until the last step."""
+    return np.clip((PointReach.GOAL - obs) / PointReach.SPEED, -1.0, 1.0).astype(np.float32)
+
+
+def point_reach(person_episodes: int = 0):
+    env = gym.wrappers.TimeLimit(PointReach(), max_episode_steps=100)
+    return ScriptedPerson(env, reach_expert, person_episodes) if person_episodes else env
+
+
+def expert_data(episodes: int, seed: int = 0) -> dict:
+    """`episodes` of the expert on PointReach-v0 as --offline-data's arrays."""
+    env, rows = point_reach(), []
+    for k in range(episodes):
+        obs, _ = env.reset(seed=seed + k)
+        done = False
+        while not done:
+            action = reach_expert(env, obs)
+            next_obs, reward, terminated, truncated, _ = env.step(action)
+            rows.append((obs, action, reward, next_obs, terminated))
+            obs, done = next_obs, terminated or truncated
+    obs, actions, rewards, next_obs, terminations = (np.array(column, dtype=np.float32) for column in zip(*rows))
+    return dict(obs=obs, actions=actions, rewards=rewards, next_obs=next_obs, terminations=terminations)
+
+
+gym.register("PointReach-v0", point_reach)
+
+if __name__ == "__main__":
+    np.savez(sys.argv[1], **expert_data(int(sys.argv[2])))
