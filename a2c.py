@@ -3,10 +3,9 @@ actions; MLP or NatureCNN.
 
 Papers:
     Mnih et al. 2016, "Asynchronous Methods for Deep Reinforcement Learning" (A3C; A2C is its
-    synchronous form),
-        arXiv:1602.01783
+        synchronous form), arXiv:1602.01783
     Schulman et al. 2015, "High-Dimensional Continuous Control Using Generalized Advantage
-    Estimation", arXiv:1506.02438
+        Estimation", arXiv:1506.02438
 
 Example:
     python a2c.py --env-id CartPole-v1 --advantage gae --seed 1
@@ -93,8 +92,8 @@ class Args:
     """evaluate the policy without exploration noise every this many env steps, and at the end (0:
     only at the end)"""
     log_freq: int = 4_000
-    """write the losses, averaged over the updates since the last write, every this many env steps
-    (SB3: 100 updates)"""
+    """write the latest update's losses to TensorBoard every this many env steps (SB3: 100
+    updates)"""
     num_steps: int = 5
     """env steps per environment in each rollout, which makes one update (t_max; A3C paper, Sec. 8;
     baselines)"""
@@ -245,7 +244,7 @@ class Agent(nn.Module):
         return stats + self.log_std.exp() * torch.randn_like(stats), values
 
 
-# LOSS AND UPDATE
+# LOSSES AND UPDATES
 # --------------------------------------------------------------------------------------------------
 def compute_loss(agent, obs, actions, advantages, value_targets, vf_coef: float, ent_coef: float):
     """(loss, detached metrics), advantages and value_targets detached:
@@ -257,6 +256,24 @@ def compute_loss(agent, obs, actions, advantages, value_targets, vf_coef: float,
     entropy = entropy.mean()
     loss = policy_loss + vf_coef * value_loss - ent_coef * entropy
     return loss, {"policy_loss": policy_loss.detach(), "value_loss": value_loss.detach(), "entropy": entropy.detach()}
+
+
+def a2c_updates(agent, optimizer, args):
+    """update(obs, actions, advantages, value_targets): one gradient step of `optimizer` on
+    `compute_loss` over a whole rollout, the gradient norm clipped first; returns detached metrics
+    (no host sync)."""
+    params = list(agent.parameters())
+
+    def update(obs, actions, advantages, value_targets):
+        loss, metrics = compute_loss(agent, obs, actions, advantages, value_targets, args.vf_coef, args.ent_coef)
+        optimizer.zero_grad()
+        loss.backward()
+        grad_norm = nn.utils.get_total_norm([torch.cat([p.grad.flatten() for p in params])])  # ||g||, DEVIATION(4)
+        nn.utils.clip_grads_with_norm_(params, args.max_grad_norm, grad_norm)  # g *= min(1, max_grad_norm / ||g||)
+        optimizer.step()
+        return metrics
+
+    return update
 
 
 # MAIN
@@ -274,17 +291,9 @@ def main(args: Args) -> dict:
             if args.optimizer == "rmsprop"
             else torch.optim.Adam(params, lr=args.learning_rate, eps=args.optimizer_eps)
         )
-
-        def update(obs, actions, advantages, value_targets):  # one gradient step on a whole rollout; detached metrics
-            loss, metrics = compute_loss(agent, obs, actions, advantages, value_targets, args.vf_coef, args.ent_coef)
-            optimizer.zero_grad()
-            loss.backward()
-            grad_norm = nn.utils.get_total_norm([torch.cat([p.grad.flatten() for p in params])])  # ||g||, DEVIATION(4)
-            nn.utils.clip_grads_with_norm_(params, args.max_grad_norm, grad_norm)  # g *= min(1, max_grad_norm / ||g||)
-            optimizer.step()
-            return metrics
-
-        update = torch.compile(update) if args.compile else update
+        update = a2c_updates(agent, optimizer, args)
+        if args.compile:  # the same function, compiled
+            update = torch.compile(update)
         low, high = (0, space.n - 1) if agent.discrete else (space.low, space.high)  # np.clip leaves Discrete as it is
 
         # ROLLOUT STORAGE: (T, N) per quantity; rewards and dones in numpy until the rollout is
@@ -295,8 +304,7 @@ def main(args: Args) -> dict:
         rollout_rewards, rollout_dones = np.zeros((T, N), dtype=np.float32), np.zeros((T, N), dtype=np.float32)
         rollout_values = torch.zeros((T, N), device=device)
         num_updates = args.total_timesteps // (T * N)
-        loss_sums = torch.zeros(4, device=device)  # policy_loss, value_loss, entropy and updates since the last write
-        (global_step, updates), obs = run.resume(dict(agent=agent, optimizer=optimizer, loss_sums=loss_sums), (0, 0))
+        (global_step, updates), obs = run.resume(dict(agent=agent, optimizer=optimizer), (0, 0))
 
         def policy(obs):  # greedy: the most probable action, or the Gaussian's mean clipped to the bounds
             stats = agent(torch.as_tensor(obs, device=device))[0]
@@ -339,17 +347,15 @@ def main(args: Args) -> dict:
             metrics = update(*(x.flatten(0, 1) for x in (rollout_obs, rollout_actions, advantages, value_targets)))
             updates += 1
 
-            # LOG the losses averaged over the updates since the last write: summed on the device,
-            # read once per write
-            loss_sums += torch.stack([*metrics.values(), torch.ones((), device=device)])
+            # LOG the latest update's losses and the explained variance of its rollout's values
             if crossed(previous_step, global_step, args.log_freq):
-                run.log({}, dict(zip(metrics, loss_sums[:-1] / loss_sums[-1])), previous_step, global_step)
+                run.log({}, metrics, previous_step, global_step)
                 ev = explained_variance(rollout_values.flatten(), value_targets.flatten())
                 run.writer.add_scalar("losses/explained_variance", float(ev), global_step)  # nan if flat: no divergence
                 run.writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
-                loss_sums.zero_()
             run.after_step(previous_step, (global_step, updates), obs, policy)
-        return {**run.finish((global_step, updates), obs, policy, {"agent": agent.state_dict()}), "updates": updates}
+        summary = run.finish((global_step, updates), obs, policy, {"agent": agent.state_dict()})
+    return {**summary, "updates": updates}
 
 
 # VALIDATION AND ATARI OBSERVATIONS

@@ -2,8 +2,8 @@
 Discrete actions.
 
 Paper:
-    Wang et al. 2016, "Sample Efficient Actor-Critic with Experience Replay", arXiv:1611.01224
-    (Algorithms 1-2, Sec. 3)
+    Wang et al. 2016, "Sample Efficient Actor-Critic with Experience Replay" (Algorithms 1-2,
+        Sec. 3), arXiv:1611.01224
 
 Example:
     python acer.py --env-id CartPole-v1 --seed 1
@@ -90,8 +90,7 @@ class Args:
     """evaluate the policy without exploration noise every this many env steps, and at the end (0:
     only at the end)"""
     log_freq: int = 1_600
-    """write the losses, averaged over every update since the last write, every this many env
-    steps"""
+    """write the latest update's losses to TensorBoard every this many env steps"""
     num_steps: int = 20
     """env steps per environment in a segment, the unit that is learned from and replayed (T_max;
     paper, baselines)"""
@@ -257,7 +256,7 @@ class SegmentBuffer:
         self.pos, self.size = state["pos"], state["size"]
 
 
-# LOSS AND UPDATE
+# LOSSES AND UPDATES
 # --------------------------------------------------------------------------------------------------
 def acer_loss(agent: Agent, avg_agent: Agent, segment: dict, args: Args):
     """(loss, detached metrics) of one segment, on-policy or replayed with its stored mu
@@ -309,6 +308,22 @@ def update_average(avg_agent: nn.Module, agent: nn.Module, decay: float) -> None
     torch._foreach_lerp_(list(avg_agent.parameters()), list(agent.parameters()), 1.0 - decay)
 
 
+def acer_updates(agent, avg_agent, optimizer, args):
+    """update(segment): one step of `optimizer` on `acer_loss`, the gradient norm clipped first,
+    then theta_avg's; returns detached metrics (no host sync)."""
+
+    def update(segment):
+        loss, metrics = acer_loss(agent, avg_agent, segment, args)
+        optimizer.zero_grad()
+        loss.backward()
+        nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)  # DEVIATION(5)
+        optimizer.step()
+        update_average(avg_agent, agent, args.avg_decay)  # [paper, Alg. 2]
+        return metrics
+
+    return update
+
+
 # MAIN
 # --------------------------------------------------------------------------------------------------
 def main(args: Args) -> dict:
@@ -330,20 +345,11 @@ def main(args: Args) -> dict:
         buffer = SegmentBuffer(
             args.buffer_size, T, N, run.envs.single_observation_space, int(run.envs.single_action_space.n), device
         )
-        metric_sums = torch.zeros(len(METRICS) + 1, device=device)  # METRICS summed since the last write, and a count
-        stateful = dict(agent=agent, avg_agent=avg_agent, optimizer=optimizer, buffer=buffer, metric_sums=metric_sums)
+        stateful = dict(agent=agent, avg_agent=avg_agent, optimizer=optimizer, buffer=buffer)
         (global_step, replay_updates), obs = run.resume(stateful, (0, 0))
-
-        def update(segment):  # an optimizer step on acer_loss, then theta_avg's; detached metrics (no host sync)
-            loss, metrics = acer_loss(agent, avg_agent, segment, args)
-            optimizer.zero_grad()
-            loss.backward()
-            nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)  # DEVIATION(5)
-            optimizer.step()
-            update_average(avg_agent, agent, args.avg_decay)  # [paper, Alg. 2]
-            return metrics
-
-        update = torch.compile(update) if args.compile else update
+        update = acer_updates(agent, avg_agent, optimizer, args)
+        if args.compile:  # the same function, compiled
+            update = torch.compile(update)
 
         def policy(obs):  # the greedy action argmax_a pi(a|s), for evaluation
             return agent(torch.as_tensor(obs, device=device))[0].argmax(-1).cpu().numpy()
@@ -373,14 +379,13 @@ def main(args: Args) -> dict:
             if replays and args.replay_ratio_poisson:
                 replays = int(torch.poisson(torch.tensor(float(replays))))
             for batch in [segment, *(buffer.sample() for _ in range(replays))]:
-                metric_sums += torch.stack([*update(batch).values(), metric_sums.new_ones(())])
+                metrics = update(batch)
             replay_updates += replays
 
-            if crossed(previous_step, global_step, args.log_freq):  # LOG the mean of every update since the last write
-                run.log({}, dict(zip(METRICS, metric_sums[:-1] / metric_sums[-1])), previous_step, global_step)
+            if crossed(previous_step, global_step, args.log_freq):  # LOG the latest update's losses
+                run.log({}, metrics, previous_step, global_step)
                 run.writer.add_scalar("charts/replay_transitions", buffer.transitions, global_step)
                 run.writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
-                metric_sums.zero_()
             run.after_step(previous_step, (global_step, replay_updates), obs, policy)
         model = {"agent": agent.state_dict(), "avg_agent": avg_agent.state_dict()}
         summary = run.finish((global_step, replay_updates), obs, policy, model)

@@ -4,8 +4,9 @@ Discrete envs.
 Papers:
     Christodoulou 2019, "Soft Actor-Critic for Discrete Action Settings", arXiv:1910.07207
     Haarnoja et al. 2018, "Soft Actor-Critic Algorithms and Applications" (automatic alpha),
-    arXiv:1812.05905 Mnih et al. 2015, "Human-level control through deep reinforcement learning"
-    (NatureCNN, Atari preprocessing)
+        arXiv:1812.05905
+    Mnih et al. 2015, "Human-level control through deep reinforcement learning" (NatureCNN, Atari
+        preprocessing)
 
 Example:
     python sac_atari.py --env-id BreakoutNoFrameskip-v4 --seed 1
@@ -330,7 +331,7 @@ def compute_loss_pi(actor, qf1, qf2, obs, alpha):
     return discrete_actor_loss(probs, log_probs, q_min, alpha), probs.detach(), log_probs.detach()
 
 
-def sac_update(actor, qf1, qf2, qf1_target, qf2_target, log_alpha, q_optimizer, actor_optimizer, args):
+def sac_updates(actor, qf1, qf2, qf1_target, qf2_target, log_alpha, q_optimizer, actor_optimizer, args):
     """update(batch): one critic step, then one actor and log alpha step; returns detached metrics
     (no host sync)."""
     # H-bar = scale * log|A|, a fraction of the uniform policy's entropy   [arXiv:1910.07207 Sec. 4;
@@ -354,7 +355,7 @@ def sac_update(actor, qf1, qf2, qf1_target, qf2_target, log_alpha, q_optimizer, 
         actor_optimizer.step()
         return metrics
 
-    return torch.compile(update) if args.compile else update
+    return update
 
 
 # MAIN
@@ -390,7 +391,9 @@ def main(args: Args) -> dict:
         (global_step, updates), obs = run.resume(stateful | ({"rb": rb} if args.checkpoint_buffer else {}), (0, 0))
         for i in range(rb.stack) if not (run.exact and args.checkpoint_buffer) else ():  # a fresh stream: each frame
             rb.start(obs[:, : i + 1] if rb.stack > 1 else obs, first=i == 0)  # of the first stack, oldest first
-        update = sac_update(actor, qf1, qf2, qf1_target, qf2_target, log_alpha, q_optimizer, actor_optimizer, args)
+        update = sac_updates(actor, qf1, qf2, qf1_target, qf2_target, log_alpha, q_optimizer, actor_optimizer, args)
+        if args.compile:  # the same function, compiled
+            update = torch.compile(update)
 
         def policy(obs):  # the greedy action argmax_a pi(a|s), for evaluation
             return actor(torch.as_tensor(obs, device=device)).argmax(dim=1).cpu().numpy()

@@ -2,12 +2,13 @@
 
 Papers:
     Haarnoja et al. 2018, "Soft Actor-Critic: Off-Policy Maximum Entropy Deep RL with a Stochastic
-    Actor",
-        arXiv:1801.01290
+        Actor", arXiv:1801.01290
     Haarnoja et al. 2018, "Soft Actor-Critic Algorithms and Applications" (automatic alpha),
-    arXiv:1812.05905 Chen et al. 2021, "Randomized Ensembled Double Q-Learning" (critic ensembles,
-    subsampled min, UTD), arXiv:2101.05982 Ball et al. 2023, "Efficient Online RL with Offline Data"
-    (RLPD: LayerNorm in the critics), arXiv:2302.02948
+        arXiv:1812.05905
+    Chen et al. 2021, "Randomized Ensembled Double Q-Learning" (critic ensembles, subsampled min,
+        UTD), arXiv:2101.05982
+    Ball et al. 2023, "Efficient Online RL with Offline Data" (RLPD: LayerNorm in the critics),
+        arXiv:2302.02948
 
 Example:
     python sac_continuous_action.py --env-id Hopper-v5 --seed 1

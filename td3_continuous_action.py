@@ -1,8 +1,8 @@
 """Twin Delayed Deep Deterministic policy gradient (TD3) for continuous (Box) action spaces.
 
 Paper:
-    Fujimoto, van Hoof, Meger 2018, "Addressing Function Approximation Error in Actor-Critic
-    Methods", arXiv:1802.09477
+    Fujimoto et al. 2018, "Addressing Function Approximation Error in Actor-Critic Methods",
+        arXiv:1802.09477
 
 Example:
     python td3_continuous_action.py --env-id Hopper-v5 --seed 1
@@ -254,7 +254,7 @@ def compute_loss_pi(actor, qf, obs):
     return -qf(obs, actor(obs), idx=slice(0, 1), detach_params=True).mean()
 
 
-def td3_update(actor, actor_target, qf, qf_target, q_optimizer, actor_optimizer, args):
+def td3_updates(actor, actor_target, qf, qf_target, q_optimizer, actor_optimizer, args):
     """update(batch, actor_step): a critic step and, when `actor_step`, an actor step and both
     targets' Polyak updates; act(obs): a = clip(mu(s) + eps, low, high), eps ~ N(0,
     (exploration_noise * action_scale)^2)   [TD3 Algorithm 1]."""
@@ -316,7 +316,7 @@ def main(args: Args) -> dict:
         )
         counters, obs = run.resume(stateful, (0, 0, 0))
         global_step, critic_updates, actor_updates = counters
-        update, act = td3_update(actor, actor_target, qf, qf_target, q_optimizer, actor_optimizer, args)
+        update, act = td3_updates(actor, actor_target, qf, qf_target, q_optimizer, actor_optimizer, args)
         if args.compile:  # the same functions, compiled (on a GPU, captured too)
             update, act = compiled([update, act], device)
 
@@ -848,7 +848,7 @@ def cli(argv=None) -> dict:
 
 
 # ==================================================================================================
-# COMPILED UPDATES (--compile): `td3_update` through torch.compile as it is, losses, backward pass
+# COMPILED UPDATES (--compile): `td3_updates` through torch.compile as it is, losses, backward pass
 # and optimizer step included, so an edit above runs the same compiled; on a GPU each function is
 # also recorded as a CUDA graph and replayed.
 # A reader of the algorithm may stop above this banner.
