@@ -53,34 +53,27 @@ from torch.utils.tensorboard import SummaryWriter
 class Args:
     # --- COMMON ARGS: the same text in all six scripts ---
     exp_name: str = os.path.basename(__file__)[: -len(".py")]
-    """experiment name, part of the run folder runs/<env_id>__<exp_name>__<seed>__<unix time> (odd
-    characters: '-')"""
+    """name in the run folder runs/<env_id>__<exp_name>__<seed>__<time>; odd characters become -"""
     seed: int = 1
     """random seed of torch, numpy, Python's random, the environments and the evaluation episodes"""
     cuda: bool = True
     """train on a CUDA GPU when one is present, else on the CPU (--no-cuda: always on the CPU)"""
     compile: bool = False
-    """torch.compile the update functions as they are written (on a GPU, also captured as CUDA
-    graphs)"""
+    """torch.compile the update functions as written (on a GPU, also captured as CUDA graphs)"""
     capture_video: bool = False
-    """save a video of the first episode of each evaluation to runs/<run_name>/videos/step_<env
-    step> (needs moviepy)"""
+    """record each evaluation's first episode to runs/<run_name>/videos/ (needs moviepy)"""
     save_model: bool = False
     """save the trained networks to runs/<run_name>/model.pt when the run ends"""
     eval_episodes: int = 10
     """number of episodes each evaluation plays; the mean of their returns is logged"""
     checkpoint_freq: int = 0
-    """save runs/<run_name>/checkpoint.pt, to resume from, every this many env steps (0: only on
-    Ctrl-C or SIGTERM)"""
+    """write runs/<run_name>/checkpoint.pt every this many env steps (0: on Ctrl-C or SIGTERM)"""
     resume: str | None = None
-    """continue the run saved in this checkpoint.pt, with that run's flags; others but
-    --resume-anyway are ignored"""
+    """continue the run of this checkpoint.pt with its flags (others but --resume-anyway ignored)"""
     resume_anyway: bool = False
-    """let --resume continue a run that has finished; what it logged to TensorBoard after that
-    checkpoint is dropped"""
+    """let --resume continue a finished run, dropping what it logged after that checkpoint"""
     env_kwargs: tuple[str, ...] = ()
-    """keyword arguments of gym.make as KEY:VALUE, each VALUE a Python literal or else a string
-    (RL Zoo's --env-kwargs), such as image_obs:True"""
+    """gym.make's keywords as KEY:VALUE, VALUE a Python literal or else a string (RL Zoo's)"""
     # --- END OF COMMON ARGS ---
 
     env_id: str = "CartPole-v1"
@@ -96,8 +89,8 @@ class Args:
     """evaluate the policy without exploration noise every this many env steps, and at the end (0:
     only at the end)"""
     log_freq: int = 4_000
-    """write the losses, averaged over the updates since the last write, every this many env steps
-    (SB3: 100 updates)"""
+    """write the latest update's losses to TensorBoard every this many env steps (SB3: 100
+    updates)"""
     num_steps: int = 5
     """env steps per environment in each rollout, which makes one update (t_max; A3C paper, Sec. 8;
     baselines)"""
@@ -248,7 +241,7 @@ class Agent(nn.Module):
         return stats + self.log_std.exp() * torch.randn_like(stats), values
 
 
-# LOSS AND UPDATE
+# LOSSES AND UPDATES
 # --------------------------------------------------------------------------------------------------
 def compute_loss(agent, obs, actions, advantages, value_targets, vf_coef: float, ent_coef: float):
     """(loss, detached metrics), advantages and value_targets detached:
@@ -260,6 +253,24 @@ def compute_loss(agent, obs, actions, advantages, value_targets, vf_coef: float,
     entropy = entropy.mean()
     loss = policy_loss + vf_coef * value_loss - ent_coef * entropy
     return loss, {"policy_loss": policy_loss.detach(), "value_loss": value_loss.detach(), "entropy": entropy.detach()}
+
+
+def a2c_updates(agent, optimizer, args):
+    """update(obs, actions, advantages, value_targets): one gradient step of `optimizer` on
+    `compute_loss` over a whole rollout, the gradient norm clipped first; returns detached metrics
+    (no host sync)."""
+    params = list(agent.parameters())
+
+    def update(obs, actions, advantages, value_targets):
+        loss, metrics = compute_loss(agent, obs, actions, advantages, value_targets, args.vf_coef, args.ent_coef)
+        optimizer.zero_grad()
+        loss.backward()
+        grad_norm = nn.utils.get_total_norm([torch.cat([p.grad.flatten() for p in params])])  # ||g||, DEVIATION(4)
+        nn.utils.clip_grads_with_norm_(params, args.max_grad_norm, grad_norm)  # g *= min(1, max_grad_norm / ||g||)
+        optimizer.step()
+        return metrics
+
+    return update
 
 
 # MAIN
@@ -277,17 +288,9 @@ def main(args: Args) -> dict:
             if args.optimizer == "rmsprop"
             else torch.optim.Adam(params, lr=args.learning_rate, eps=args.optimizer_eps)
         )
-
-        def update(obs, actions, advantages, value_targets):  # one gradient step on a whole rollout; detached metrics
-            loss, metrics = compute_loss(agent, obs, actions, advantages, value_targets, args.vf_coef, args.ent_coef)
-            optimizer.zero_grad()
-            loss.backward()
-            grad_norm = nn.utils.get_total_norm([torch.cat([p.grad.flatten() for p in params])])  # ||g||, DEVIATION(4)
-            nn.utils.clip_grads_with_norm_(params, args.max_grad_norm, grad_norm)  # g *= min(1, max_grad_norm / ||g||)
-            optimizer.step()
-            return metrics
-
-        update = torch.compile(update) if args.compile else update
+        update = a2c_updates(agent, optimizer, args)
+        if args.compile:  # the same function, compiled
+            update = torch.compile(update)
         low, high = (0, space.n - 1) if agent.discrete else (space.low, space.high)  # np.clip leaves Discrete as it is
 
         # ROLLOUT STORAGE: (T, N) per quantity; rewards and dones in numpy until the rollout is
@@ -298,8 +301,7 @@ def main(args: Args) -> dict:
         rollout_rewards, rollout_dones = np.zeros((T, N), dtype=np.float32), np.zeros((T, N), dtype=np.float32)
         rollout_values = torch.zeros((T, N), device=device)
         num_updates = args.total_timesteps // (T * N)
-        loss_sums = torch.zeros(4, device=device)  # policy_loss, value_loss, entropy and updates since the last write
-        (global_step, updates), obs = run.resume(dict(agent=agent, optimizer=optimizer, loss_sums=loss_sums), (0, 0))
+        (global_step, updates), obs = run.resume(dict(agent=agent, optimizer=optimizer), (0, 0))
 
         def policy(obs):  # greedy: the most probable action, or the Gaussian's mean clipped to the bounds
             stats = agent(torch.as_tensor(obs, device=device))[0]
@@ -342,17 +344,15 @@ def main(args: Args) -> dict:
             metrics = update(*(x.flatten(0, 1) for x in (rollout_obs, rollout_actions, advantages, value_targets)))
             updates += 1
 
-            # LOG the losses averaged over the updates since the last write: summed on the device,
-            # read once per write
-            loss_sums += torch.stack([*metrics.values(), torch.ones((), device=device)])
+            # LOG the latest update's losses and the explained variance of its rollout's values
             if crossed(previous_step, global_step, args.log_freq):
-                run.log({}, dict(zip(metrics, loss_sums[:-1] / loss_sums[-1])), previous_step, global_step)
+                run.log({}, metrics, previous_step, global_step)
                 ev = explained_variance(rollout_values.flatten(), value_targets.flatten())
                 run.writer.add_scalar("losses/explained_variance", float(ev), global_step)  # nan if flat: no divergence
                 run.writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
-                loss_sums.zero_()
             run.after_step(previous_step, (global_step, updates), obs, policy)
-        return {**run.finish((global_step, updates), obs, policy, {"agent": agent.state_dict()}), "updates": updates}
+        summary = run.finish((global_step, updates), obs, policy, {"agent": agent.state_dict()})
+    return {**summary, "updates": updates}
 
 
 # VALIDATION AND ATARI OBSERVATIONS

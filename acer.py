@@ -2,8 +2,8 @@
 Discrete actions.
 
 Paper:
-    Wang et al. 2016, "Sample Efficient Actor-Critic with Experience Replay",
-        arXiv:1611.01224 (Algorithms 1-2, Sec. 3)
+    Wang et al. 2016, "Sample Efficient Actor-Critic with Experience Replay" (Algorithms 1-2,
+        Sec. 3), arXiv:1611.01224
 
 Example:
     python acer.py --env-id CartPole-v1 --seed 1
@@ -52,34 +52,27 @@ from torch.utils.tensorboard import SummaryWriter
 class Args:
     # --- COMMON ARGS: the same text in all six scripts ---
     exp_name: str = os.path.basename(__file__)[: -len(".py")]
-    """experiment name, part of the run folder runs/<env_id>__<exp_name>__<seed>__<unix time> (odd
-    characters: '-')"""
+    """name in the run folder runs/<env_id>__<exp_name>__<seed>__<time>; odd characters become -"""
     seed: int = 1
     """random seed of torch, numpy, Python's random, the environments and the evaluation episodes"""
     cuda: bool = True
     """train on a CUDA GPU when one is present, else on the CPU (--no-cuda: always on the CPU)"""
     compile: bool = False
-    """torch.compile the update functions as they are written (on a GPU, also captured as CUDA
-    graphs)"""
+    """torch.compile the update functions as written (on a GPU, also captured as CUDA graphs)"""
     capture_video: bool = False
-    """save a video of the first episode of each evaluation to runs/<run_name>/videos/step_<env
-    step> (needs moviepy)"""
+    """record each evaluation's first episode to runs/<run_name>/videos/ (needs moviepy)"""
     save_model: bool = False
     """save the trained networks to runs/<run_name>/model.pt when the run ends"""
     eval_episodes: int = 10
     """number of episodes each evaluation plays; the mean of their returns is logged"""
     checkpoint_freq: int = 0
-    """save runs/<run_name>/checkpoint.pt, to resume from, every this many env steps (0: only on
-    Ctrl-C or SIGTERM)"""
+    """write runs/<run_name>/checkpoint.pt every this many env steps (0: on Ctrl-C or SIGTERM)"""
     resume: str | None = None
-    """continue the run saved in this checkpoint.pt, with that run's flags; others but
-    --resume-anyway are ignored"""
+    """continue the run of this checkpoint.pt with its flags (others but --resume-anyway ignored)"""
     resume_anyway: bool = False
-    """let --resume continue a run that has finished; what it logged to TensorBoard after that
-    checkpoint is dropped"""
+    """let --resume continue a finished run, dropping what it logged after that checkpoint"""
     env_kwargs: tuple[str, ...] = ()
-    """keyword arguments of gym.make as KEY:VALUE, each VALUE a Python literal or else a string
-    (RL Zoo's --env-kwargs), such as image_obs:True"""
+    """gym.make's keywords as KEY:VALUE, VALUE a Python literal or else a string (RL Zoo's)"""
     # --- END OF COMMON ARGS ---
 
     env_id: str = "CartPole-v1"
@@ -94,8 +87,7 @@ class Args:
     """evaluate the policy without exploration noise every this many env steps, and at the end (0:
     only at the end)"""
     log_freq: int = 1_600
-    """write the losses, averaged over every update since the last write, every this many env
-    steps"""
+    """write the latest update's losses to TensorBoard every this many env steps"""
     num_steps: int = 20
     """env steps per environment in a segment, the unit that is learned from and replayed (T_max;
     paper, baselines)"""
@@ -261,7 +253,7 @@ class SegmentBuffer:
         self.pos, self.size = state["pos"], state["size"]
 
 
-# LOSS AND UPDATE
+# LOSSES AND UPDATES
 # --------------------------------------------------------------------------------------------------
 def acer_loss(agent: Agent, avg_agent: Agent, segment: dict, args: Args):
     """(loss, detached metrics) of one segment, on-policy or replayed with its stored mu
@@ -284,9 +276,10 @@ def acer_loss(agent: Agent, avg_agent: Agent, segment: dict, args: Args):
         avg_kl = (pi_avg * (pi_avg.clamp(min=1e-12).log() - pi[:T].clamp(min=1e-12).log())).sum(-1).mean()
 
     # g = d objective / df on a leaf copy f of pi(.|s_t), the statistics phi of Sec. 3.3, per sample
-    #   = min(c, rho_t) grad log pi(a_t|s_t) (Q_ret - V(s_t))
-    #     + E_{a~pi}[relu(1 - c / rho_t(a)) grad log pi(a|s_t) (Q(s_t, a) - V(s_t))]
-    #     + beta grad H(pi(.|s_t)),   rho_t(a) = pi(a|s_t) / mu(a|s_t)                      [eq. 9]
+    # [eq. 9]
+    #   = min(c, rho_t) grad log pi(a_t|s_t) (Q_ret - V(s_t)) + E_{a~pi}[relu(1 - c / rho_t(a)) grad
+    #   log pi(a|s_t)
+    #     (Q(s_t, a) - V(s_t))] + beta grad H(pi(.|s_t)),   rho_t(a) = pi(a|s_t) / mu(a|s_t)
     f = pi[:T].detach().requires_grad_()
     log_pi = f.clamp(min=1e-12).log()
     truncated_term = rho.clamp(max=args.truncation_c) * log_pi.gather(-1, actions).squeeze(-1) * (q_ret - values[:T])
@@ -312,6 +305,22 @@ def update_average(avg_agent: nn.Module, agent: nn.Module, decay: float) -> None
     torch._foreach_lerp_(list(avg_agent.parameters()), list(agent.parameters()), 1.0 - decay)
 
 
+def acer_updates(agent, avg_agent, optimizer, args):
+    """update(segment): one step of `optimizer` on `acer_loss`, the gradient norm clipped first,
+    then theta_avg's; returns detached metrics (no host sync)."""
+
+    def update(segment):
+        loss, metrics = acer_loss(agent, avg_agent, segment, args)
+        optimizer.zero_grad()
+        loss.backward()
+        nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)  # DEVIATION(5)
+        optimizer.step()
+        update_average(avg_agent, agent, args.avg_decay)  # [paper, Alg. 2]
+        return metrics
+
+    return update
+
+
 # MAIN
 # --------------------------------------------------------------------------------------------------
 def main(args: Args) -> dict:
@@ -333,20 +342,11 @@ def main(args: Args) -> dict:
         buffer = SegmentBuffer(
             args.buffer_size, T, N, run.envs.single_observation_space, int(run.envs.single_action_space.n), device
         )
-        metric_sums = torch.zeros(len(METRICS) + 1, device=device)  # METRICS summed since the last write, and a count
-        stateful = dict(agent=agent, avg_agent=avg_agent, optimizer=optimizer, buffer=buffer, metric_sums=metric_sums)
+        stateful = dict(agent=agent, avg_agent=avg_agent, optimizer=optimizer, buffer=buffer)
         (global_step, replay_updates), obs = run.resume(stateful, (0, 0))
-
-        def update(segment):  # an optimizer step on acer_loss, then theta_avg's; detached metrics (no host sync)
-            loss, metrics = acer_loss(agent, avg_agent, segment, args)
-            optimizer.zero_grad()
-            loss.backward()
-            nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)  # DEVIATION(5)
-            optimizer.step()
-            update_average(avg_agent, agent, args.avg_decay)  # [paper, Alg. 2]
-            return metrics
-
-        update = torch.compile(update) if args.compile else update
+        update = acer_updates(agent, avg_agent, optimizer, args)
+        if args.compile:  # the same function, compiled
+            update = torch.compile(update)
 
         def policy(obs):  # the greedy action argmax_a pi(a|s), for evaluation
             return agent(torch.as_tensor(obs, device=device))[0].argmax(-1).cpu().numpy()
@@ -376,14 +376,13 @@ def main(args: Args) -> dict:
             if replays and args.replay_ratio_poisson:
                 replays = int(torch.poisson(torch.tensor(float(replays))))
             for batch in [segment, *(buffer.sample() for _ in range(replays))]:
-                metric_sums += torch.stack([*update(batch).values(), metric_sums.new_ones(())])
+                metrics = update(batch)
             replay_updates += replays
 
-            if crossed(previous_step, global_step, args.log_freq):  # LOG the mean of every update since the last write
-                run.log({}, dict(zip(METRICS, metric_sums[:-1] / metric_sums[-1])), previous_step, global_step)
+            if crossed(previous_step, global_step, args.log_freq):  # LOG the latest update's losses
+                run.log({}, metrics, previous_step, global_step)
                 run.writer.add_scalar("charts/replay_transitions", buffer.transitions, global_step)
                 run.writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
-                metric_sums.zero_()
             run.after_step(previous_step, (global_step, replay_updates), obs, policy)
         model = {"agent": agent.state_dict(), "avg_agent": avg_agent.state_dict()}
         summary = run.finish((global_step, replay_updates), obs, policy, model)

@@ -75,34 +75,27 @@ from torch.utils.tensorboard import SummaryWriter
 class Args:
     # --- COMMON ARGS: the same text in all six scripts ---
     exp_name: str = os.path.basename(__file__)[: -len(".py")]
-    """experiment name, part of the run folder runs/<env_id>__<exp_name>__<seed>__<unix time> (odd
-    characters: '-')"""
+    """name in the run folder runs/<env_id>__<exp_name>__<seed>__<time>; odd characters become -"""
     seed: int = 1
     """random seed of torch, numpy, Python's random, the environments and the evaluation episodes"""
     cuda: bool = True
     """train on a CUDA GPU when one is present, else on the CPU (--no-cuda: always on the CPU)"""
     compile: bool = False
-    """torch.compile the update functions as they are written (on a GPU, also captured as CUDA
-    graphs)"""
+    """torch.compile the update functions as written (on a GPU, also captured as CUDA graphs)"""
     capture_video: bool = False
-    """save a video of the first episode of each evaluation to runs/<run_name>/videos/step_<env
-    step> (needs moviepy)"""
+    """record each evaluation's first episode to runs/<run_name>/videos/ (needs moviepy)"""
     save_model: bool = False
     """save the trained networks to runs/<run_name>/model.pt when the run ends"""
     eval_episodes: int = 10
     """number of episodes each evaluation plays; the mean of their returns is logged"""
     checkpoint_freq: int = 0
-    """save runs/<run_name>/checkpoint.pt, to resume from, every this many env steps (0: only on
-    Ctrl-C or SIGTERM)"""
+    """write runs/<run_name>/checkpoint.pt every this many env steps (0: on Ctrl-C or SIGTERM)"""
     resume: str | None = None
-    """continue the run saved in this checkpoint.pt, with that run's flags; others but
-    --resume-anyway are ignored"""
+    """continue the run of this checkpoint.pt with its flags (others but --resume-anyway ignored)"""
     resume_anyway: bool = False
-    """let --resume continue a run that has finished; what it logged to TensorBoard after that
-    checkpoint is dropped"""
+    """let --resume continue a finished run, dropping what it logged after that checkpoint"""
     env_kwargs: tuple[str, ...] = ()
-    """keyword arguments of gym.make as KEY:VALUE, each VALUE a Python literal or else a string
-    (RL Zoo's --env-kwargs), such as image_obs:True"""
+    """gym.make's keywords as KEY:VALUE, VALUE a Python literal or else a string (RL Zoo's)"""
     # --- END OF COMMON ARGS ---
 
     env_id: str = "Hopper-v5"

@@ -25,7 +25,8 @@ EVAL_SEED_OFFSET = 1_000_000  # sac_hil_serl.py resets evaluation episodes with 
 
 class ScriptedPerson(gym.Wrapper):
     """Takes over in the first `episodes` training episodes with `expert(env, obs)`'s actions, as a
-    person with a gamepad would (gym-hil's protocol: info["is_intervention"], info["teleop_action"])."""
+    person with a gamepad would, by gym-hil's protocol (info["is_intervention"] and
+    info["teleop_action"])."""
 
     def __init__(self, env, expert, episodes: int):
         super().__init__(env)

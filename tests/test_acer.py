@@ -1,7 +1,7 @@
 """acer.py: Retrace targets against the paper's forward recursion and hand-worked cases, the
 trust-region projection, the policy and Q gradients against a per-sample loss built from
 torch.distributions, the average network, the segment buffer, smoke runs that reach on-policy and
-replay updates (eager and compiled), the averaged losses, the rounded budget, resume, bad input, and
+replay updates (eager and compiled), the logged losses, the rounded budget, resume, bad input, and
 a short CartPole learning run."""
 
 import glob
@@ -333,11 +333,12 @@ def test_smoke_reaches_on_policy_and_replay_updates(in_tmp, flags):
     assert (lrs[-1] < lrs[0]) == flags.get("anneal_lr", False)
 
 
-def test_logged_losses_are_the_mean_of_every_update_since_the_last_write(in_tmp, monkeypatch):
+def test_logged_losses_are_the_latest_updates(in_tmp, monkeypatch):
     """Update n returns n as every metric (its loss is 0); the losses written every 3 iterations (60
-    env steps) are the means over the on-policy and replay updates of those iterations: 1 update
-    each until 100 transitions are stored (iteration 5), 1 + 4 from then on. The last two of the 40
-    iterations end no window and are not written."""
+    env steps) are those of the latest update, the iteration's last, as CleanRL logs them, not a
+    mean over the updates since the last write: 1 update an iteration until 100 transitions are
+    stored (iteration 5), 1 on-policy + 4 replayed from then on. The last two of the 40 iterations
+    end no interval and are not written."""
     numbers = iter(range(1, 1000))
 
     def numbered_loss(agent, avg_agent, segment, args):
@@ -346,12 +347,12 @@ def test_logged_losses_are_the_mean_of_every_update_since_the_last_write(in_tmp,
 
     monkeypatch.setattr(acer, "acer_loss", numbered_loss)
     summary = acer.main(tiny(log_freq=60))
-    numbers, window, expected = iter(range(1, 1000)), [], []
+    updates = 0
+    expected = []
     for k in range(1, 41):
-        window += [next(numbers) for _ in range(1 if k < 5 else 5)]
+        updates += 1 if k < 5 else 5
         if k % 3 == 0:
-            expected.append((20 * k, sum(window) / len(window)))
-            window = []
+            expected.append((20 * k, float(updates)))
     logged = scalars(summary["run_dir"])
     assert summary["replay_updates"] == 4 * 36 and len(expected) == 13
     for key in acer.METRICS:

@@ -167,11 +167,11 @@ def td3_training(edit: str, compiled: bool, monkeypatch) -> dict:
             "compute_loss_pi",
             lambda actor, qf, obs: loss_pi(actor, qf, obs) + lagrange * (actor(obs).pow(2).mean() - 1.0),
         )
-    update_fn = td3.td3_update
+    update_fn = td3.td3_updates
     if edit == EDITS[2]:  # TD3+BC (arXiv:2106.06860): J_pi + 2.5 ||mu(s) - a||^2
         update_fn = edited(
             td3,
-            "td3_update",
+            "td3_updates",
             (
                 "actor_loss = compute_loss_pi(actor, qf, batch[0])\n",
                 "actor_loss = compute_loss_pi(actor, qf, batch[0]) + 2.5 * (actor(batch[0])"

@@ -147,11 +147,11 @@ def autograd_update(actor, actor_target, qf, qf_target, args):
 
 
 def main_update(nets, args, compiled: bool):
-    """`update` as `main` builds it, on fused Adam optimizers: `td3_update`'s, eager or through
+    """`update` as `main` builds it, on fused Adam optimizers: `td3_updates`'s, eager or through
     `compiled`."""
     actor, actor_target, qf, qf_target = nets
     optimizers = [torch.optim.Adam(net.parameters(), lr=args.learning_rate, fused=True) for net in (qf, actor)]
-    update = td3.td3_update(actor, actor_target, qf, qf_target, *optimizers, args)[0]
+    update = td3.td3_updates(actor, actor_target, qf, qf_target, *optimizers, args)[0]
     return td3.compiled([update], torch.device("cpu"))[0] if compiled else update
 
 
@@ -194,9 +194,9 @@ def assert_same_training(nets, other_nets, logged, other_logged, rtol, atol):
 
 @pytest.mark.parametrize("path", ["eager", "compiled"])
 def test_updates_match_autograd_one_tensor_at_a_time(path):
-    """`td3_update` (fused Adam, one Polyak kernel), eager and through `compiled`, against the plain
-    autograd reference: the same metrics at every update (the actor's loss is computed after this
-    update's critic step, which a stale critic would change) and the same networks, targets
+    """`td3_updates` (fused Adam, one Polyak kernel), eager and through `compiled`, against the
+    plain autograd reference: the same metrics at every update (the actor's loss is computed after
+    this update's critic step, which a stale critic would change) and the same networks, targets
     included, after 8 updates at a learning rate large enough to move them."""
     torch._dynamo.reset()
     args = td3.Args(learning_rate=0.01, tau=0.1)
@@ -223,7 +223,7 @@ def test_captured_update_matches_the_eager_one_on_a_gpu(monkeypatch):
         torch._dynamo.reset()  # closures of one code object: each path compiles anew
         nets = [net.cuda() for net in td3_nets()]
         optimizers = [torch.optim.Adam(net.parameters(), lr=args.learning_rate, fused=True) for net in nets[2::-2]]
-        update, act = td3.td3_update(*nets, *optimizers, args)
+        update, act = td3.td3_updates(*nets, *optimizers, args)
         if path != "eager":
             update, act = td3.compiled([update, act], nets[0].fc1.weight.device)
         logged = run_updates(update, batches)
