@@ -79,9 +79,37 @@ def reach_expert(env, obs) -> np.ndarray:
     return np.clip((PointReach.GOAL - obs) / PointReach.SPEED, -1.0, 1.0).astype(np.float32)
 
 
-def point_reach(person_episodes: int = 0):
+class Faulty(gym.Wrapper):
+    """For the bad-input tests: a person's report gone wrong (`fault`: "shape", "outside" or "flag"
+    on every takeover), or a nested observation with a leaf that is neither image nor vector
+    ("leaf")."""
+
+    def __init__(self, env, fault: str):
+        super().__init__(env)
+        self.fault = fault
+        if fault == "leaf":
+            space = env.observation_space
+            self.observation_space = gym.spaces.Dict(pos=space, extra=gym.spaces.Dict(mode=gym.spaces.Discrete(3)))
+
+    def observation(self, obs):
+        return {"pos": obs, "extra": {"mode": 0}} if self.fault == "leaf" else obs
+
+    def reset(self, **kwargs):
+        obs, info = self.env.reset(**kwargs)
+        return self.observation(obs), info
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        if info.get("is_intervention"):
+            faults = {"shape": {"teleop_action": np.full(3, 0.5)}, "outside": {"teleop_action": np.array([3.0, 0.0])}}
+            info.update(faults.get(self.fault, {"is_intervention": "yes"} if self.fault == "flag" else {}))
+        return self.observation(obs), reward, terminated, truncated, info
+
+
+def point_reach(person_episodes: int = 0, fault: str = ""):
     env = gym.wrappers.TimeLimit(PointReach(), max_episode_steps=100)
-    return ScriptedPerson(env, reach_expert, person_episodes) if person_episodes else env
+    env = ScriptedPerson(env, reach_expert, person_episodes) if person_episodes else env
+    return Faulty(env, fault) if fault else env
 
 
 def expert_data(episodes: int, seed: int = 0) -> dict:

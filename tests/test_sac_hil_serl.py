@@ -25,10 +25,10 @@ def tiny(**overrides) -> sac.Args:
 
 
 def offline_buffer(args: sac.Args, encoder=None):
-    """The replay buffer a run with these flags makes of its --offline-data."""
+    """The demo buffer a run with these flags makes of its --offline-data."""
     env = sac.make_env(args, wrap=sac.observation_wrappers)()
     data = sac.robot_learning_setup(args, env.observation_space, env.action_space)
-    return sac.offline_replay(args, data, env.observation_space, "cpu", encoder)
+    return sac.demo_buffer(args, data, env.observation_space, env.action_space.shape[0], "cpu", encoder)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -79,7 +79,8 @@ def dict_envs():
 
 def dict_batch(n: int = 8):
     obs = {"pixels": torch.rand(n, 3, 16, 16), "state": torch.randn(n, 3)}
-    return obs, torch.rand(n, 2) * 2 - 1, torch.randn(n), {k: v + 0.1 for k, v in obs.items()}, torch.zeros(n)
+    next_obs = {k: v + 0.1 for k, v in obs.items()}
+    return obs, torch.rand(n, 2) * 2 - 1, torch.randn(n), next_obs, torch.zeros(n), torch.zeros(n)
 
 
 def grad_norm(module) -> float:
@@ -832,6 +833,139 @@ def test_a_gripper_run_resumes_exactly(tmp_path):
         ("actor", "qf", "log_alpha", "discrete_qf"),
         ("losses/qf_loss", "losses/discrete_qf_loss", "eval/episodic_return"),
     )
+
+
+# --------------------------------------------------------------------------------------------------
+# A PERSON IN THE LOOP: gym-hil's protocol (tests/hil_env.py's scripted person)
+# --------------------------------------------------------------------------------------------------
+REACH = ["--env-id", "hil_env:PointReach-v0", "--learning-starts", "100", "--batch-size", "32", "--no-cuda"]
+
+
+def test_stored_actions_are_the_person_s_and_the_demo_buffer_holds_exactly_the_takeovers(in_tmp):
+    from hil_env import reach_expert
+
+    flags = [*REACH, "--env-kwargs", "person_episodes:3", "--total-timesteps", "400", "--eval-episodes", "1"]
+    summary = sac.cli([*flags, "--save-replay", "replay.npz"])
+    data = np.load(in_tmp / "replay.npz")
+    taken = data["interventions"]
+    assert 60 < taken.sum() < 150 and taken[: taken.sum()].all()  # the first 3 episodes, about 30 steps each
+    expert = np.stack([reach_expert(None, obs) for obs in data["obs"][taken]])
+    np.testing.assert_array_equal(data["actions"][taken], expert)
+    assert not np.allclose(
+        data["actions"][~taken][:50], np.stack([reach_expert(None, o) for o in data["obs"][~taken][:50]])
+    )
+    logged = scalars(summary["run_dir"])
+    assert [v for _, v in logged["charts/demo_transitions"]][-1] == taken.sum()
+    assert [v for _, v in logged["charts/intervention_rate"]][:4] == [1.0, 1.0, 1.0, 0.0]
+
+
+def test_mixing_waits_until_the_demo_buffer_holds_a_batch_s_share():
+    rb, demo = (sac.ReplayBuffer(100, 1, 1, "cpu") for _ in range(2))
+    for buffer, value, n in ((rb, 0.0, 50), (demo, 1.0, 3)):
+        buffer.add(np.full((n, 1), value), np.zeros((n, 1)), np.zeros(n), np.zeros((n, 1)), np.zeros(n), np.zeros(n))
+    mixed = sac.MixedReplay(rb, demo, 0.5)
+    assert float(mixed.sample(8)[0].sum()) == 0.0  # 3 demos < 4: the online buffer alone
+    demo.add(np.ones((1, 1)), np.zeros((1, 1)), np.zeros(1), np.zeros((1, 1)), np.zeros(1), np.zeros(1))
+    assert float(mixed.sample(8)[0].sum()) == 4.0
+
+
+def test_discrete_penalty_reaches_the_gripper_critic_s_target_and_not_the_critics():
+    envs = SimpleNamespace(
+        single_observation_space=gym.spaces.Box(-1, 1, (3,)), single_action_space=gym.spaces.Box(0, 2, (3,))
+    )
+    torch.manual_seed(0)
+    actor, qf, qf_target = (
+        sac.Actor(envs, gripper=True),
+        sac.QEnsemble(envs, gripper=True),
+        sac.QEnsemble(envs, gripper=True),
+    )
+    dq, dq_target = sac.DiscreteQ(envs, 3), sac.DiscreteQ(envs, 3)
+    levels = torch.tensor([0.0, 1.0, 2.0])
+    obs, next_obs = torch.randn(16, 3), torch.randn(16, 3)
+    actions = torch.cat([torch.rand(16, 2) * 2, levels[torch.randint(0, 3, (16, 1))]], dim=-1)
+    rewards, terminations, penalties = torch.randn(16), torch.zeros(16), -0.05 * torch.randint(0, 2, (16,))
+    losses = {}
+    for name, p in (("with", penalties), ("without", torch.zeros(16))):
+        batch = (obs, actions, rewards, next_obs, terminations, p)
+        torch.manual_seed(1)
+        q_loss = sac.compute_loss_q(actor, qf, qf_target, batch, 0.2, 0.99, True, 2)[0]
+        losses[name] = (q_loss, sac.compute_loss_discrete_q(dq, dq_target, batch, levels, 0.99)[0])
+    assert torch.equal(losses["with"][0], losses["without"][0])
+    with torch.no_grad():  # the target by hand: y = r + p + gamma * Q_d'(s', argmax Q_d(s', .))
+        best = dq(next_obs).argmax(-1, keepdim=True)
+        y = rewards + penalties + 0.99 * dq_target(next_obs).gather(-1, best).squeeze(-1)
+        q = dq(obs).gather(-1, actions[:, -1:].long()).squeeze(-1)
+    torch.testing.assert_close(losses["with"][1], (q - y).pow(2).mean())
+    assert not torch.equal(losses["with"][1], losses["without"][1])
+
+
+class NestedEnv(gym.Env):
+    """A gym-hil shape: {"agent_pos": (5,), "pixels": {"front": HWC, "wrist": CHW}}"""
+
+    observation_space = gym.spaces.Dict(
+        agent_pos=gym.spaces.Box(-1, 1, (5,), np.float32),
+        pixels=gym.spaces.Dict(
+            front=gym.spaces.Box(0, 255, (20, 20, 3), np.uint8), wrist=gym.spaces.Box(0, 255, (3, 20, 20), np.uint8)
+        ),
+    )
+    action_space = gym.spaces.Box(-1, 1, (2,), np.float32)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return self.observation_space.sample(), {}
+
+
+def test_nested_observations_give_the_features_of_the_same_data_flattened_by_hand():
+    args = tiny(image_size=16)
+    env = sac.observation_wrappers(args, lambda **kwargs: NestedEnv())
+    assert set(env.observation_space.spaces) == {"agent_pos", "pixels/front", "pixels/wrist"}
+    assert env.observation_space["pixels/front"].shape == (16, 16, 3)
+    assert env.observation_space["pixels/wrist"].shape == (3, 16, 16)
+    obs, _ = env.reset(seed=0)
+    raw = env.unwrapped.observation_space.sample()  # the same data through the wrapper and by hand
+    by_hand = {
+        "agent_pos": raw["agent_pos"],
+        "pixels/front": raw["pixels"]["front"],
+        "pixels/wrist": raw["pixels"]["wrist"],
+    }
+    through = sac.flatten_observation(raw)
+    assert through.keys() == by_hand.keys() and all(np.array_equal(through[k], by_hand[k]) for k in by_hand)
+    big = sac.observation_wrappers(tiny(), lambda **kwargs: NestedEnv())  # no --image-size: as they come
+    encoder = sac.Encoder(big.observation_space)
+    batch = lambda o: sac.to_tensors({k: x[None] for k, x in o.items()}, "cpu")  # noqa: E731
+    torch.testing.assert_close(encoder(batch(through)), encoder(batch(by_hand)))
+    assert encoder.images == ["pixels/front", "pixels/wrist"] and encoder.out_dim == 2 * sac.IMAGE_FEATURES + sac.HIDDEN
+
+
+def test_a_run_with_a_person_resumes_exactly(tmp_path):
+    from test_common_block import check_sigterm_resume_is_exact
+
+    flags = [*REACH, "--env-kwargs", "person_episodes:8", "--total-timesteps", "600", "--eval-freq", "300"]
+    flags += ["--eval-episodes", "1", "--save-model", "--log-freq", "50"]
+    keys = ("losses/qf_loss", "charts/intervention_rate", "charts/demo_transitions")
+    check_sigterm_resume_is_exact(tmp_path, sac, flags, 150, 600, ("actor", "qf", "log_alpha"), keys)
+
+
+@pytest.mark.parametrize(
+    "fault, message",
+    [
+        ("shape", "info['teleop_action'] [0.5, 0.5, 0.5] is no action"),
+        ("outside", "info['teleop_action'] [3.0, 0.0] is no action"),
+        ("flag", "info['is_intervention'] is ['yes'], no bool"),
+    ],
+)
+def test_a_person_s_bad_report_ends_in_one_line(in_tmp, capsys, fault, message):
+    with pytest.raises(SystemExit) as stop:
+        sac.cli([*REACH, "--env-kwargs", "person_episodes:1", f"fault:'{fault}'", "--total-timesteps", "200"])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and err.startswith("error: ") and err.count("\n") == 1 and message in err, err
+
+
+def test_a_nested_leaf_neither_image_nor_vector_is_refused(in_tmp, capsys):
+    with pytest.raises(SystemExit) as stop:
+        sac.cli([*REACH, "--env-kwargs", "fault:'leaf'"])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and "observation keys ['extra/mode']" in err and not (in_tmp / "runs").exists()
 
 
 # --------------------------------------------------------------------------------------------------
