@@ -931,23 +931,43 @@ class Run:
             self.writer.close()
 
 
+def flag_error(box: str, argv: list) -> str:
+    """The line for a flag tyro cannot parse, read from its error box: the flag, the value given and
+    what the flag takes; only the command where the box names no flag of argv."""
+    text = " ".join(re.sub("[\u2500-\u257f]", " ", box).split())  # the box's frame drawn out
+    flags = [arg.split("=")[0] for arg in argv if arg.startswith("--")]
+    named = [flag for flag in flags if re.search(re.escape(flag) + r"(?![\w-])", text)]
+    if not named:
+        return f"a flag's value is missing or does not parse in `{' '.join(argv)}`; see --help"
+    flag = named[-1]
+    if "Missing value" in text:
+        return f"{flag} needs a value; see --help"
+    given = [value for arg, value in zip(argv, argv[1:]) if arg == flag]
+    given += [arg.partition("=")[2] for arg in argv if arg.startswith(flag + "=")]
+    takes = "its type"
+    helptext = re.search(re.escape(flag) + r" (\S+) ", text)  # "Argument helptext: --seed INT ..."
+    if helptext:
+        takes = helptext.group(1)
+    choices = re.search(r"Expected (one of \(.*?\))", text)  # a Literal's values
+    if choices:
+        takes = choices.group(1)
+    return f"{flag} {given[-1]!r} does not parse as {takes}; see --help"
+
+
 def cli(argv=None) -> dict:
     """Command line: bad input ends in one line on stderr and exit code 2; a stop by a signal exits
     with 128 + signum."""
     argv = sys.argv[1:] if argv is None else list(argv)
     try:  # tyro's error box is silenced and replaced by one line; --help prints as usual
-        with contextlib.redirect_stderr(sys.stderr if {"-h", "--help"} & set(argv) else io.StringIO()):
+        stderr = io.StringIO()
+        with contextlib.redirect_stderr(sys.stderr if {"-h", "--help"} & set(argv) else stderr):
             args, unknown = tyro.cli(Args, args=argv, return_unknown_args=True, description=__doc__.split("\n\n")[0])
         check([(unknown, f"unrecognized flag {' '.join(unknown)} in `{' '.join(argv)}`; see --help")])
         summary = main(args)
     except (SystemExit, ConfigError) as e:  # bad input: one line on stderr, whatever it says, exit code 2
         if isinstance(e, SystemExit) and not e.code:
             raise  # --help
-        message = (
-            str(e)
-            if isinstance(e, ConfigError)
-            else f"a flag's value is missing or does not parse in `{' '.join(argv)}`; see --help"
-        )
+        message = str(e) if isinstance(e, ConfigError) else flag_error(stderr.getvalue(), argv)
         print("error: " + " ".join(message.split()), file=sys.stderr)
         raise SystemExit(2) from None
     if summary["stopped_by"]:

@@ -1,36 +1,40 @@
 """Learning curves and a results table from a grid's TensorBoard event files, offline, in one
 command.
 
-    python benchmark/report.py benchmark_runs                       # writes benchmark_runs/report/
-    python benchmark/report.py benchmark_runs --out report --reference
-    benchmark/reference_results.csv python benchmark/report.py benchmark_runs --scripts a2c acer
-    --last-episodes 100   # the PPO paper's A2C/ACER table python benchmark/report.py
-    benchmark/results/speed --speed     # speed.png from benchmark/speed.py's --out tables
+    python benchmark/report.py benchmark_runs          # writes benchmark_runs/report/
+    python benchmark/report.py benchmark_runs --out report \
+        --reference benchmark/reference_results.csv
+    python benchmark/report.py benchmark_runs --scripts a2c acer \
+        --last-episodes 100                            # the PPO paper's A2C/ACER table
+    python benchmark/report.py benchmark/results/speed --speed   # speed.png from speed.py's tables
 
 Reads every run under the grid root (benchmark/run.py's layout,
 OUT/<script>/<env>/seed_<seed>/runs/<run_name>/, or any folder of run directories named
 <env>__<script>__<seed>__<time>) with tensorboard's own event reader, groups the runs by script and
 env across seeds, and writes:
     <env>.png   eval/episodic_return (greedy policy) against env steps: the mean over seeds with a
-    band of one standard
-                deviation, one line per script, the published numbers of --reference as dotted
-                lines, the band kept within the env's return bounds where RETURN_BOUNDS knows them.
-                A seed with fewer than MIN_EVALS evaluations is warned about, and its script's line
-                shows the training return (the mean of the last K charts/episodic_return) instead;
+                band of one standard deviation, one line per script, the published numbers of
+                --reference as dotted lines, the band kept within the env's return bounds where
+                RETURN_BOUNDS knows them. A seed with fewer than MIN_EVALS evaluations is warned
+                about, and its script's line shows the training return (the mean of the last K
+                charts/episodic_return) instead;
     results.md  the final return of each (script, env): the last evaluation of each seed, as mean ±
-    std and the
-                interquartile mean (IQM: the mean of the middle half of the seeds, a quarter trimmed
-                from each end, rounded down, as scipy.stats.trim_mean(x, 0.25)); the training
-                return, the mean of each seed's last K charts/episodic_return (--last-episodes K),
-                as mean ± std over seeds; and the published numbers of --reference beside them.
+                std and the interquartile mean (IQM: the mean of the middle half of the seeds, a
+                quarter trimmed from each end, rounded down, as scipy.stats.trim_mean(x, 0.25)); the
+                training return, the mean of each seed's last K charts/episodic_return
+                (--last-episodes K), as mean ± std over seeds; and the published numbers of
+                --reference beside them.
 <env> is the env id with ':' and '/' replaced by '_'. A curve of one point is drawn as a marker. It
 warns, one line each, about two or more runs of one script, env and seed, and keeps the newest by
 the unix time that ends the run name (of equal times, the last path); about a run without
-evaluations, which it leaves out; and about a seed whose last evaluation comes before the others',
-whose final return is then of that earlier step. With --speed it reads instead the Markdown tables
-that benchmark/speed.py --out wrote into ROOT and draws speed.png: a bar per row with a peer, the
-median ratio of our env steps/s to the peer's over the rounds or measurements, a whisker from the
-least to the greatest, labelled with the script and the flags of our runs.
+evaluations, which it leaves out; about a seed whose last evaluation comes before the others', whose
+final return is then of that earlier step; and about an events file whose records stop at a
+truncated or corrupt one (a run killed while writing, a damaged disk), of which the report uses the
+whole records before that one and nothing after, as tensorboard's reader does. With --speed it reads
+instead the Markdown tables that benchmark/speed.py --out wrote into ROOT and draws speed.png: a bar
+per row with a peer, the median ratio of our env steps/s to the peer's over the rounds or
+measurements, a whisker from the least to the greatest, labelled with the script and the flags of
+our runs.
 """
 
 import argparse
@@ -61,6 +65,27 @@ def read_scalars(run_dir: str, tag: str) -> list:
     acc = EventAccumulator(run_dir, size_guidance={"scalars": 0})
     acc.Reload()
     return [(e.step, e.value) for e in acc.Scalars(tag)] if tag in acc.Tags()["scalars"] else []
+
+
+def damaged_record(path: str) -> str | None:
+    """Where an events file's records stop at a truncated or corrupt one, or None where it reads to
+    its end. tensorboard's reader stops there without a word (it takes the rest for a record still
+    being written); this walks the file with that reader's own record parser."""
+    from tensorboard.compat.tensorflow_stub import errors, pywrap_tensorflow
+
+    reader = pywrap_tensorflow.PyRecordReader_New(path.encode())
+    records = 0
+    try:
+        while True:
+            reader.GetNext()
+            records += 1
+    except errors.OutOfRangeError:
+        return None
+    except errors.DataLossError as e:
+        damage = "a truncated record" if "truncated" in str(e) else "a corrupt record (a failed crc32 check)"
+        return f"{damage} after {records} whole one(s)"
+    finally:
+        reader.file_handle.close()
 
 
 def find_runs(root: str, scripts=None) -> dict:
@@ -223,6 +248,11 @@ def main(argv=None) -> int:
             file=sys.stderr,
         )
         return 2
+    for run_dir in sorted(run_dir for seeds in runs.values() for run_dir in seeds.values()):
+        for path in sorted(glob.glob(os.path.join(run_dir, "events.out.tfevents.*"))):
+            damage = damaged_record(path)
+            if damage:
+                print(f"warning: {path} has {damage}: the report uses those and nothing after", file=sys.stderr)
     out = args.out or os.path.join(args.root, "report")
     reference = read_reference(args.reference)
     problem = reference if isinstance(reference, str) else None

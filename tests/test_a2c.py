@@ -285,6 +285,7 @@ BAD_INPUT = {  # this script's flags; the common ones are in test_common_block.p
     "zero learning rate": (["--learning-rate", "0"], "--learning-rate"),
     "gamma above one": (["--gamma", "1.01"], "--gamma"),
     "negative entropy coefficient": (["--ent-coef", "-0.1"], "--ent-coef"),
+    "unknown advantage": (["--advantage", "td"], "--advantage 'td' does not parse as one of ('nstep', 'gae')"),
 }
 
 

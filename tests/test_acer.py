@@ -447,8 +447,8 @@ BAD_INPUT = {
     "budget below one segment": (["--total-timesteps", "100"], "--total-timesteps"),
     "missing checkpoint": (["--resume", "nowhere/checkpoint.pt"], "no such file"),
     "unknown flag": (["--no-such-flag", "2"], "unrecognized flag --no-such-flag"),
-    "unparsable value": (["--gamma", "abc"], "does not parse in `--gamma abc`"),
-    "missing value": (["--gamma"], "is missing or does not parse in `--gamma`"),
+    "unparsable value": (["--gamma", "abc"], "--gamma 'abc' does not parse as FLOAT"),
+    "missing value": (["--gamma"], "--gamma needs a value"),
     "removed flag": (["--log-interval", "2"], "unrecognized flag --log-interval"),
 }
 

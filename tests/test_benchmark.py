@@ -324,6 +324,50 @@ def test_report_warns_about_a_seed_that_ends_before_the_others(tmp_path, capsys)
     )
 
 
+def record_offsets(path) -> list:
+    """The byte offset of each TFRecord of an events file: an 8-byte length, its 4-byte crc, the
+    data and the data's 4-byte crc."""
+    data = open(path, "rb").read()
+    offsets = [0]
+    while offsets[-1] < len(data):
+        offsets.append(offsets[-1] + 16 + int.from_bytes(data[offsets[-1] : offsets[-1] + 8], "little"))
+    return offsets[:-1]
+
+
+@pytest.mark.parametrize("damage", ["truncated", "corrupt"])
+def test_report_warns_about_a_damaged_events_file_and_uses_the_records_before_the_damage(tmp_path, capsys, damage):
+    """A run killed while writing leaves a truncated last record; a damaged disk a record that fails
+    its crc32 check. tensorboard's reader stops there without a word; the report names the file in
+    one warning line and uses the whole records before it: here the evaluations at steps 100 and
+    200, the one at 300 being the damaged record (truncated) or after it (corrupt: the 200 one's
+    data flipped, so only 100 is read)."""
+    run_dir = fake_run(tmp_path / "runs", "CartPole-v1__a2c__1__1000", evals=EVALS)
+    fake_run(tmp_path / "runs", "CartPole-v1__a2c__2__1000", evals=EVALS)
+    (path,) = glob.glob(os.path.join(run_dir, "events.out.tfevents.*"))
+    data = bytearray(open(path, "rb").read())
+    offsets = record_offsets(path)
+    if damage == "truncated":
+        data = data[:-5]
+    else:
+        data[offsets[-2] + 14] ^= 0xFF  # a byte of the data of the evaluation at step 200
+    open(path, "wb").write(bytes(data))
+    assert report_main(tmp_path / "runs", "--out", tmp_path / "out") == 0
+    kept = {"truncated": len(offsets) - 1, "corrupt": len(offsets) - 2}[damage]
+    what = {"truncated": "a truncated record", "corrupt": "a corrupt record (a failed crc32 check)"}[damage]
+    warnings = [line for line in capsys.readouterr().err.splitlines() if path in line]
+    assert warnings == [
+        f"warning: {path} has {what} after {kept} whole one(s): the report uses those and nothing after"
+    ]
+    last = {"truncated": EVALS[1], "corrupt": EVALS[0]}[damage]
+    assert f"| 2 | 300 | {(last[1] + EVALS[-1][1]) / 2:.1f} ± " in results_row(tmp_path / "out", "a2c")
+
+
+def test_report_says_nothing_of_whole_events_files(tmp_path, capsys):
+    fake_run(tmp_path / "runs", "CartPole-v1__a2c__1__1000", evals=EVALS)
+    assert report_main(tmp_path / "runs", "--out", tmp_path / "out") == 0
+    assert capsys.readouterr().err == ""
+
+
 def test_report_draws_a_one_point_curve_with_a_marker(tmp_path, monkeypatch):
     """One evaluation and one training episode: the curve (of training returns) is a single point,
     and the PNG's pixel at that point is not the background's white."""

@@ -7,10 +7,14 @@ import importlib
 import io
 import os
 import re
+import shlex
+import shutil
 import signal
+import site
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
@@ -39,8 +43,12 @@ COMMON_BAD_INPUT = {
     "missing checkpoint": (["--resume", "nowhere/checkpoint.pt"], "no such file"),
     "corrupt checkpoint": (["--resume", "corrupt.pt"], "not a readable checkpoint"),
     "unknown flag": (["--no-such-flag", "2"], "unrecognized flag --no-such-flag"),
-    "unparsable value": (["--seed", "abc"], "does not parse"),
-    "missing value": (["--seed"], "does not parse"),
+    "unparsable value": (["--seed", "abc"], "error: --seed 'abc' does not parse as INT; see --help"),
+    "a float for an integer": (["--total-timesteps", "1e4"], "--total-timesteps '1e4' does not parse as INT"),
+    "a float for an integer, with =": (["--total-timesteps=1e4"], "--total-timesteps '1e4' does not parse as INT"),
+    "a bad value after good ones": (["--seed", "2", "--eval-freq", "x"], "--eval-freq 'x' does not parse as INT"),
+    "missing value": (["--seed"], "error: --seed needs a value; see --help"),
+    "missing value before a flag": (["--seed", "--total-timesteps", "10"], "--seed needs a value"),
     "zero envs": (["--num-envs", "0"], "--num-envs"),
     "negative eval freq": (["--eval-freq", "-1"], "--eval-freq"),
     "zero eval episodes": (["--eval-episodes", "0"], "--eval-episodes"),
@@ -535,26 +543,66 @@ SNIPPET_MODELS = {name: {} for name in SCRIPTS} | {  # HIL-SERL's page loads pix
 }
 
 
+def page_steps(page: str, name: str) -> list:
+    """The commands of the bash block(s) that the page's "Saving and loading a model" section gives
+    before its load snippet, comments dropped."""
+    section = page.split("## Saving and loading a model", 1)[1].split(f"<!-- load-model {name} -->")[0]
+    blocks = re.findall(r"```bash\n(.*?)```", section, re.S)
+    return [line.split("#")[0].strip() for block in blocks for line in block.splitlines() if line.split("#")[0].strip()]
+
+
+def new_venv(path):
+    """A new virtual environment at path whose third-party packages are this interpreter's (a .pth
+    file names its site-packages, where `pip install -r requirements/...` put them), and where no
+    script of this repository is importable. Returns its python."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(path)], check=True)
+    python = str(path / "bin" / "python")
+    purelib = subprocess.run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    (Path(purelib) / "parent_packages.pth").write_text("\n".join(site.getsitepackages()) + "\n")
+    return python
+
+
 @pytest.mark.parametrize("case", list(SNIPPET_MODELS))
 def test_saved_model_loads_and_evaluates_as_the_page_shows_headless(in_tmp, case):
-    """The page's snippet, run as written from another directory in a new process with no display
-    and no MUJOCO_GL, gives the run's evaluation returns."""
+    """The page's snippet, run as written from another directory in a new virtual environment, in
+    a new process with no display and no MUJOCO_GL, after the steps the page gives (`pip install -e
+    .` from a clone; --no-deps --no-build-isolation added, as the venv already sees the
+    dependencies and the test reaches no index), gives the run's evaluation returns. Before those
+    steps the snippet's import fails. The gripper's model needs its env's module, `grasp_env`, on
+    PYTHONPATH, as the page says; no other model has anything there."""
     module = importlib.import_module(case.split("-")[0])
     summary = module.main(tiny(module, save_model=True, eval_episodes=2, **SNIPPET_MODELS[case]))
     page = (ROOT / "docs" / f"{module.__name__}.md").read_text()
     snippet = page.split(f"<!-- load-model {module.__name__} -->")[1].split("```python")[1].split("```")[0]
     code = snippet.replace("runs/RUN_NAME/model.pt", str(in_tmp / summary["run_dir"] / "model.pt"))
+    clone = in_tmp / "clone"  # the files `pip install -e .` reads
+    clone.mkdir()
+    for name in ["pyproject.toml", "README.md", *(f"{script}.py" for script in SCRIPTS)]:
+        shutil.copy(ROOT / name, clone / name)
+    python = new_venv(in_tmp / "venv")
     (in_tmp / "elsewhere").mkdir()
-    env = {k: v for k, v in os.environ.items() if k not in ("MUJOCO_GL", "PYOPENGL_PLATFORM", "DISPLAY")}
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(ROOT / "tests")])  # the script, and grasp_env's module
-    result = subprocess.run(
-        [sys.executable, "-c", code + "\nprint(*returns.tolist())"],
-        cwd=in_tmp / "elsewhere",
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    env = {k: v for k, v in os.environ.items() if k not in ("MUJOCO_GL", "PYOPENGL_PLATFORM", "DISPLAY", "PYTHONPATH")}
+    if "gripper" in case:
+        env["PYTHONPATH"] = str(ROOT / "tests")  # grasp_env, the env's module, and nothing of the scripts
+
+    def run_elsewhere(code):
+        return subprocess.run(
+            [python, "-c", code], cwd=in_tmp / "elsewhere", env=env, capture_output=True, text=True, timeout=600
+        )
+
+    before = run_elsewhere(f"import {module.__name__}")  # the snippet's import, before the page's steps
+    assert before.returncode == 1 and f"ModuleNotFoundError: No module named '{module.__name__}'" in before.stderr
+    steps = page_steps(page, module.__name__)
+    assert steps == ["pip install -e ."], steps
+    for step in steps:
+        argv = [python, "-m", *shlex.split(step), "--no-deps", "--no-build-isolation", "-q"]
+        subprocess.run(argv, cwd=clone, env=env, check=True, capture_output=True)
+    result = run_elsewhere(code + "\nprint(*returns.tolist())")
     assert result.returncode == 0, result.stderr
     returns = np.array(result.stdout.splitlines()[-1].split(), dtype=float)
     assert returns.shape == (10,)

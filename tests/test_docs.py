@@ -91,6 +91,20 @@ def test_no_tracked_file_holds_history_words_or_machine_paths():
     assert not hits, "\n".join(hits)
 
 
+def test_the_resnet_recipe_installs_the_torchvision_paired_with_the_readme_s_torch():
+    """torchvision 0.(N + 15) pins torch 2.N in its metadata (0.28.0: `torch==2.13.0`); the recipe
+    installs that release of the README's torch from the same index, as a CUDA torchvision beside a
+    CPU torch fails to import (`operator torchvision::nms does not exist`)."""
+    torch = re.search(r"pip install torch==2\.(\d+)\.\d+ --index-url ([^\s`]+)", (ROOT / "README.md").read_text())
+    page = (ROOT / "docs" / "sac_hil_serl.md").read_text()
+    torchvision = re.search(r"pip install torchvision==0\.(\d+)\.\d+ --index-url ([^\s`]+)", page)
+    assert torch and torchvision, "the README names no CPU torch, or the page no torchvision to install"
+    assert int(torchvision[1]) == int(torch[1]) + 15 and torchvision[2] == torch[2], (
+        torch.group(),
+        torchvision.group(),
+    )
+
+
 def test_every_picture_the_docs_show_exists_and_is_small_and_each_script_page_shows_one():
     showing = set()
     for page in [ROOT / "README.md", ROOT / "docs" / "performance.md", *(ROOT / "docs" / f"{n}.md" for n in SCRIPTS)]:
