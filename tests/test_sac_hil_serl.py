@@ -152,8 +152,9 @@ def test_resnet10_loads_a_state_dict_file_and_refuses_one_of_other_shapes(tmp_pa
     assert loaded.keys() == weights.keys() and all(torch.equal(loaded[k], weights[k]) for k in weights)
     assert "layer4.0.downsample.0.weight" in loaded and not encoder.cnns["pixels"].training  # BatchNorm: eval mode
     torch.save(sac.ResNet10(6).state_dict(), tmp_path / "six.pt")
+    sac.check_encoder_weights(str(tmp_path / "resnet10.pt"), 3)  # checked before the networks are made
     with pytest.raises(sac.ConfigError, match="--image-encoder-weights .*six.pt: no ResNet-10 for 3-channel images"):
-        sac.Encoder(DICT_SPACE, weights=str(tmp_path / "six.pt"))
+        sac.check_encoder_weights(str(tmp_path / "six.pt"), 3)
 
 
 def test_cached_features_equal_the_frozen_cnn_on_the_stored_frames():
@@ -966,6 +967,28 @@ def test_a_nested_leaf_neither_image_nor_vector_is_refused(in_tmp, capsys):
         sac.cli([*REACH, "--env-kwargs", "fault:'leaf'"])
     err = capsys.readouterr().err
     assert stop.value.code == 2 and "observation keys ['extra/mode']" in err and not (in_tmp / "runs").exists()
+
+
+GYM_HIL = {
+    "images, front and wrist": ["gym_hil:gym_hil/PandaPickCubeBase-v0", "--env-kwargs", "image_obs:True"],
+    "the gripper": [
+        "gym_hil:gym_hil/PandaPickCube-v0",
+        "--num-discrete-actions",
+        "3",
+        "--env-kwargs",
+        "reset_delay_seconds:0",
+    ],
+}
+
+
+@pytest.mark.parametrize("flags", GYM_HIL.values(), ids=GYM_HIL.keys())
+def test_gym_hil_s_tasks_train_where_gym_hil_is_installed(in_tmp, flags):
+    """LeRobot's gym-hil tasks as they come (a virtual environment of their own: gym-hil pins MuJoCo
+    below 3.9); skipped where gym-hil is not installed, as in CI."""
+    pytest.importorskip("gym_hil")
+    argv = ["--env-id", *flags, "--image-size", "32", "--buffer-size", "1000", "--total-timesteps", "200"]
+    summary = sac.cli([*argv, "--learning-starts", "100", "--batch-size", "16", "--eval-episodes", "1", "--no-cuda"])
+    assert summary["critic_updates"] == 101 and summary["global_step"] == 200
 
 
 # --------------------------------------------------------------------------------------------------
