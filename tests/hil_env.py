@@ -6,15 +6,16 @@ info["teleop_action"], with info["is_intervention"] True; elsewhere info["is_int
 False. It stays out of evaluation episodes, which sac_hil_serl.py resets with seeds of 1,000,000
 and above (EVAL_SEED_OFFSET), so that eval/episodic_return measures the policy alone.
 
-`PointReach-v0` is a sparse task: a point starts near one corner of the plane and earns a reward of
-1, which ends the episode, only within RADIUS of a goal near the opposite corner; episodes are cut
-at 100 steps. Uniform random actions almost never get there. Its `person_episodes` keyword puts a
+`PointReach-v0` is a sparse task: a point starts in a small square around (-0.4, -0.4) and earns a
+reward of 1, which ends the episode, only within RADIUS of the goal (0.4, 0.4); episodes are cut at
+100 steps. Uniform random actions almost never get there. Its `person_episodes` keyword puts a
 scripted person in the loop: `--env-id hil_env:PointReach-v0 --env-kwargs person_episodes:10`
 (tests/ on the path, as in the tests and their subprocesses).
 
 python tests/hil_env.py OUT.npz EPISODES writes EPISODES of the expert as --offline-data.
 """
 
+import functools
 import sys
 
 import gymnasium as gym
@@ -53,11 +54,11 @@ class ScriptedPerson(gym.Wrapper):
 
 class PointReach(gym.Env):
     """Observation (2,): the point's position. Action (2,) in [-1, 1]: a velocity (x SPEED). The
-    point starts uniformly in a 0.2-wide square around (-0.8, -0.8); reward 1 and the episode's end
-    within RADIUS of the goal (0.8, 0.8), else 0."""
+    point starts uniformly in a 0.2-wide square around (-0.4, -0.4); reward 1 and the episode's end
+    within RADIUS of the goal (0.4, 0.4), else 0."""
 
     SPEED, RADIUS = 0.05, 0.1
-    GOAL = np.array([0.8, 0.8])
+    GOAL = np.array([0.4, 0.4])
 
     def __init__(self):
         self.observation_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
@@ -65,7 +66,7 @@ class PointReach(gym.Env):
 
     def reset(self, *, seed=None, options=None):
         super().reset(seed=seed)
-        self.pos = self.np_random.uniform(-0.9, -0.7, 2)
+        self.pos = self.np_random.uniform(-0.5, -0.3, 2)
         return self.pos.astype(np.float32), {}
 
     def step(self, action):
@@ -74,9 +75,12 @@ class PointReach(gym.Env):
         return self.pos.astype(np.float32), float(reached), reached, False, {}
 
 
-def reach_expert(env, obs) -> np.ndarray:
-    """Straight at the goal, at full speed until the last step."""
-    return np.clip((PointReach.GOAL - obs) / PointReach.SPEED, -1.0, 1.0).astype(np.float32)
+def reach_expert(env, obs, noise: float = 0.0) -> np.ndarray:
+    """Straight at the goal, at full speed until the last step; `noise`: a person's unsteady hand,
+    Gaussian of that standard deviation from the env's own generator."""
+    action = np.clip((PointReach.GOAL - obs) / PointReach.SPEED, -1.0, 1.0)
+    action = action + env.unwrapped.np_random.normal(0.0, noise, 2) if noise else action
+    return np.clip(action, -1.0, 1.0).astype(np.float32)
 
 
 class Faulty(gym.Wrapper):
@@ -106,20 +110,21 @@ class Faulty(gym.Wrapper):
         return self.observation(obs), reward, terminated, truncated, info
 
 
-def point_reach(person_episodes: int = 0, fault: str = ""):
+def point_reach(person_episodes: int = 0, noise: float = 0.3, fault: str = ""):
     env = gym.wrappers.TimeLimit(PointReach(), max_episode_steps=100)
-    env = ScriptedPerson(env, reach_expert, person_episodes) if person_episodes else env
+    expert = functools.partial(reach_expert, noise=noise)
+    env = ScriptedPerson(env, expert, person_episodes) if person_episodes else env
     return Faulty(env, fault) if fault else env
 
 
-def expert_data(episodes: int, seed: int = 0) -> dict:
+def expert_data(episodes: int, seed: int = 0, noise: float = 0.3) -> dict:
     """`episodes` of the expert on PointReach-v0 as --offline-data's arrays."""
     env, rows = point_reach(), []
     for k in range(episodes):
         obs, _ = env.reset(seed=seed + k)
         done = False
         while not done:
-            action = reach_expert(env, obs)
+            action = reach_expert(env, obs, noise)
             next_obs, reward, terminated, truncated, _ = env.step(action)
             rows.append((obs, action, reward, next_obs, terminated))
             obs, done = next_obs, terminated or truncated
