@@ -666,6 +666,8 @@ def networks(args, envs, device) -> tuple:
     qf_target = QEnsemble(envs, args.num_critics, args.critic_layer_norm, gripper, **image).to(device)
     actor = actor or Actor(envs, qf.encoder, gripper).to(device)
     qf_target = target_of(qf, qf_target)  # with the critics' encoder: a Polyak-averaged copy, as theirs
+    if args.freeze_image_encoder:  # a frozen CNN has nothing to track: the target reads the critics', stored once
+        qf_target.encoder.cnns = qf.encoder.cnns
     grip = Gripper(args, envs, qf, qf_target, share, device) if gripper else None  # its own critic and Adam
     return actor, qf, qf_target, grip
 

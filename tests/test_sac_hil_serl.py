@@ -659,6 +659,58 @@ def test_a_run_with_offline_data_resumes_exactly(tmp_path, monkeypatch):
     )
 
 
+def stop_at(monkeypatch, step: int):
+    """Runs in this process stop as by SIGTERM once they have logged `step` (offline steps: 1 - N,
+    ..., 0); returns the Run.log to restore."""
+    log = sac.Run.log
+
+    def stop(self, infos, metrics, previous_step, global_step):
+        log(self, infos, metrics, previous_step, global_step)
+        self.stop_signal += [15] if global_step == step else []
+
+    monkeypatch.setattr(sac.Run, "log", stop)
+    return log
+
+
+def test_a_frozen_resnet_is_stored_once_and_a_checkpoint_holding_it_twice_resumes_exactly(in_tmp, monkeypatch):
+    """A frozen CNN has no target to track: the target critics read the critics' own, so a
+    checkpoint holds its weights once (the same storage under qf and qf_target) and model.pt once.
+    A checkpoint holding a copy under qf_target (as ones written before did) is larger by the CNN's
+    bytes and resumes, as the new one does, to the networks of a run never stopped."""
+    torch.manual_seed(0)
+    torch.save(sac.ResNet10(3).state_dict(), in_tmp / "resnet10.pt")
+    flags = dict(
+        **PIXELS,
+        freeze_image_encoder=True,
+        image_encoder_weights=str(in_tmp / "resnet10.pt"),
+        total_timesteps=400,
+        learning_starts=200,
+        save_model=True,
+    )
+    whole = sac.main(tiny(**flags, exp_name="whole"))
+    log = stop_at(monkeypatch, 300)
+    stopped = sac.main(tiny(**flags, exp_name="stopped"))
+    monkeypatch.setattr(sac.Run, "log", log)
+    checkpoint = f"{stopped['run_dir']}/checkpoint.pt"
+    saved = torch.load(checkpoint, weights_only=False)
+    cnn = [key for key in saved["qf"] if key.startswith("encoder.cnns.")]
+    assert len(cnn) == len(sac.ResNet10(3).state_dict())
+    assert all(saved["qf_target"][key].data_ptr() == saved["qf"][key].data_ptr() for key in cnn)  # stored once
+    model = torch.load(f"{whole['run_dir']}/model.pt", weights_only=False)
+    assert model.keys() == {"actor", "qf", "log_alpha", "args"} and not any("cnns" in key for key in model["actor"])
+    twice = f"{in_tmp}/twice/checkpoint.pt"  # the form written before: a copy of the frozen CNN under qf_target
+    os.makedirs(os.path.dirname(twice))
+    torch.save({**saved, "qf_target": {k: v.clone() for k, v in saved["qf_target"].items()}}, twice)
+    cnn_bytes = sum(saved["qf"][key].nbytes for key in cnn)
+    assert os.path.getsize(twice) - os.path.getsize(checkpoint) == pytest.approx(cnn_bytes, rel=0.01)
+    for path in (checkpoint, twice):
+        resumed = sac.main(sac.Args(resume=path))
+        assert resumed["critic_updates"] == whole["critic_updates"]
+        models = [torch.load(f"{run['run_dir']}/model.pt", weights_only=False) for run in (whole, resumed)]
+        for key in ("actor", "qf"):
+            torch.testing.assert_close(models[1][key], models[0][key], rtol=0, atol=0)
+
+
 @pytest.mark.parametrize(
     "env_id,frame_stack,more",
     [
