@@ -603,12 +603,19 @@ def setup(args, wrap=None):
     return args, checkpoint, device
 
 
+def at_step(args, counters: tuple) -> str:
+    """Where a run stands, for its stop and resume lines: its env step (a script may pass Run its
+    own)."""
+    return f"at step {counters[0]:,}"
+
+
 class Run:
     """A run's envs, directory, TensorBoard writer, signal handling, progress line, evaluations and
     checkpoints."""
 
-    def __init__(self, args, checkpoint: dict | None, device, memory_flags: str, wrap=None):
+    def __init__(self, args, checkpoint: dict | None, device, memory_flags: str, wrap=None, at=at_step):
         self.args, self.checkpoint, self.device = args, checkpoint, device
+        self.at = at  # at(args, counters): where the run stands, for its stop and resume lines
         self.memory_flags = memory_flags  # the flags that size what a training step allocates
         self.wrap = wrap  # the script's observation wrappers, as make_env takes them
         safe = re.sub(r"[^\w.+-]", "-", f"{args.env_id}__{args.exp_name}", flags=re.ASCII)  # a file name anywhere
@@ -672,7 +679,7 @@ class Run:
             for set_state, state in zip(setters, checkpoint["rng"][: 3 + (self.device.type == "cuda")]):
                 set_state(state)
             counters, obs = checkpoint["counters"], checkpoint["obs"] if self.exact else None
-            print(f"resumed {self.dir} at step {counters[0]:,}" + ("" if self.exact else "; new episodes start"))
+            print(f"resumed {self.dir} {self.at(self.args, counters)}" + ("" if self.exact else "; new episodes start"))
         self.last_log = time.time(), counters[0]
         return counters, self.envs.reset(seed=self.args.seed + counters[0])[0] if obs is None else obs
 
@@ -800,8 +807,8 @@ class Run:
             path = self.save_checkpoint(counters, obs)
             command = shlex.join(["python", os.path.abspath(__file__), "--resume", os.path.abspath(path)])
             print(
-                f"\nstopped by signal {self.stop_signal[0]} at step {counters[0]:,}; checkpoint written to {path}; "
-                f"continue with:\n{command}"
+                f"\nstopped by signal {self.stop_signal[0]} {self.at(self.args, counters)}; checkpoint written to "
+                f"{path}; continue with:\n{command}"
             )
         else:
             if self.eval_step != counters[0]:

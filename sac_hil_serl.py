@@ -933,7 +933,8 @@ def main(args: Args) -> dict:
     args, checkpoint, device = setup(args, observation_wrappers)
     files = ("offline_data", "save_replay", "image_encoder_weights")  # made absolute: a resume runs from anywhere
     args = replace(args, **{key: os.path.abspath(path) for key in files if (path := getattr(args, key))})
-    with Run(args, checkpoint, device, "--batch-size (with images, also --image-size)", observation_wrappers) as run:
+    memory_flags = "--batch-size (with images, also --image-size)"
+    with Run(args, checkpoint, device, memory_flags, observation_wrappers, at=offline_position) as run:
         obs_space = run.envs.single_observation_space
         action_space = run.envs.single_action_space
         data = robot_learning_setup(args, obs_space, action_space)  # the robot-learning flags checked; --offline-data
@@ -1164,10 +1165,10 @@ def robot_learning_setup(args, obs_space, action_space) -> dict | None:
         with np.load(args.offline_data) as f:
             data = dict(f)
     except Exception as e:  # missing, truncated, or no .npz at all
-        raise ConfigError(
-            f"--offline-data {args.offline_data}: not a readable .npz ({type(e).__name__}: {e}); pass a "
-            "file written by --save-replay"
-        ) from None
+        why = "no such file" if isinstance(e, FileNotFoundError) else f"not a readable .npz ({type(e).__name__}: {e})"
+        if os.path.isfile(args.offline_data) and os.access(args.offline_data, os.R_OK):
+            why = why if zipped(args.offline_data) else "not an .npz (numpy's zip of .npy arrays)"
+        raise ConfigError(f"--offline-data {args.offline_data}: {why}; pass a file written by --save-replay") from None
     n, fields = len(np.atleast_1d(data.get("actions", ()))), {"actions": (act_dim,), "rewards": (), "terminations": ()}
     fields.update(
         {
@@ -1178,20 +1179,21 @@ def robot_learning_setup(args, obs_space, action_space) -> dict | None:
     )
     optional = {"discrete_penalties": (), "interventions": ()}  # absent: 0 and False
     fields.update({key: shape for key, shape in optional.items() if key in data})
-    bad = sorted({*data} ^ {*fields}) + [
-        f"{key} of shape {data[key].shape}" for key in {*data} & {*fields} if data[key].shape != (n, *fields[key])
-    ]
+    bad = [f"it lacks the array {key}" for key in fields if key not in data]
+    bad += [f"it holds an array {key} that no --save-replay writes" for key in sorted({*data} - {*fields})]
+    bad += [f"{key} of shape {data[key].shape}" for key in {*data} & {*fields} if data[key].shape != (n, *fields[key])]
     bad += [
         f"{key} of dtype {data[key].dtype}"
         for key in {*data} & {*fields}  # numbers; images, and only images, uint8
         if (data[key].dtype == np.uint8) != (len(fields[key]) == 3) or data[key].dtype.kind not in "biuf"
     ]
+    shapes = {key: ", ".join(["N", *map(str, shape)]) for key, shape in fields.items()}  # (N, ...) as text
     check(
         [
             (
                 bad or not n,
-                f"--offline-data {args.offline_data} does not fit {args.env_id}: "
-                f"{', '.join(bad) or 'no transitions'}; it needs these (N, ...) arrays: {fields}",
+                f"--offline-data {args.offline_data} does not fit {args.env_id}: {', '.join(bad) or 'no transitions'}"
+                f"; it needs these arrays: {', '.join(f'{key} ({shape})' for key, shape in shapes.items())}",
             ),
             (
                 n > args.demo_buffer_size,
@@ -1245,6 +1247,12 @@ def check_teleop_action(env_id: str, space, action: np.ndarray) -> None:
     )
 
 
+def zipped(path: str) -> bool:
+    """Whether the file at path starts as a zip does: an .npz is a zip of .npy files."""
+    with open(path, "rb") as f:
+        return f.read(4) == b"PK\x03\x04"
+
+
 def images_of(spaces: dict) -> list:
     """The image spaces (3-d uint8 Boxes) among a Dict's."""
     return [space for space in spaces.values() if space.dtype == np.uint8]
@@ -1255,8 +1263,19 @@ def check_encoder_weights(weights: str | None, channels: int) -> None:
     if not weights:
         return
     try:
-        ResNet10(channels).load_state_dict(torch.load(weights, "cpu", weights_only=True))
-    except Exception as e:  # missing, no state dict, or of other shapes
+        state = torch.load(weights, "cpu", weights_only=True)
+    except OSError as e:
+        raise ConfigError(f"--image-encoder-weights {weights}: {e.strerror.lower()}") from None
+    except Exception:  # a file of text, say: no pickle torch.save wrote
+        raise ConfigError(
+            f"--image-encoder-weights {weights} is not a torch state dict (no file torch.save wrote); pass a "
+            "ResNet-10's, made as the page shows"
+        ) from None
+    kind = type(state).__name__
+    check([(not isinstance(state, dict), f"--image-encoder-weights {weights} holds a {kind}, not a state dict")])
+    try:
+        ResNet10(channels).load_state_dict(state)
+    except Exception as e:  # another network's, or of other shapes
         raise ConfigError(
             f"--image-encoder-weights {weights}: no ResNet-10 for {channels}-channel images ("
             f"{type(e).__name__}: {' '.join(str(e).split())[:160]}); see the page for making one"
@@ -1288,10 +1307,16 @@ def offline_phase(run, update, offline, metrics: dict, counters, args) -> None:
     while counters()[3] < args.offline_steps and not run.stop_signal:
         update(offline)
         run.log({}, metrics, counters()[3] - 1 - args.offline_steps, counters()[3] - args.offline_steps)
-    if counters()[3] < args.offline_steps:
-        print(f"\nstopped in the offline phase after offline update {counters()[3]:,} of {args.offline_steps:,}")
     metrics.clear()
     run.last_log = time.time(), counters()[0]
+
+
+def offline_position(args, counters: tuple) -> str:
+    """Where a run stands, for its stop and resume lines: in the offline phase, its offline update;
+    after it, its env step."""
+    if counters[0] == 0 and counters[3] < args.offline_steps:
+        return f"in the offline phase after offline update {counters[3]:,} of {args.offline_steps:,}"
+    return at_step(args, counters)
 
 
 def replay_arrays(rb: ReplayBuffer) -> dict:
@@ -1383,12 +1408,22 @@ def pixel_observations(args, make):
     try:  # gym.make's keywords go to the env's constructor
         env = make(render_mode="rgb_array", width=size, height=size)
         env.unwrapped.render()  # MuJoCo aims the camera at its first frame's geoms: those of gym.make's state
-    except Exception as e:
-        raise ConfigError(
-            f"--from-pixels: {args.env_id} cannot render {size} x {size} frames ("
-            f"{type(e).__name__}: {e}); use an env made with a frame size (MuJoCo's), lower --image-size, "
-            "or set MUJOCO_GL=egl on a headless machine"
-        ) from None
+    except Exception as e:  # a keyword the env's constructor lacks, a package it renders with, or the renderer
+        keyword = re.search(r"unexpected keyword argument '(render_mode|width|height)'", str(e))
+        problem = (
+            f"cannot render {size} x {size} frames ({type(e).__name__}: {e}); lower --image-size, or set "
+            "MUJOCO_GL=egl on a headless machine"
+        )
+        if isinstance(e, gym.error.DependencyNotInstalled):
+            problem = f"renders with a package that is missing: {e}"
+        if keyword and keyword[1] == "render_mode":
+            problem = "does not render: its constructor takes no render_mode"
+        elif keyword:
+            problem = (
+                "takes no frame size: its constructor has no width and height, which --from-pixels passes; use "
+                "an env that renders frames of a given size, as MuJoCo's do"
+            )
+        raise ConfigError(f"--from-pixels: {args.env_id} {problem}") from None
     space = gym.spaces.Box(0, 255, (size, size, 3), np.uint8)
     env = gym.wrappers.TransformObservation(
         env, functools.partial(pixels_and_state, env), gym.spaces.Dict(pixels=space, state=env.observation_space)
@@ -1604,12 +1639,19 @@ def setup(args, wrap=None):
     return args, checkpoint, device
 
 
+def at_step(args, counters: tuple) -> str:
+    """Where a run stands, for its stop and resume lines: its env step (a script may pass Run its
+    own)."""
+    return f"at step {counters[0]:,}"
+
+
 class Run:
     """A run's envs, directory, TensorBoard writer, signal handling, progress line, evaluations and
     checkpoints."""
 
-    def __init__(self, args, checkpoint: dict | None, device, memory_flags: str, wrap=None):
+    def __init__(self, args, checkpoint: dict | None, device, memory_flags: str, wrap=None, at=at_step):
         self.args, self.checkpoint, self.device = args, checkpoint, device
+        self.at = at  # at(args, counters): where the run stands, for its stop and resume lines
         self.memory_flags = memory_flags  # the flags that size what a training step allocates
         self.wrap = wrap  # the script's observation wrappers, as make_env takes them
         safe = re.sub(r"[^\w.+-]", "-", f"{args.env_id}__{args.exp_name}", flags=re.ASCII)  # a file name anywhere
@@ -1673,7 +1715,7 @@ class Run:
             for set_state, state in zip(setters, checkpoint["rng"][: 3 + (self.device.type == "cuda")]):
                 set_state(state)
             counters, obs = checkpoint["counters"], checkpoint["obs"] if self.exact else None
-            print(f"resumed {self.dir} at step {counters[0]:,}" + ("" if self.exact else "; new episodes start"))
+            print(f"resumed {self.dir} {self.at(self.args, counters)}" + ("" if self.exact else "; new episodes start"))
         self.last_log = time.time(), counters[0]
         return counters, self.envs.reset(seed=self.args.seed + counters[0])[0] if obs is None else obs
 
@@ -1801,8 +1843,8 @@ class Run:
             path = self.save_checkpoint(counters, obs)
             command = shlex.join(["python", os.path.abspath(__file__), "--resume", os.path.abspath(path)])
             print(
-                f"\nstopped by signal {self.stop_signal[0]} at step {counters[0]:,}; checkpoint written to {path}; "
-                f"continue with:\n{command}"
+                f"\nstopped by signal {self.stop_signal[0]} {self.at(self.args, counters)}; checkpoint written to "
+                f"{path}; continue with:\n{command}"
             )
         else:
             if self.eval_step != counters[0]:

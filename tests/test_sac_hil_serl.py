@@ -427,7 +427,8 @@ def test_pure_offline_training_evaluates_and_saves(in_tmp):
 def test_the_offline_phase_logs_its_own_steps_and_a_stop_in_it_resumes_there(in_tmp, capsys, monkeypatch):
     """Offline losses at steps -150 ... 0 and online ones from the first online update on (no
     offline value repeated before it); SPS is positive throughout; a stop at offline update 100 of
-    200 says so, and its checkpoint resumes there to the networks of a run never stopped."""
+    200 says so, not "at step 0", as does its resume, and its checkpoint resumes there to the
+    networks of a run never stopped."""
     path = str(in_tmp / "replay.npz")
     sac.main(tiny(save_replay=path))
     flags = dict(offline_data=path, offline_steps=200, total_timesteps=400, learning_starts=200, save_model=True)
@@ -443,11 +444,16 @@ def test_the_offline_phase_logs_its_own_steps_and_a_stop_in_it_resumes_there(in_
 
     monkeypatch.setattr(sac.Run, "log", stop_at_offline_update_100)
     stopped = sac.main(tiny(**flags, exp_name="stopped"))
-    assert "stopped in the offline phase after offline update 100 of 200" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "stopped by signal 15 in the offline phase after offline update 100 of 200; checkpoint written" in out
     checkpoint = f"{stopped['run_dir']}/checkpoint.pt"
     assert torch.load(checkpoint, weights_only=False)["counters"] == (0, 100, 100, 100)
     monkeypatch.setattr(sac.Run, "log", log)
     resumed = sac.main(sac.Args(resume=checkpoint))
+    out = capsys.readouterr().out
+    assert (
+        f"resumed {os.path.abspath(stopped['run_dir'])} in the offline phase after offline update 100 of 200\n" in out
+    )
     assert resumed["critic_updates"] == whole["critic_updates"]
     models = [torch.load(f"{run['run_dir']}/model.pt", weights_only=False) for run in (whole, resumed)]
     assert all(torch.equal(p, q) for p, q in zip(models[0]["actor"].values(), models[1]["actor"].values()))
@@ -494,8 +500,9 @@ def test_an_error_from_the_shell_is_one_line_where_a_library_warns_first(tmp_pat
 
     result = run_cli(sac, ["--env-id", "grasp_env:PointGrasp-v0", "--from-pixels"], tmp_path)
     assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
-    assert result.stderr.startswith(
-        "error: --from-pixels: grasp_env:PointGrasp-v0 cannot render 84 x 84 frames (TypeError"
+    assert (
+        result.stderr
+        == "error: --from-pixels: grasp_env:PointGrasp-v0 does not render: its constructor takes no render_mode\n"
     )
     assert os.listdir(tmp_path) == []
 
@@ -510,8 +517,18 @@ def test_offline_ratio_splits_each_batch():
 
 
 BAD_INPUT = {  # this script's flags; the common ones are in test_common_block.py
-    "missing offline data": (["--offline-data", "nowhere.npz"], "not a readable .npz"),
+    "missing offline data": (["--offline-data", "nowhere.npz"], "nowhere.npz: no such file"),
     "corrupt offline data": (["--offline-data", "corrupt.npz"], "not a readable .npz"),
+    "offline data that is text": (["--offline-data", "notes.txt"], "notes.txt: not an .npz (numpy's zip of .npy"),
+    "offline data lacking an array": (
+        ["--offline-data", "norewards.npz"],
+        "does not fit Pendulum-v1: it lacks the array rewards; it needs these arrays: actions (N, 1), rewards (N), "
+        "terminations (N), obs (N, 3), next_obs (N, 3)",
+    ),
+    "offline data with an array of no use": (
+        ["--offline-data", "extra.npz"],
+        "does not fit Pendulum-v1: it holds an array foo that no --save-replay writes; it needs these arrays",
+    ),
     "offline data of another env": (
         ["--env-id", "InvertedPendulum-v5", "--offline-data", "pendulum.npz"],
         "does not fit InvertedPendulum-v5",
@@ -520,7 +537,10 @@ BAD_INPUT = {  # this script's flags; the common ones are in test_common_block.p
         ["--env-id", "Pendulum-v1", "--offline-data", "wide.npz"],
         "actions of shape (3, 2)",
     ),
-    "pixels from an env that cannot render them": (["--from-pixels"], "--from-pixels"),
+    "pixels from an env that takes no frame size": (
+        ["--from-pixels"],
+        "--from-pixels: Pendulum-v1 takes no frame size: its constructor has no width and height",
+    ),
     "offline ratio above one": (["--offline-data", "pendulum.npz", "--offline-ratio", "1.5"], "--offline-ratio"),
     "offline ratio without data": (["--offline-ratio", "0.5"], "need --offline-data"),
     "offline steps without data": (["--offline-steps", "10"], "need --offline-data"),
@@ -540,9 +560,9 @@ BAD_INPUT = {  # this script's flags; the common ones are in test_common_block.p
         ["--env-id", "InvertedPendulum-v5", "--from-pixels", "--image-size", "100000"],
         "--image-size",
     ),
-    "pixels from an env that takes no frame size": (
+    "pixels from an env that does not render": (
         ["--env-id", "grasp_env:PointGrasp-v0", "--from-pixels"],
-        "PointGrasp-v0 cannot render 84 x 84 frames (TypeError",
+        "PointGrasp-v0 does not render: its constructor takes no render_mode",
     ),
     "offline data with a NaN reward": (["--offline-data", "nan.npz"], "rewards row 1 holds nan"),
     "offline actions outside the bounds": (["--offline-data", "far.npz"], "actions row 2 holds [200.]"),
@@ -572,7 +592,15 @@ BAD_INPUT = {  # this script's flags; the common ones are in test_common_block.p
     ),
     "missing encoder weights": (
         ["--env-id", "InvertedPendulum-v5", "--from-pixels", "--image-encoder-weights", "nowhere.pt"],
-        "nowhere.pt: no ResNet-10",
+        "nowhere.pt: no such file or directory",
+    ),
+    "encoder weights that are text": (
+        ["--env-id", "InvertedPendulum-v5", "--from-pixels", "--image-encoder-weights", "notes.txt"],
+        "notes.txt is not a torch state dict (no file torch.save wrote)",
+    ),
+    "encoder weights that are a tensor": (
+        ["--env-id", "InvertedPendulum-v5", "--from-pixels", "--image-encoder-weights", "tensor.pt"],
+        "tensor.pt holds a Tensor, not a state dict",
     ),
 }
 
@@ -602,6 +630,10 @@ def test_bad_input_one_line_exit_2_nothing_written(in_tmp, capsys, case):
     np.savez(in_tmp / "scalar.npz", **{**data, "actions": np.array(0.0)})
     np.savez(in_tmp / "text.npz", **{**data, "rewards": np.array(["a", "b", "c"])})
     torch.save(sac.ResNet10(6).state_dict(), in_tmp / "six.pt")  # for 6-channel images: 2 stacked frames
+    torch.save(torch.zeros(3), in_tmp / "tensor.pt")
+    (in_tmp / "notes.txt").write_text("some words, no arrays\n")
+    np.savez(in_tmp / "norewards.npz", **{key: x for key, x in data.items() if key != "rewards"})
+    np.savez(in_tmp / "extra.npz", **data, foo=np.zeros(3))
     before = sorted(os.listdir(in_tmp))
     argv, needle = BAD_INPUT[case]
     with pytest.raises(SystemExit) as exit_info:
