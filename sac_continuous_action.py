@@ -599,13 +599,28 @@ def parse_env_kwargs(pairs: tuple) -> dict:
     return kwargs
 
 
+def remade(obj) -> bool:
+    """Whether `unpickle_envs` makes `obj` anew, not unpickling it: an EzPickle env (MuJoCo's,
+    Atari's), whose constructor arguments gymnasium records shifted for some, or a base env that
+    cannot be pickled (a renderer's pointers, as gym-hil's hold)."""
+    if not isinstance(obj, gym.Env):
+        return False
+    if isinstance(obj, gym.utils.EzPickle):
+        return True
+    try:  # a base env is pickled whole where it can be
+        return obj is obj.unwrapped and not pickle.dumps(obj)
+    except Exception:
+        return True
+
+
 def pickle_envs(envs: list, states: list) -> bytes:
-    """The sub-envs beside their simulator states, but for EzPickle envs (MuJoCo's, Atari's), whose
-    constructor arguments gymnasium records shifted for some: `unpickle_envs` makes them anew, and
-    Run.__init__ restores their state."""
-    (pickler := pickle.Pickler(out := io.BytesIO())).persistent_id = lambda obj: (
-        "env" if isinstance(obj, gym.Env) and isinstance(obj, gym.utils.EzPickle) else None
-    )
+    """The sub-envs beside their simulator states, those `remade` by reference: Run.__init__
+    restores an EzPickle env's state; another's episode starts anew (its state is not kept)."""
+    states = [
+        (rng, state if isinstance(env.unwrapped, gym.utils.EzPickle) or not remade(env.unwrapped) else None)
+        for env, (rng, state) in zip(envs, states)
+    ]
+    (pickler := pickle.Pickler(out := io.BytesIO())).persistent_id = lambda obj: "env" if remade(obj) else None
     pickler.dump((envs, states))
     return out.getvalue()
 
@@ -771,7 +786,7 @@ class Run:
         # one in infos
         self.envs = gym.vector.SyncVectorEnv(thunks, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
         self.exact = saved and all(
-            state is not None or not isinstance(env.unwrapped, gym.utils.EzPickle) for env, (_, state) in zip(*saved)
+            state is not None or not remade(env.unwrapped) for env, (_, state) in zip(*saved)
         )  # else make_env made a new env
         self.last_return = checkpoint["last_return"] if checkpoint else None
         self.eval_return, self.eval_step, self.stop_signal = None, None, []
