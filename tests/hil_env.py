@@ -15,6 +15,7 @@ scripted person in the loop: `--env-id hil_env:PointReach-v0 --env-kwargs person
 python tests/hil_env.py OUT.npz EPISODES writes EPISODES of the expert as --offline-data.
 """
 
+import ctypes
 import functools
 import sys
 
@@ -60,7 +61,8 @@ class PointReach(gym.Env):
     SPEED, RADIUS = 0.05, 0.1
     GOAL = np.array([0.4, 0.4])
 
-    def __init__(self):
+    def __init__(self, pointer: bool = False):
+        self.pointer = ctypes.pointer(ctypes.c_int(0)) if pointer else None  # as a renderer's: no pickle
         self.observation_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
         self.action_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
 
@@ -110,8 +112,8 @@ class Faulty(gym.Wrapper):
         return self.observation(obs), reward, terminated, truncated, info
 
 
-def point_reach(person_episodes: int = 0, noise: float = 0.3, fault: str = ""):
-    env = gym.wrappers.TimeLimit(PointReach(), max_episode_steps=100)
+def point_reach(person_episodes: int = 0, noise: float = 0.3, fault: str = "", pointer: bool = False):
+    env = gym.wrappers.TimeLimit(PointReach(pointer), max_episode_steps=100)
     expert = functools.partial(reach_expert, noise=noise)
     env = ScriptedPerson(env, expert, person_episodes) if person_episodes else env
     return Faulty(env, fault) if fault else env

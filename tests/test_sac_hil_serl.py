@@ -1053,6 +1053,16 @@ def test_a_nested_leaf_neither_image_nor_vector_is_refused(in_tmp, capsys):
     assert stop.value.code == 2 and "observation keys ['extra/mode']" in err and not (in_tmp / "runs").exists()
 
 
+def test_an_env_that_cannot_be_pickled_resumes_with_new_episodes(in_tmp, capsys):
+    """gym-hil's envs hold a renderer's pointers: the checkpoint makes such an env anew on --resume
+    and starts new episodes, where pickling it failed."""
+    flags = [*REACH, "--env-kwargs", "pointer:True", "--total-timesteps", "300", "--checkpoint-freq", "200"]
+    first = sac.cli([*flags, "--eval-episodes", "1"])
+    checkpoint = os.path.join(first["run_dir"], "checkpoint.pt")
+    summary = sac.cli(["--resume", checkpoint, "--resume-anyway"])
+    assert "at step 200; new episodes start" in capsys.readouterr().out and summary["global_step"] == 300
+
+
 GYM_HIL = {
     "images, front and wrist": ["gym_hil:gym_hil/PandaPickCubeBase-v0", "--env-kwargs", "image_obs:True"],
     "the gripper": [
