@@ -1,10 +1,10 @@
 """Run an env x seed grid of one script with N local worker processes; a grid stopped halfway
 resumes where it was.
 
-    python benchmark/run.py --script sac_continuous_action --envs Hopper-v5 Walker2d-v5 --seeds 1 2
-    3 --workers 2 python benchmark/run.py --script a2c --envs CartPole-v1 --seeds 1 2
-    --total-timesteps 20000 --dry-run python benchmark/run.py --script acer --envs CartPole-v1
-    --extra "--ent-coef 0"      # flags passed to every run
+    python benchmark/run.py --script sac_continuous_action --envs Hopper-v5 --seeds 1 2 --workers 2
+    python benchmark/run.py --script a2c --envs CartPole-v1 --seeds 1 2 --dry-run
+    # flags passed to every run
+    python benchmark/run.py --script acer --envs CartPole-v1 --extra "--ent-coef 0"
 
 Each run lives in its own directory, OUT/<script>/<env>/seed_<seed>/, and runs there: the script's
 runs/<run_name>/ (TensorBoard events, checkpoint, model) is inside it, its output in log.txt. A run
@@ -15,6 +15,7 @@ of its directory. A failed run is reported by name with the tail of its log, and
 fresh run records its flags in flags.txt; a grid whose flags differ from a recorded run's is
 refused, naming the difference, unless --rerun says to delete such runs and run them again. With
 more than one worker each run gets one torch/OpenMP/MKL thread (oversubscribed threads are ruinous).
+
 Then: python benchmark/report.py OUT
 """
 

@@ -1,12 +1,16 @@
 """Training-phase env steps per second (SPS) of our scripts against Stable-Baselines3 (SB3), matched
 settings.
 
-    python benchmark/speed.py --pairs sac td3 --steps 12001 --interleave 500 --repeats 2   # ours vs
-    SB3 on Hopper-v5 python benchmark/speed.py --pairs a2c acer sac_atari --out speed.md   #
-    separate runs, ours then SB3 python benchmark/speed.py --pairs sac td3 --steps 12001
-    --interleave 500 --before REV   # the tree against REV python benchmark/speed.py --pairs sac td3
-    --steps 6000 --floor   # update time against the arithmetic floor python benchmark/speed.py
-    --gpu --repeats 1   # on a CUDA GPU: eager, compiled, captured and SB3, Hopper-v5
+    # ours against SB3 on Hopper-v5
+    python benchmark/speed.py --pairs sac td3 --steps 12001 --interleave 500 --repeats 2
+    # separate runs, ours then SB3
+    python benchmark/speed.py --pairs a2c acer sac_atari --out speed.md
+    # the tree against REV
+    python benchmark/speed.py --pairs sac td3 --steps 12001 --interleave 500 --before REV
+    # update time against the arithmetic floor
+    python benchmark/speed.py --pairs sac td3 --steps 6000 --floor
+    # on a CUDA GPU: eager, compiled, captured and SB3, Hopper-v5
+    python benchmark/speed.py --gpu --repeats 1
 
 Each run is a fresh process pinned to --threads torch/OpenMP/MKL threads. Env steps are timed from
 the first update (after LEARNING_STARTS random steps; A2C and ACER from the first step) to the last;
