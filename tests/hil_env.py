@@ -26,30 +26,41 @@ EVAL_SEED_OFFSET = 1_000_000  # sac_hil_serl.py resets evaluation episodes with 
 
 
 class ScriptedPerson(gym.Wrapper):
-    """Takes over in the first `episodes` training episodes with `expert(env, obs)`'s actions, as a
-    person with a gamepad would, by gym-hil's protocol (info["is_intervention"] and
-    info["teleop_action"])."""
+    """Takes over with `expert(env, obs)`'s actions, as a person with a gamepad would, by gym-hil's
+    protocol (info["is_intervention"] and info["teleop_action"]): for the first `episodes` training
+    episodes, and with a `budget` of steps, after the first `wait` training steps, for HOLD steps
+    each time the policy's action strays: points away from the expert's (a negative dot product)."""
 
-    def __init__(self, env, expert, episodes: int):
+    HOLD = 5
+
+    def __init__(self, env, expert, episodes: int, budget: int = 0, wait: int = 0):
         super().__init__(env)
-        self.expert, self.episodes, self.started, self.driving = expert, episodes, 0, False
+        self.expert, self.episodes, self.budget, self.wait = expert, episodes, budget, wait
+        self.started, self.steps, self.driving, self.held = 0, 0, False, 0
 
     def reset(self, *, seed=None, options=None):
         obs, info = self.env.reset(seed=seed, options=options)
-        evaluation = seed is not None and seed >= EVAL_SEED_OFFSET
-        self.driving = not evaluation and self.started < self.episodes
-        self.started += not evaluation
-        self.obs = obs
+        self.training = seed is None or seed < EVAL_SEED_OFFSET
+        self.driving = self.training and self.started < self.episodes
+        self.started += self.training
+        self.obs, self.held = obs, 0
         return obs, info
 
     def step(self, action):
-        if self.driving:
-            action = self.expert(self.env, self.obs)
-        obs, reward, terminated, truncated, info = self.env.step(action)
+        expert = self.expert(self.env, self.obs)
+        strays = float(np.dot(action, expert)) < 0
+        if self.training and not self.driving and self.held == 0 and strays and self.steps >= self.wait:
+            self.held = min(self.HOLD, self.budget)
+        takes_over = self.driving or self.held > 0
+        if self.held:
+            self.held -= 1
+            self.budget -= 1
+        self.steps += self.training
+        obs, reward, terminated, truncated, info = self.env.step(expert if takes_over else action)
         self.obs = obs
-        info.update(is_intervention=self.driving)
-        if self.driving:
-            info.update(teleop_action=np.asarray(action, dtype=np.float32))
+        info.update(is_intervention=takes_over)
+        if takes_over:
+            info.update(teleop_action=expert)
         return obs, reward, terminated, truncated, info
 
 
@@ -112,10 +123,18 @@ class Faulty(gym.Wrapper):
         return self.observation(obs), reward, terminated, truncated, info
 
 
-def point_reach(person_episodes: int = 0, noise: float = 0.3, fault: str = "", pointer: bool = False):
+def point_reach(
+    person_episodes: int = 0,
+    person_budget: int = 0,
+    person_wait: int = 0,
+    noise: float = 0.3,
+    fault: str = "",
+    pointer: bool = False,
+):
     env = gym.wrappers.TimeLimit(PointReach(pointer), max_episode_steps=100)
     expert = functools.partial(reach_expert, noise=noise)
-    env = ScriptedPerson(env, expert, person_episodes) if person_episodes else env
+    helped = person_episodes or person_budget
+    env = ScriptedPerson(env, expert, person_episodes, person_budget, person_wait) if helped else env
     return Faulty(env, fault) if fault else env
 
 

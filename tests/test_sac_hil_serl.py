@@ -944,6 +944,23 @@ def test_stored_actions_are_the_person_s_and_the_demo_buffer_holds_exactly_the_t
     assert [v for _, v in logged["charts/intervention_rate"]][:4] == [1.0, 1.0, 1.0, 0.0]
 
 
+def test_the_scripted_person_takes_over_where_the_policy_strays_within_its_budget_and_not_in_evaluations():
+    from hil_env import EVAL_SEED_OFFSET, PointReach
+
+    env = gym.make("hil_env:PointReach-v0", person_budget=30, person_wait=10, noise=0.0)
+    env.reset(seed=1)
+    away, toward, taken = -np.ones(2, np.float32), np.ones(2, np.float32), []
+    for t in range(200):
+        _, _, terminated, truncated, info = env.step(toward if t < 20 else away)
+        taken.append(info["is_intervention"])
+        if terminated or truncated:
+            env.reset()
+    assert sum(taken) == 30 and not any(taken[:20])  # the policy went straight at the goal at first
+    env.reset(seed=EVAL_SEED_OFFSET)  # an evaluation episode: the policy's own
+    assert not any(env.step(away)[4]["is_intervention"] for _ in range(20))
+    assert PointReach.GOAL.tolist() == [0.4, 0.4]
+
+
 def test_mixing_waits_until_the_demo_buffer_holds_a_batch_s_share():
     rb, demo = (sac.ReplayBuffer(100, 1, 1, "cpu") for _ in range(2))
     for buffer, value, n in ((rb, 0.0, 50), (demo, 1.0, 3)):
