@@ -1157,7 +1157,9 @@ def robot_learning_setup(args, obs_space, action_space) -> dict | None:
             ),
         ]
     )
-    for channels in sorted({x.shape[0] if x.shape[0] < x.shape[-1] else x.shape[-1] for x in images_of(spaces)}):
+    for channels in sorted(
+        {x.shape[0] if x.shape[0] < x.shape[-1] else x.shape[-1] for x in spaces.values() if is_image(x)}
+    ):
         check_encoder_weights(args.image_encoder_weights, channels)
     if not args.offline_data:
         return None
@@ -1251,11 +1253,6 @@ def zipped(path: str) -> bool:
     """Whether the file at path starts as a zip does: an .npz is a zip of .npy files."""
     with open(path, "rb") as f:
         return f.read(4) == b"PK\x03\x04"
-
-
-def images_of(spaces: dict) -> list:
-    """The image spaces (3-d uint8 Boxes) among a Dict's."""
-    return [space for space in spaces.values() if space.dtype == np.uint8]
 
 
 def check_encoder_weights(weights: str | None, channels: int) -> None:
