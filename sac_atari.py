@@ -497,7 +497,6 @@ def observation_wrappers(args, make):
         return make()
     from stable_baselines3.common.atari_wrappers import AtariWrapper
 
-    gym.register_envs(__import__("ale_py"))
     env = make(**({"frameskip": 1} if args.env_id.startswith("ALE/") else {}))  # AtariWrapper's MaxAndSkip skips
     env = gym.wrappers.TransformObservation(AtariWrapper(env), np.squeeze, gym.spaces.Box(0, 255, (84, 84), np.uint8))
     return gym.wrappers.FrameStackObservation(env, 4)  # pads a new episode with its first frame
@@ -530,9 +529,9 @@ def make_env(args, video_dir: str | None = None, wrap=None):
 
     def make(**kwargs):  # gym.make(env_id, **kwargs), its first episode's video, its statistics
         kwargs.update({"render_mode": "rgb_array"} if video_dir is not None else {})
-        if args.env_id.startswith("ALE/"):  # ale_py registers its ids when imported; its banner would precede errors
+        if args.env_id.startswith("ALE/") or "NoFrameskip" in args.env_id:  # ale_py registers these ids on import
             ale_py = importlib.import_module("ale_py")
-            ale_py.ALEInterface.setLoggerMode(ale_py.LoggerMode.Error)
+            ale_py.ALEInterface.setLoggerMode(ale_py.LoggerMode.Error)  # its banner would precede errors
             gym.register_envs(ale_py)
         env = gym.make(args.env_id, **{**parse_env_kwargs(args.env_kwargs), **kwargs})
         if video_dir:

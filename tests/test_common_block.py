@@ -443,13 +443,14 @@ def test_wrong_action_space_from_the_shell_is_one_line_that_names_what_to_use(tm
     assert os.listdir(tmp_path) == []
 
 
+@pytest.mark.parametrize("env_id", ["ALE/Pong-v5", "PongNoFrameskip-v4"])
 @pytest.mark.parametrize("name", ["sac_continuous_action", "sac_hil_serl", "td3_continuous_action"])
-def test_an_atari_id_in_a_continuous_script_names_its_action_space_not_a_namespace(tmp_path, name):
+def test_an_atari_id_in_a_continuous_script_names_its_action_space_not_a_namespace(tmp_path, name, env_id):
     """ale_py's ids are made (the common block registers them), so the line says what is wrong: a
     Discrete action space, for sac_atari.py; ALE's banner does not come first."""
-    result = run_cli(importlib.import_module(name), ["--env-id", "ALE/Pong-v5"], tmp_path)
+    result = run_cli(importlib.import_module(name), ["--env-id", env_id], tmp_path)
     assert result.returncode == 2 and result.stdout == ""
-    assert result.stderr == "error: ALE/Pong-v5 has a Discrete action space: use sac_atari.py\n", result.stderr
+    assert result.stderr == f"error: {env_id} has a Discrete action space: use sac_atari.py\n", result.stderr
     assert os.listdir(tmp_path) == []
 
 
