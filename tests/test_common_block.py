@@ -246,81 +246,18 @@ def check_sigterm_resume_is_exact(tmp_path, module, flags, checkpoint_freq: int,
         assert logged_a[tag] == logged_c[tag], tag
 
 
-RESUME = {  # flags of a run that updates before and after its first checkpoint, its checkpoint interval, the model's
-    "sac_continuous_action": (
-        [
-            "--env-id",
-            "Pendulum-v1",
-            "--total-timesteps",
-            "1500",
-            "--learning-starts",
-            "300",
-            "--batch-size",
-            "64",
-            "--eval-freq",
-            "500",
-        ],
-        400,
-        1500,
-        ("actor", "qf", "log_alpha"),
-        ("losses/qf_loss", "losses/actor_loss", "eval/episodic_return"),
-    ),
-    "sac_hil_serl": (
-        [
-            "--env-id",
-            "Pendulum-v1",
-            "--total-timesteps",
-            "1500",
-            "--learning-starts",
-            "300",
-            "--batch-size",
-            "64",
-            "--eval-freq",
-            "500",
-        ],
-        400,
-        1500,
-        ("actor", "qf", "log_alpha"),
-        ("losses/qf_loss", "losses/actor_loss", "eval/episodic_return"),
-    ),
-    "td3_continuous_action": (
-        [
-            "--env-id",
-            "Pendulum-v1",
-            "--total-timesteps",
-            "1500",
-            "--learning-starts",
-            "300",
-            "--batch-size",
-            "64",
-            "--eval-freq",
-            "500",
-        ],
-        400,
-        1500,
-        ("actor", "qf"),
-        ("losses/qf_loss", "losses/actor_loss", "eval/episodic_return"),
-    ),
-    "sac_atari": (
-        [
-            "--env-id",
-            "CartPole-v1",
-            "--total-timesteps",
-            "1500",
-            "--learning-starts",
-            "300",
-            "--batch-size",
-            "64",
-            "--update-frequency",
-            "1",
-            "--eval-freq",
-            "500",
-        ],
-        400,
-        1500,
-        ("actor", "qf1", "qf2"),
-        ("losses/qf_loss", "losses/actor_loss", "eval/episodic_return"),
-    ),
+def resume_case(env_flags: list, model_keys: tuple) -> tuple:
+    """(flags, checkpoint interval, total steps, model.pt's networks compared, logged tags compared)
+    of a run that updates before and after its first checkpoint."""
+    flags = [*env_flags, *"--total-timesteps 1500 --learning-starts 300 --batch-size 64 --eval-freq 500".split()]
+    return flags, 400, 1500, model_keys, ("losses/qf_loss", "losses/actor_loss", "eval/episodic_return")
+
+
+RESUME = {
+    "sac_continuous_action": resume_case(["--env-id", "Pendulum-v1"], ("actor", "qf", "log_alpha")),
+    "sac_hil_serl": resume_case(["--env-id", "Pendulum-v1"], ("actor", "qf", "log_alpha")),
+    "td3_continuous_action": resume_case(["--env-id", "Pendulum-v1"], ("actor", "qf")),
+    "sac_atari": resume_case(["--env-id", "CartPole-v1", "--update-frequency", "1"], ("actor", "qf1", "qf2")),
 }
 
 
