@@ -315,6 +315,18 @@ def test_smoke_boolean_flags_cartpole(in_tmp, autotune, checkpoint_buffer):
     assert (alpha != pytest.approx(1.0)) if autotune else alpha == pytest.approx(0.2)
 
 
+def run_then_resume_longer(args: dict, steps: int, longer: int) -> dict:
+    """sa.main of `args` for `steps` steps, checkpointed at the end, then that finished run resumed
+    (--resume-anyway) with its saved total_timesteps raised to `longer` (resuming reads the saved
+    flags); returns the resumed run's summary."""
+    sa.main(sa.Args(total_timesteps=steps, checkpoint_freq=steps, **args))
+    checkpoint = glob.glob("runs/*/checkpoint.pt")[0]
+    saved = torch.load(checkpoint, weights_only=False)
+    saved["args"]["total_timesteps"] = longer
+    torch.save(saved, checkpoint)
+    return sa.main(sa.Args(resume=checkpoint, resume_anyway=True))
+
+
 def test_an_exact_resume_without_the_buffer_stores_the_true_frame_stacks(in_tmp, monkeypatch):
     """Resumed mid-episode with --no-checkpoint-buffer, the new stream starts with every frame of
     the current stack, so each stored s' stack (and s, the stack before it) is the one the env
@@ -338,12 +350,7 @@ def test_an_exact_resume_without_the_buffer_stores_the_true_frame_stacks(in_tmp,
         cuda=False,
         checkpoint_buffer=False,
     )
-    sa.main(sa.Args(total_timesteps=120, checkpoint_freq=120, **args))
-    checkpoint = glob.glob("runs/*/checkpoint.pt")[0]
-    saved = torch.load(checkpoint, weights_only=False)
-    saved["args"]["total_timesteps"] = 160
-    torch.save(saved, checkpoint)
-    assert sa.main(sa.Args(resume=checkpoint, resume_anyway=True))["global_step"] == 160
+    assert run_then_resume_longer(args, 120, 160)["global_step"] == 160
     assert len(stored) == 80 and all(stored)
 
 
@@ -360,14 +367,7 @@ def test_resume_without_the_buffer_refills_it_before_updating(tmp_path, monkeypa
         checkpoint_buffer=False,
         learning_starts=100,
     )
-    sa.main(sa.Args(total_timesteps=200, checkpoint_freq=200, **args))
-    checkpoint = glob.glob("runs/*/checkpoint.pt")[0]
-    # resuming reads the saved configuration; a longer run continues from step 200 with an empty
-    # buffer
-    saved = torch.load(checkpoint, weights_only=False)
-    saved["args"]["total_timesteps"] = 400
-    torch.save(saved, checkpoint)
-    summary = sa.main(sa.Args(resume=checkpoint, resume_anyway=True))  # the run finished at 200
+    summary = run_then_resume_longer(args, 200, 400)  # continues from step 200 with an empty buffer
     assert summary["global_step"] == 400 and summary["critic_updates"] == 101 + 101  # steps 100-200, then 300-400
 
 
