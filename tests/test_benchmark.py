@@ -362,6 +362,19 @@ def test_report_warns_about_a_damaged_events_file_and_uses_the_records_before_th
     assert f"| 2 | 300 | {(last[1] + EVALS[-1][1]) / 2:.1f} ± " in results_row(tmp_path / "out", "a2c")
 
 
+def test_report_refuses_a_bad_out_before_it_reads_the_events_files(tmp_path, capsys):
+    """Its flags are checked first: an --out that is a file is the one line, with no warning about
+    a damaged events file it would have read."""
+    run_dir = fake_run(tmp_path / "runs", "CartPole-v1__a2c__1__1000", evals=EVALS)
+    (path,) = glob.glob(os.path.join(run_dir, "events.out.tfevents.*"))
+    data = open(path, "rb").read()
+    open(path, "wb").write(data[:-5])  # a truncated last record
+    (tmp_path / "a-file").write_text("")
+    assert report_main(tmp_path / "runs", "--out", tmp_path / "a-file") == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --out ") and err.count("\n") == 1, err
+
+
 def test_report_says_nothing_of_whole_events_files(tmp_path, capsys):
     fake_run(tmp_path / "runs", "CartPole-v1__a2c__1__1000", evals=EVALS)
     assert report_main(tmp_path / "runs", "--out", tmp_path / "out") == 0
