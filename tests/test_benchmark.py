@@ -30,14 +30,14 @@ GRID = [
 ]
 
 
+def run_py(*args, timeout=600, **kwargs):
+    """benchmark/run.py with these arguments in a process of its own, its output captured."""
+    command = [sys.executable, str(ROOT / "benchmark" / "run.py"), *map(str, args)]
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, **kwargs)
+
+
 def runner(tmp_path, *args, **kwargs):
-    return subprocess.run(
-        [sys.executable, str(ROOT / "benchmark" / "run.py"), *GRID, "--out", str(tmp_path / "grid"), *args],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        **kwargs,
-    )
+    return run_py(*GRID, "--out", tmp_path / "grid", *args, **kwargs)
 
 
 def event_files(tmp_path):
@@ -126,27 +126,20 @@ def test_a_runner_stopped_mid_grid_finishes_the_rest_when_started_again(tmp_path
 
 
 def test_a_failed_run_is_reported_and_the_others_finish(tmp_path):
-    result = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "benchmark" / "run.py"),
-            "--script",
-            "a2c",
-            "--envs",
-            "NoSuchEnv-v0",
-            "CartPole-v1",
-            "--seeds",
-            "1",
-            "--total-timesteps",
-            "400",
-            "--out",
-            str(tmp_path / "grid"),
-            "--extra",
-            "--eval-freq 0 --eval-episodes 1",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
+    result = run_py(
+        "--script",
+        "a2c",
+        "--envs",
+        "NoSuchEnv-v0",
+        "CartPole-v1",
+        "--seeds",
+        "1",
+        "--total-timesteps",
+        "400",
+        "--out",
+        tmp_path / "grid",
+        "--extra",
+        "--eval-freq 0 --eval-episodes 1",
     )
     assert result.returncode == 1
     assert "FAILED a2c NoSuchEnv-v0 seed 1 (exit 2)" in result.stdout and "unknown env id" in result.stdout
@@ -908,26 +901,20 @@ def test_a_run_that_crashes_while_the_runner_stops_is_reported_failed(tmp_path, 
 def test_a_single_flag_passes_through_extra(tmp_path, extra):
     """A lone flag as --extra (EXTRA="--critic-layer-norm" in the .sh scripts) reaches each run's
     command; the script itself judges it."""
-    result = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "benchmark" / "run.py"),
-            "--script",
-            "sac_continuous_action",
-            "--envs",
-            "Pendulum-v1",
-            "--seeds",
-            "1",
-            "--total-timesteps",
-            "400",
-            "--extra",
-            extra,
-            "--out",
-            str(tmp_path / "grid"),
-            "--dry-run",
-        ],
-        capture_output=True,
-        text=True,
+    result = run_py(
+        "--script",
+        "sac_continuous_action",
+        "--envs",
+        "Pendulum-v1",
+        "--seeds",
+        "1",
+        "--total-timesteps",
+        "400",
+        "--extra",
+        extra,
+        "--out",
+        tmp_path / "grid",
+        "--dry-run",
         timeout=60,
     )
     assert result.returncode == 0 and f"--checkpoint-freq 40 {extra}" in result.stdout, result.stderr
