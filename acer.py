@@ -275,11 +275,10 @@ def acer_loss(agent: Agent, avg_agent: Agent, segment: dict, args: Args):
         pi_avg = avg_agent(segment["obs"][:T].flatten(0, 1))[0].view(T, N, -1).softmax(-1)
         avg_kl = (pi_avg * (pi_avg.clamp(min=1e-12).log() - pi[:T].clamp(min=1e-12).log())).sum(-1).mean()
 
-    # g = d objective / df on a leaf copy f of pi(.|s_t), the statistics phi of Sec. 3.3, per sample
-    # [eq. 9]
-    #   = min(c, rho_t) grad log pi(a_t|s_t) (Q_ret - V(s_t)) + E_{a~pi}[relu(1 - c / rho_t(a)) grad
-    #   log pi(a|s_t)
-    #     (Q(s_t, a) - V(s_t))] + beta grad H(pi(.|s_t)),   rho_t(a) = pi(a|s_t) / mu(a|s_t)
+    # g = d objective / df on a leaf copy f of pi(.|s_t) (phi of Sec. 3.3), per sample:
+    #   g = min(c, rho_t) grad log pi(a_t|s_t) (Q_ret - V(s_t))                              [eq. 9]
+    #     + E_{a~pi}[relu(1 - c / rho_t(a)) grad log pi(a|s_t) (Q(s_t, a) - V(s_t))]
+    #     + beta grad H(pi(.|s_t)),   rho_t(a) = pi(a|s_t) / mu(a|s_t)
     f = pi[:T].detach().requires_grad_()
     log_pi = f.clamp(min=1e-12).log()
     truncated_term = rho.clamp(max=args.truncation_c) * log_pi.gather(-1, actions).squeeze(-1) * (q_ret - values[:T])
@@ -291,8 +290,7 @@ def acer_loss(agent: Agent, avg_agent: Agent, segment: dict, args: Args):
     if args.trust_region:  # g' from k = d KL(pi_avg || pi) / df = -pi_avg / pi                                [eq. 12]
         g = trust_region_project(g, -pi_avg / f.detach().clamp(min=1e-12), args.max_kl)
     q_loss = (q_ret - q_taken).pow(2).mean()  # DEVIATION(3): the loss has q_coef times this, not half of it
-    # the policy part -(f * g').sum(-1).mean(), f = pi with its gradient, carries g' into the
-    # network        [eq. 12]
+    # -(f * g').sum(-1).mean(), f = pi with its gradient, carries g' into the network     [eq. 12]
     loss = -(pi[:T] * g).sum(-1).mean() + args.q_coef * q_loss
     metrics = -(truncated_term + bias_correction).mean(), q_loss, entropy.mean(), avg_kl, rho.mean()
     return loss, {key: value.detach() for key, value in zip(METRICS, metrics)}

@@ -248,11 +248,6 @@ def main(argv=None) -> int:
             file=sys.stderr,
         )
         return 2
-    for run_dir in sorted(run_dir for seeds in runs.values() for run_dir in seeds.values()):
-        for path in sorted(glob.glob(os.path.join(run_dir, "events.out.tfevents.*"))):
-            damage = damaged_record(path)
-            if damage:
-                print(f"warning: {path} has {damage}: the report uses those and nothing after", file=sys.stderr)
     out = args.out or os.path.join(args.root, "report")
     reference = read_reference(args.reference)
     problem = reference if isinstance(reference, str) else None
@@ -261,6 +256,11 @@ def main(argv=None) -> int:
     if problem:
         print(f"error: {problem}", file=sys.stderr)
         return 2
+    for run_dir in sorted(run_dir for seeds in runs.values() for run_dir in seeds.values()):
+        for path in sorted(glob.glob(os.path.join(run_dir, "events.out.tfevents.*"))):
+            damage = damaged_record(path)
+            if damage:
+                print(f"warning: {path} has {damage}: the report uses those and nothing after", file=sys.stderr)
     os.makedirs(out, exist_ok=True)
 
     plt = pyplot()

@@ -299,41 +299,30 @@ def main(argv=None) -> int:
     try:
         extra = shlex.split(args.extra)
     except ValueError as e:  # an unterminated quote
-        extra, problem = [], f"--extra {args.extra!r} does not split into flags ({e}): close its quotes"
-    else:
-        problem = None
+        print(f"error: --extra {args.extra!r} does not split into flags ({e}): close its quotes", file=sys.stderr)
+        return 2
     own = [flag for flag in extra if flag.split("=")[0] in OWN_FLAGS]
     twice = sorted(
         {seed for seed in args.seeds if args.seeds.count(seed) > 1} | {e for e in args.envs if args.envs.count(e) > 1}
     )
-    problem = problem or next(
+    for bad, why in [
         (
-            why
-            for bad, why in [
-                (
-                    args.workers < 1
-                    or args.total_timesteps < 1
-                    or (args.checkpoint_freq is not None and args.checkpoint_freq < 0),
-                    "--workers and --total-timesteps must be at least 1, --checkpoint-freq non-negative",
-                ),
-                (
-                    own,
-                    f"--extra sets {', '.join(own)}, which run.py sets for each run: "
-                    "use --envs, --seeds, --total-timesteps and --checkpoint-freq",
-                ),
-                (twice, f"--envs and --seeds list {', '.join(map(str, twice))} twice: each run once"),
-                (
-                    os.path.exists(args.out) and not os.path.isdir(args.out),
-                    f"--out {args.out} is a file: pass a directory",
-                ),
-            ]
-            if bad
+            args.workers < 1
+            or args.total_timesteps < 1
+            or (args.checkpoint_freq is not None and args.checkpoint_freq < 0),
+            "--workers and --total-timesteps must be at least 1, --checkpoint-freq non-negative",
         ),
-        None,
-    )
-    if problem:
-        print(f"error: {problem}", file=sys.stderr)
-        return 2
+        (
+            own,
+            f"--extra sets {', '.join(own)}, which run.py sets for each run: "
+            "use --envs, --seeds, --total-timesteps and --checkpoint-freq",
+        ),
+        (twice, f"--envs and --seeds list {', '.join(map(str, twice))} twice: each run once"),
+        (os.path.exists(args.out) and not os.path.isdir(args.out), f"--out {args.out} is a file: pass a directory"),
+    ]:
+        if bad:
+            print(f"error: {why}", file=sys.stderr)
+            return 2
 
     grid = [(env_id, seed) for env_id in args.envs for seed in args.seeds]
     if args.run_index is not None:
@@ -361,7 +350,7 @@ def main(argv=None) -> int:
         if not os.path.exists(os.path.join(run_dir(args.out, args.script, env_id, seed), "DONE"))
     ]
     if args.backend == "slurm":
-        return submit_slurm(args, grid, todo, argv if argv is not None else sys.argv[1:])
+        return submit_slurm(args, grid, todo, argv)
     print(
         f"{args.script}: {len(grid)} runs in the grid, {len(grid) - len(todo)} finished before, {len(todo)} to run",
         flush=True,

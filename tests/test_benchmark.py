@@ -30,14 +30,14 @@ GRID = [
 ]
 
 
+def run_py(*args, timeout=600, **kwargs):
+    """benchmark/run.py with these arguments in a process of its own, its output captured."""
+    command = [sys.executable, str(ROOT / "benchmark" / "run.py"), *map(str, args)]
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, **kwargs)
+
+
 def runner(tmp_path, *args, **kwargs):
-    return subprocess.run(
-        [sys.executable, str(ROOT / "benchmark" / "run.py"), *GRID, "--out", str(tmp_path / "grid"), *args],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        **kwargs,
-    )
+    return run_py(*GRID, "--out", tmp_path / "grid", *args, **kwargs)
 
 
 def event_files(tmp_path):
@@ -126,27 +126,20 @@ def test_a_runner_stopped_mid_grid_finishes_the_rest_when_started_again(tmp_path
 
 
 def test_a_failed_run_is_reported_and_the_others_finish(tmp_path):
-    result = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "benchmark" / "run.py"),
-            "--script",
-            "a2c",
-            "--envs",
-            "NoSuchEnv-v0",
-            "CartPole-v1",
-            "--seeds",
-            "1",
-            "--total-timesteps",
-            "400",
-            "--out",
-            str(tmp_path / "grid"),
-            "--extra",
-            "--eval-freq 0 --eval-episodes 1",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
+    result = run_py(
+        "--script",
+        "a2c",
+        "--envs",
+        "NoSuchEnv-v0",
+        "CartPole-v1",
+        "--seeds",
+        "1",
+        "--total-timesteps",
+        "400",
+        "--out",
+        tmp_path / "grid",
+        "--extra",
+        "--eval-freq 0 --eval-episodes 1",
     )
     assert result.returncode == 1
     assert "FAILED a2c NoSuchEnv-v0 seed 1 (exit 2)" in result.stdout and "unknown env id" in result.stdout
@@ -360,6 +353,19 @@ def test_report_warns_about_a_damaged_events_file_and_uses_the_records_before_th
     ]
     last = {"truncated": EVALS[1], "corrupt": EVALS[0]}[damage]
     assert f"| 2 | 300 | {(last[1] + EVALS[-1][1]) / 2:.1f} ± " in results_row(tmp_path / "out", "a2c")
+
+
+def test_report_refuses_a_bad_out_before_it_reads_the_events_files(tmp_path, capsys):
+    """Its flags are checked first: an --out that is a file is the one line, with no warning about
+    a damaged events file it would have read."""
+    run_dir = fake_run(tmp_path / "runs", "CartPole-v1__a2c__1__1000", evals=EVALS)
+    (path,) = glob.glob(os.path.join(run_dir, "events.out.tfevents.*"))
+    data = open(path, "rb").read()
+    open(path, "wb").write(data[:-5])  # a truncated last record
+    (tmp_path / "a-file").write_text("")
+    assert report_main(tmp_path / "runs", "--out", tmp_path / "a-file") == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --out ") and err.count("\n") == 1, err
 
 
 def test_report_says_nothing_of_whole_events_files(tmp_path, capsys):
@@ -895,26 +901,20 @@ def test_a_run_that_crashes_while_the_runner_stops_is_reported_failed(tmp_path, 
 def test_a_single_flag_passes_through_extra(tmp_path, extra):
     """A lone flag as --extra (EXTRA="--critic-layer-norm" in the .sh scripts) reaches each run's
     command; the script itself judges it."""
-    result = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "benchmark" / "run.py"),
-            "--script",
-            "sac_continuous_action",
-            "--envs",
-            "Pendulum-v1",
-            "--seeds",
-            "1",
-            "--total-timesteps",
-            "400",
-            "--extra",
-            extra,
-            "--out",
-            str(tmp_path / "grid"),
-            "--dry-run",
-        ],
-        capture_output=True,
-        text=True,
+    result = run_py(
+        "--script",
+        "sac_continuous_action",
+        "--envs",
+        "Pendulum-v1",
+        "--seeds",
+        "1",
+        "--total-timesteps",
+        "400",
+        "--extra",
+        extra,
+        "--out",
+        tmp_path / "grid",
+        "--dry-run",
         timeout=60,
     )
     assert result.returncode == 0 and f"--checkpoint-freq 40 {extra}" in result.stdout, result.stderr
