@@ -447,7 +447,6 @@ def observation_wrappers(args, make):
         return make()
     from stable_baselines3.common.atari_wrappers import AtariWrapper
 
-    gym.register_envs(__import__("ale_py"))
     env = make(**({"frameskip": 1} if args.env_id.startswith("ALE/") else {}))  # AtariWrapper's MaxAndSkip skips
     env = gym.wrappers.TransformObservation(AtariWrapper(env), np.squeeze, gym.spaces.Box(0, 255, (84, 84), np.uint8))
     return gym.wrappers.FrameStackObservation(env, 4)  # pads a new episode with its first frame
