@@ -366,6 +366,7 @@ def sac_updates(actor, qf, qf_target, log_alpha, q_optimizer, actor_optimizer, a
     log alpha is a parameter group of the actor's optimizer, stepped with it."""
     num_subsample = args.num_subsample_critics or args.num_critics
     step = functools.partial(optimizer_step, max_norm=args.max_grad_norm)
+    targets, online = list(qf_target.parameters()), list(qf.parameters())  # once, not at each update
 
     def update_critic(batch, update_target: bool):
         alpha = log_alpha.exp().detach()
@@ -374,7 +375,7 @@ def sac_updates(actor, qf, qf_target, log_alpha, q_optimizer, actor_optimizer, a
         )
         step(q_optimizer, loss, qf)
         if update_target:
-            polyak_update(list(qf_target.parameters()), list(qf.parameters()), args.tau)
+            polyak_update(targets, online, args.tau)
         return metrics
 
     def update_actor(obs):
