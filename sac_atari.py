@@ -24,6 +24,10 @@ Deviations from the papers and from CleanRL (each marked `# DEVIATION(n)` in the
        CleanRL; not in Alg. 1).
     6. The replay buffer stores each frame once (CleanRL's SB3 buffer: 8 per transition) and
        rebuilds stacks exactly.
+    7. The actor's loss takes the min of the two critics where eq. 12 has one Q (CleanRL; SAC-v2's
+       actor).
+    8. The temperature loss reuses the actor step's pi(a|s), computed before the actor moved
+       (CleanRL), not after its step.
 """
 
 import ast
@@ -320,8 +324,8 @@ def compute_loss_q(actor, qf1, qf2, qf1_target, qf2_target, batch, alpha, gamma)
 
 
 def compute_loss_pi(actor, qf1, qf2, obs, alpha):
-    """`discrete_actor_loss` with the critics held fixed; returns (loss, probs, log_probs), the last
-    two detached."""
+    """`discrete_actor_loss` with the critics held fixed, Q their min (DEVIATION(7)); returns (loss,
+    probs, log_probs), the last two detached."""
     _, log_probs, probs = actor.get_action(obs)
     with torch.no_grad():
         q_min = torch.min(qf1(obs), qf2(obs))
@@ -344,7 +348,7 @@ def sac_updates(actor, qf1, qf2, qf1_target, qf2_target, log_alpha, q_optimizer,
         q_optimizer.step()
         actor_loss, probs, log_probs = compute_loss_pi(actor, qf1, qf2, batch[0], alpha)
         metrics.update(actor_loss=actor_loss.detach(), alpha=alpha[0], entropy=-(probs * log_probs).sum(1).mean())
-        if args.autotune:  # one backward for both losses: they share no parameter (alpha and pi enter detached)
+        if args.autotune:  # one backward for both: they share no parameter; pi from before the step (DEVIATION(8))
             alpha_loss = discrete_alpha_loss(log_alpha, probs, log_probs, target_entropy)
             actor_loss, metrics["alpha_loss"] = actor_loss + alpha_loss, alpha_loss.detach()
         actor_optimizer.zero_grad(set_to_none=True)

@@ -22,9 +22,10 @@ Deviations from the papers (each marked `# DEVIATION(n)` in the code):
     3. log_std is squashed into [LOG_STD_MIN, LOG_STD_MAX] = [-5, 2] by a tanh rescale (SpinningUp,
        D. Yarats).
     4. The actor is updated `policy_frequency` times every `policy_frequency` update steps (TD3's
-       delay, made up for; CleanRL's schedule), not once per step as in Algorithm 1.
+       delay, made up for; CleanRL's schedule), not once per step as in Algorithm 1, each time on
+       the states of the last critic minibatch (CleanRL's), not a fresh one.
     5. The temperature loss reuses the actor step's log pi(a|s), drawn before the actor moved, not a
-       fresh sample.
+       fresh sample; its gradient step is on log alpha (CleanRL's form), at the critics' q_lr.
     6. Training starts with `learning_starts` env steps of uniformly random actions (SpinningUp,
        CleanRL).
 """
