@@ -19,6 +19,10 @@ Deviations from the papers (each marked `# DEVIATION(n)` in the code):
        does not do.
     4. The gradient norm is clipped to `max_grad_norm` (0.5, baselines); one learner, so no shared
        RMSprop statistics.
+    5. The Gaussian's log std is one learned vector, the same in every state (baselines, SB3); A3C's
+       network outputs a variance per state through a softplus.
+    6. Actor and critic are two networks unless --shared-network (SB3's MLP policy); A3C shares all
+       layers but the outputs.
 """
 
 import ast
@@ -205,12 +209,12 @@ class Agent(nn.Module):
         obs_shape, space = envs.single_observation_space.shape, envs.single_action_space
         self.discrete = isinstance(space, gym.spaces.Discrete)
         self.actor_trunk = trunk(obs_shape)
-        self.critic_trunk = self.actor_trunk if shared else trunk(obs_shape)
+        self.critic_trunk = self.actor_trunk if shared else trunk(obs_shape)  # DEVIATION(6) unless shared
         features, outputs = self.actor_trunk[-2].out_features, int(space.n) if self.discrete else space.shape[0]
         self.actor_head = layer_init(nn.Linear(features, outputs), gain=0.01)
         self.critic_head = layer_init(nn.Linear(features, 1), gain=1.0)
         if not self.discrete:
-            self.log_std = nn.Parameter(torch.zeros(outputs))
+            self.log_std = nn.Parameter(torch.zeros(outputs))  # state-independent: DEVIATION(5)
 
     def forward(self, obs):
         """(policy statistics (B, A): the logits, or the Gaussian's mean; V(s) (B,)), one pass
@@ -334,7 +338,7 @@ def main(args: Args) -> dict:
                     advantages = gae_advantages(
                         rewards, rollout_values, dones, last_values, args.gamma, args.gae_lambda
                     )
-                    value_targets = advantages + rollout_values
+                    value_targets = advantages + rollout_values  # the lambda-return, V(s_t)'s target (SB3)
                     if args.norm_adv and advantages.numel() > 1:  # DEVIATION(3); one advantage has no std (SB3)
                         advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
 
