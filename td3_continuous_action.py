@@ -14,6 +14,8 @@ Deviations from the paper (each marked `# DEVIATION(n)` in the code):
        and 1e-3).
     3. `learning_starts` = 25,000 env steps of uniformly random actions first (the authors' updated
        code and CleanRL; the paper: 10,000, 1,000 for the pendulums).
+    4. The noises' stds and the target noise's clip are scaled by half the action range (the
+       authors' code); the paper gives them in action units, for envs whose range is [-1, 1].
 """
 
 import ast
@@ -121,7 +123,7 @@ def smoothed_target_actions(next_actions, action_scale, low, high, policy_noise:
     """a~' = clip(pi'(s') + clip(eps, -c, c), low, high)   [TD3 eq. 15], eps ~ N(0, (policy_noise *
     action_scale)^2) per sample and dimension, c = noise_clip * action_scale. Shapes: next_actions
     (B, |A|); the others (|A|,)."""
-    noise = torch.randn_like(next_actions) * (policy_noise * action_scale)
+    noise = torch.randn_like(next_actions) * (policy_noise * action_scale)  # DEVIATION(4)
     clip = noise_clip * action_scale
     return torch.clamp(next_actions + torch.clamp(noise, -clip, clip), low, high)
 
@@ -279,7 +281,7 @@ def td3_updates(actor, actor_target, qf, qf_target, q_optimizer, actor_optimizer
     @torch.no_grad()
     def act(obs):
         actions = actor(obs)
-        actions += torch.randn_like(actions) * (args.exploration_noise * actor.action_scale)
+        actions += torch.randn_like(actions) * (args.exploration_noise * actor.action_scale)  # DEVIATION(4)
         return torch.clamp(actions, actor.action_low, actor.action_high)
 
     return update, act
