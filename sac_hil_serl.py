@@ -736,8 +736,8 @@ class ImageReplayBuffer(ReplayBuffer):
     def __init__(self, capacity: int, obs_space, act_dim: int, num_envs: int, device, augment: bool, encoder=None):
         self.spaces, self.num_envs, self.encoder = obs_space.spaces, num_envs, encoder
         self.images = [key for key, space in self.spaces.items() if space.dtype == np.uint8]
-        self.vectors = {key: space.shape for key, space in self.spaces.items() if key not in self.images}
-        super().__init__(capacity, sum(int(np.prod(shape)) for shape in self.vectors.values()), act_dim, device)
+        self.vectors = {key: int(np.prod(space.shape)) for key, space in self.spaces.items() if key not in self.images}
+        super().__init__(capacity, sum(self.vectors.values()), act_dim, device)  # the vectors' widths, in the rows
         features = {f"{key}/features": (encoder.maps[key].numel(),) for key in self.images} if encoder else {}
         shapes = {**{key: self.spaces[key].shape for key in self.images}, **features}
         self.frames, self.last = (
@@ -769,20 +769,21 @@ class ImageReplayBuffer(ReplayBuffer):
     def add(self, obs, actions, rewards, next_obs, terminations, dones, penalties=0.0, interventions=False):
         flat_obs, flat_next_obs = self.flat(obs), self.flat(next_obs)
         idx = super().add(flat_obs, actions, rewards, flat_next_obs, terminations, dones, penalties, interventions)
-        self.ended[idx] = torch.as_tensor(dones, dtype=torch.bool)
+        ended = torch.as_tensor(dones, dtype=torch.bool)
+        self.ended[idx] = ended
         new = self.ended[(idx - self.num_envs) % self.capacity]  # else s is stored already, as the row before's s'
         obs, next_obs = self.stored({key: obs[key][new.numpy()] for key in self.images}), self.stored(next_obs)
         for key in self.frames:  # s' first: a bulk load's next rows then get their own s
             self.frames[key][(idx + self.num_envs) % self.capacity] = next_obs[key]
             self.frames[key][idx[new]] = obs[key]
-            self.last[key][idx[self.ended[idx]]] = next_obs[key][torch.as_tensor(dones)]
+            self.last[key][idx[ended]] = next_obs[key][ended]
         return idx
 
     def stale(self) -> int:  # how many of the oldest rows have lost their s image to the newest rows' s'
         return min(max(self.size + self.num_envs - self.capacity, 0), self.num_envs) if self.images else 0
 
     def observations(self, flat, idx, next_obs: bool, keys):  # rows idx's s (or s'): vectors, and `keys` of frames
-        obs = dict(zip(self.vectors, flat.split([int(np.prod(shape)) for shape in self.vectors.values()], dim=-1)))
+        obs = dict(zip(self.vectors, flat.split(list(self.vectors.values()), dim=-1)))
         for key in keys:
             frames = self.frames[key][(idx + self.num_envs) % self.capacity if next_obs else idx]
             ended = self.ended[idx].view(-1, *[1] * (frames.dim() - 1))
@@ -790,8 +791,9 @@ class ImageReplayBuffer(ReplayBuffer):
         return obs
 
     def sample(self, batch_size: int):
-        idx = torch.randint(0, self.size - self.stale(), (batch_size,), device=self.device)
-        idx = (idx + self.pos * (self.size == self.capacity) + self.stale()) % self.capacity if self.stale() else idx
+        stale = self.stale()
+        idx = torch.randint(0, self.size - stale, (batch_size,), device=self.device)
+        idx = (idx + self.pos * (self.size == self.capacity) + stale) % self.capacity if stale else idx
         obs, actions, rewards, next_obs, terminations, penalties = self.rows(idx)
         obs, next_obs = (
             to_tensors(self.observations(part, idx.cpu(), nxt, self.sampled), self.device)
