@@ -473,6 +473,12 @@ class Actor(nn.Module):
         return action, log_prob, torch.addcmul(self.action_bias, torch.tanh(mean), self.action_scale)
 
 
+def channels_first(shape) -> bool:
+    """Whether an image of this shape, (C, H, W) or (H, W, C), has its channels first: its first
+    axis is shorter than its last."""
+    return shape[0] < shape[-1]
+
+
 def to_tensors(obs, device):
     """Observations (B, ...) as float32: a Dict's vectors flattened, its uint8 images made (B, C, H,
     W) in [0, 1]."""
@@ -482,7 +488,7 @@ def to_tensors(obs, device):
     for key, x in obs.items():
         x = torch.as_tensor(np.ascontiguousarray(x) if isinstance(x, np.ndarray) else x, device=device)
         out[key] = (
-            (x if x.shape[1] < x.shape[-1] else x.permute(0, 3, 1, 2)).float() / 255
+            (x if channels_first(x.shape[1:]) else x.permute(0, 3, 1, 2)).float() / 255
             if x.dtype == torch.uint8
             else x.reshape(len(x), -1).float()
         )
@@ -501,7 +507,7 @@ class Encoder(nn.Module):
         self.vectors = [key for key in spaces if key not in self.images]
         self.cnns, self.heads, self.maps = nn.ModuleDict(), nn.ModuleDict(), {}  # of each image
         for key in self.images:
-            shape = spaces[key].shape if spaces[key].shape[0] < spaces[key].shape[-1] else np.roll(spaces[key].shape, 1)
+            shape = spaces[key].shape if channels_first(spaces[key].shape) else np.roll(spaces[key].shape, 1)
             # DrQ's CNN (arXiv:2004.13649 App. B, from SAC-AE, arXiv:1910.01741), each convolution
             # with a ReLU: conv1 C -> 32 channels, 3x3, stride 2; conv2, conv3, conv4 32 -> 32, 3x3,
             # stride 1 (84 px: 41, 39, 37, 35)
@@ -1160,7 +1166,7 @@ def robot_learning_setup(args, obs_space, action_space) -> dict | None:
         ]
     )
     for channels in sorted(
-        {x.shape[0] if x.shape[0] < x.shape[-1] else x.shape[-1] for x in spaces.values() if is_image(x)}
+        {x.shape[0] if channels_first(x.shape) else x.shape[-1] for x in spaces.values() if is_image(x)}
     ):
         check_encoder_weights(args.image_encoder_weights, channels)
     if not args.offline_data:
@@ -1381,8 +1387,7 @@ def is_image(space) -> bool:
 
 def resized_space(space, size: int):
     """An image space of `size` x `size` pixels, its channels where they were."""
-    channels_first = space.shape[0] < space.shape[-1]
-    shape = (space.shape[0], size, size) if channels_first else (size, size, space.shape[-1])
+    shape = (space.shape[0], size, size) if channels_first(space.shape) else (size, size, space.shape[-1])
     return gym.spaces.Box(0, 255, shape, np.uint8)
 
 
@@ -1391,10 +1396,10 @@ def resized(obs: dict, keys: list, size: int) -> dict:
     obs = dict(obs)
     for key in keys:
         x = torch.from_numpy(np.ascontiguousarray(obs[key]))
-        channels_first = x.shape[0] < x.shape[-1]
-        x = (x if channels_first else x.permute(2, 0, 1))[None].float()
+        first = channels_first(x.shape)
+        x = (x if first else x.permute(2, 0, 1))[None].float()
         x = F.interpolate(x, (size, size), mode="bilinear", antialias=True)[0].round().clamp(0, 255).to(torch.uint8)
-        obs[key] = (x if channels_first else x.permute(1, 2, 0)).numpy()
+        obs[key] = (x if first else x.permute(1, 2, 0)).numpy()
     return obs
 
 
