@@ -1213,9 +1213,8 @@ def robot_learning_setup(args, obs_space, action_space) -> dict | None:
         ]
     )
     levels, actions = gripper_levels(action_space, args.num_discrete_actions), data["actions"]
-    slack = 1e-5 * (action_space.high - action_space.low)  # float rounding of tanh(u) * scale + bias
     rows = {key: ~np.isfinite(x).reshape(n, -1).all(1) for key, x in data.items() if x.dtype != np.uint8}
-    rows["actions"] |= ((actions < action_space.low - slack) | (actions > action_space.high + slack)).any(1)
+    rows["actions"] |= ~within(action_space, actions)
     rows["actions"] |= (len(levels) > 0) & ~np.isin(actions[:, -1], levels)  # the gripper's: one of its K commands
     rows["terminations"] |= ~np.isin(data["terminations"], (0, 1))
     grip = (
@@ -1242,10 +1241,16 @@ def check_intervention_flags(env_id: str, flags: list) -> None:
     check([(bad, f"{env_id}'s info['is_intervention'] is {bad[:1]}, no bool: the env must set True or False")])
 
 
+def within(space, actions: np.ndarray) -> np.ndarray:
+    """Whether each action (..., |A|) lies within the Box `space`'s bounds, give or take float
+    rounding (of tanh(u) * scale + bias, say); NaN does not."""
+    slack = 1e-5 * (space.high - space.low)
+    return ((actions >= space.low - slack) & (actions <= space.high + slack)).all(-1)
+
+
 def check_teleop_action(env_id: str, space, action: np.ndarray) -> None:
     """Raise ConfigError unless `action`, an info["teleop_action"], is an action of `space`."""
-    slack = 1e-5 * (space.high - space.low)  # float rounding
-    inside = action.shape == space.shape and np.all((action >= space.low - slack) & (action <= space.high + slack))
+    inside = action.shape == space.shape and within(space, action)
     check(
         [
             (
