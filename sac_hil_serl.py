@@ -391,10 +391,10 @@ def target_of(source: nn.Module, target: nn.Module) -> nn.Module:
 # --------------------------------------------------------------------------------------------------
 class QEnsemble(nn.Module):
     """N soft Q networks Q_i(s, a), each 256-256-1 with ReLU on one shared `Encoder`'s features of s
-    (a flat s passes through it; images: the robot-learning section), in one batched pass: layer
-    weights are stacked to (N, in, out) for `torch.baddbmm`. Each member is initialised as
-    `nn.Linear` is: U(+-1/sqrt(fan_in)). With layer_norm, each hidden layer is Linear, LayerNorm
-    (its own gain and bias per member, eps 1e-5), ReLU, as RLPD's."""
+    (a flat s passes through it unchanged), in one batched pass: layer weights are stacked to (N,
+    in, out) for `torch.baddbmm`. Each member is initialised as `nn.Linear` is: U(+-1/sqrt(fan_in)).
+    With layer_norm, each hidden layer is Linear, LayerNorm (its own gain and bias per member, eps
+    1e-5), ReLU, as RLPD's."""
 
     def __init__(self, envs, num_critics: int = 2, layer_norm: bool = False, gripper: bool = False, **image):
         super().__init__()
