@@ -1158,7 +1158,7 @@ def robot_learning_setup(args, obs_space, action_space) -> dict | None:
                 "dimension; the gripper is the last of at least two",
             ),
             (
-                images and not (args.shared_encoder and any(x.dtype == np.uint8 for x in spaces.values())),
+                images and not (args.shared_encoder and any(map(is_image, spaces.values()))),
                 "--image-"
                 "pooling spatial, --freeze-image-encoder and --image-encoder-weights need images (--from-pixels) and "
                 "--shared-encoder (HIL-SERL's: the actor reads the critics' image features)",
