@@ -391,10 +391,10 @@ def target_of(source: nn.Module, target: nn.Module) -> nn.Module:
 # --------------------------------------------------------------------------------------------------
 class QEnsemble(nn.Module):
     """N soft Q networks Q_i(s, a), each 256-256-1 with ReLU on one shared `Encoder`'s features of s
-    (a flat s passes through it; images: the robot-learning section), in one batched pass: layer
-    weights are stacked to (N, in, out) for `torch.baddbmm`. Each member is initialised as
-    `nn.Linear` is: U(+-1/sqrt(fan_in)). With layer_norm, each hidden layer is Linear, LayerNorm
-    (its own gain and bias per member, eps 1e-5), ReLU, as RLPD's."""
+    (a flat s passes through it unchanged), in one batched pass: layer weights are stacked to (N,
+    in, out) for `torch.baddbmm`. Each member is initialised as `nn.Linear` is: U(+-1/sqrt(fan_in)).
+    With layer_norm, each hidden layer is Linear, LayerNorm (its own gain and bias per member, eps
+    1e-5), ReLU, as RLPD's."""
 
     def __init__(self, envs, num_critics: int = 2, layer_norm: bool = False, gripper: bool = False, **image):
         super().__init__()
@@ -473,6 +473,12 @@ class Actor(nn.Module):
         return action, log_prob, torch.addcmul(self.action_bias, torch.tanh(mean), self.action_scale)
 
 
+def channels_first(shape) -> bool:
+    """Whether an image of this shape, (C, H, W) or (H, W, C), has its channels first: its first
+    axis is shorter than its last."""
+    return shape[0] < shape[-1]
+
+
 def to_tensors(obs, device):
     """Observations (B, ...) as float32: a Dict's vectors flattened, its uint8 images made (B, C, H,
     W) in [0, 1]."""
@@ -482,7 +488,7 @@ def to_tensors(obs, device):
     for key, x in obs.items():
         x = torch.as_tensor(np.ascontiguousarray(x) if isinstance(x, np.ndarray) else x, device=device)
         out[key] = (
-            (x if x.shape[1] < x.shape[-1] else x.permute(0, 3, 1, 2)).float() / 255
+            (x if channels_first(x.shape[1:]) else x.permute(0, 3, 1, 2)).float() / 255
             if x.dtype == torch.uint8
             else x.reshape(len(x), -1).float()
         )
@@ -501,7 +507,7 @@ class Encoder(nn.Module):
         self.vectors = [key for key in spaces if key not in self.images]
         self.cnns, self.heads, self.maps = nn.ModuleDict(), nn.ModuleDict(), {}  # of each image
         for key in self.images:
-            shape = spaces[key].shape if spaces[key].shape[0] < spaces[key].shape[-1] else np.roll(spaces[key].shape, 1)
+            shape = spaces[key].shape if channels_first(spaces[key].shape) else np.roll(spaces[key].shape, 1)
             # DrQ's CNN (arXiv:2004.13649 App. B, from SAC-AE, arXiv:1910.01741), each convolution
             # with a ReLU: conv1 C -> 32 channels, 3x3, stride 2; conv2, conv3, conv4 32 -> 32, 3x3,
             # stride 1 (84 px: 41, 39, 37, 35)
@@ -736,8 +742,8 @@ class ImageReplayBuffer(ReplayBuffer):
     def __init__(self, capacity: int, obs_space, act_dim: int, num_envs: int, device, augment: bool, encoder=None):
         self.spaces, self.num_envs, self.encoder = obs_space.spaces, num_envs, encoder
         self.images = [key for key, space in self.spaces.items() if space.dtype == np.uint8]
-        self.vectors = {key: space.shape for key, space in self.spaces.items() if key not in self.images}
-        super().__init__(capacity, sum(int(np.prod(shape)) for shape in self.vectors.values()), act_dim, device)
+        self.vectors = {key: int(np.prod(space.shape)) for key, space in self.spaces.items() if key not in self.images}
+        super().__init__(capacity, sum(self.vectors.values()), act_dim, device)  # the vectors' widths, in the rows
         features = {f"{key}/features": (encoder.maps[key].numel(),) for key in self.images} if encoder else {}
         shapes = {**{key: self.spaces[key].shape for key in self.images}, **features}
         self.frames, self.last = (
@@ -769,20 +775,21 @@ class ImageReplayBuffer(ReplayBuffer):
     def add(self, obs, actions, rewards, next_obs, terminations, dones, penalties=0.0, interventions=False):
         flat_obs, flat_next_obs = self.flat(obs), self.flat(next_obs)
         idx = super().add(flat_obs, actions, rewards, flat_next_obs, terminations, dones, penalties, interventions)
-        self.ended[idx] = torch.as_tensor(dones, dtype=torch.bool)
+        ended = torch.as_tensor(dones, dtype=torch.bool)
+        self.ended[idx] = ended
         new = self.ended[(idx - self.num_envs) % self.capacity]  # else s is stored already, as the row before's s'
         obs, next_obs = self.stored({key: obs[key][new.numpy()] for key in self.images}), self.stored(next_obs)
         for key in self.frames:  # s' first: a bulk load's next rows then get their own s
             self.frames[key][(idx + self.num_envs) % self.capacity] = next_obs[key]
             self.frames[key][idx[new]] = obs[key]
-            self.last[key][idx[self.ended[idx]]] = next_obs[key][torch.as_tensor(dones)]
+            self.last[key][idx[ended]] = next_obs[key][ended]
         return idx
 
     def stale(self) -> int:  # how many of the oldest rows have lost their s image to the newest rows' s'
         return min(max(self.size + self.num_envs - self.capacity, 0), self.num_envs) if self.images else 0
 
     def observations(self, flat, idx, next_obs: bool, keys):  # rows idx's s (or s'): vectors, and `keys` of frames
-        obs = dict(zip(self.vectors, flat.split([int(np.prod(shape)) for shape in self.vectors.values()], dim=-1)))
+        obs = dict(zip(self.vectors, flat.split(list(self.vectors.values()), dim=-1)))
         for key in keys:
             frames = self.frames[key][(idx + self.num_envs) % self.capacity if next_obs else idx]
             ended = self.ended[idx].view(-1, *[1] * (frames.dim() - 1))
@@ -790,8 +797,9 @@ class ImageReplayBuffer(ReplayBuffer):
         return obs
 
     def sample(self, batch_size: int):
-        idx = torch.randint(0, self.size - self.stale(), (batch_size,), device=self.device)
-        idx = (idx + self.pos * (self.size == self.capacity) + self.stale()) % self.capacity if self.stale() else idx
+        stale = self.stale()
+        idx = torch.randint(0, self.size - stale, (batch_size,), device=self.device)
+        idx = (idx + self.pos * (self.size == self.capacity) + stale) % self.capacity if stale else idx
         obs, actions, rewards, next_obs, terminations, penalties = self.rows(idx)
         obs, next_obs = (
             to_tensors(self.observations(part, idx.cpu(), nxt, self.sampled), self.device)
@@ -1150,7 +1158,7 @@ def robot_learning_setup(args, obs_space, action_space) -> dict | None:
                 "dimension; the gripper is the last of at least two",
             ),
             (
-                images and not (args.shared_encoder and any(x.dtype == np.uint8 for x in spaces.values())),
+                images and not (args.shared_encoder and any(map(is_image, spaces.values()))),
                 "--image-"
                 "pooling spatial, --freeze-image-encoder and --image-encoder-weights need images (--from-pixels) and "
                 "--shared-encoder (HIL-SERL's: the actor reads the critics' image features)",
@@ -1158,7 +1166,7 @@ def robot_learning_setup(args, obs_space, action_space) -> dict | None:
         ]
     )
     for channels in sorted(
-        {x.shape[0] if x.shape[0] < x.shape[-1] else x.shape[-1] for x in spaces.values() if is_image(x)}
+        {x.shape[0] if channels_first(x.shape) else x.shape[-1] for x in spaces.values() if is_image(x)}
     ):
         check_encoder_weights(args.image_encoder_weights, channels)
     if not args.offline_data:
@@ -1205,9 +1213,8 @@ def robot_learning_setup(args, obs_space, action_space) -> dict | None:
         ]
     )
     levels, actions = gripper_levels(action_space, args.num_discrete_actions), data["actions"]
-    slack = 1e-5 * (action_space.high - action_space.low)  # float rounding of tanh(u) * scale + bias
     rows = {key: ~np.isfinite(x).reshape(n, -1).all(1) for key, x in data.items() if x.dtype != np.uint8}
-    rows["actions"] |= ((actions < action_space.low - slack) | (actions > action_space.high + slack)).any(1)
+    rows["actions"] |= ~within(action_space, actions)
     rows["actions"] |= (len(levels) > 0) & ~np.isin(actions[:, -1], levels)  # the gripper's: one of its K commands
     rows["terminations"] |= ~np.isin(data["terminations"], (0, 1))
     grip = (
@@ -1234,10 +1241,16 @@ def check_intervention_flags(env_id: str, flags: list) -> None:
     check([(bad, f"{env_id}'s info['is_intervention'] is {bad[:1]}, no bool: the env must set True or False")])
 
 
+def within(space, actions: np.ndarray) -> np.ndarray:
+    """Whether each action (..., |A|) lies within the Box `space`'s bounds, give or take float
+    rounding (of tanh(u) * scale + bias, say); NaN does not."""
+    slack = 1e-5 * (space.high - space.low)
+    return ((actions >= space.low - slack) & (actions <= space.high + slack)).all(-1)
+
+
 def check_teleop_action(env_id: str, space, action: np.ndarray) -> None:
     """Raise ConfigError unless `action`, an info["teleop_action"], is an action of `space`."""
-    slack = 1e-5 * (space.high - space.low)  # float rounding
-    inside = action.shape == space.shape and np.all((action >= space.low - slack) & (action <= space.high + slack))
+    inside = action.shape == space.shape and within(space, action)
     check(
         [
             (
@@ -1379,8 +1392,7 @@ def is_image(space) -> bool:
 
 def resized_space(space, size: int):
     """An image space of `size` x `size` pixels, its channels where they were."""
-    channels_first = space.shape[0] < space.shape[-1]
-    shape = (space.shape[0], size, size) if channels_first else (size, size, space.shape[-1])
+    shape = (space.shape[0], size, size) if channels_first(space.shape) else (size, size, space.shape[-1])
     return gym.spaces.Box(0, 255, shape, np.uint8)
 
 
@@ -1389,10 +1401,10 @@ def resized(obs: dict, keys: list, size: int) -> dict:
     obs = dict(obs)
     for key in keys:
         x = torch.from_numpy(np.ascontiguousarray(obs[key]))
-        channels_first = x.shape[0] < x.shape[-1]
-        x = (x if channels_first else x.permute(2, 0, 1))[None].float()
+        first = channels_first(x.shape)
+        x = (x if first else x.permute(2, 0, 1))[None].float()
         x = F.interpolate(x, (size, size), mode="bilinear", antialias=True)[0].round().clamp(0, 255).to(torch.uint8)
-        obs[key] = (x if channels_first else x.permute(1, 2, 0)).numpy()
+        obs[key] = (x if first else x.permute(1, 2, 0)).numpy()
     return obs
 
 

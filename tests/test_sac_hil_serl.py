@@ -652,43 +652,28 @@ def test_an_image_key_neither_uint8_nor_3d_is_refused(space):
         sac.check_spaces("X-v0", gym.spaces.Dict({"image": space}), gym.spaces.Box(-1, 1, (1,)))
 
 
-def test_a_run_with_offline_data_resumes_exactly(tmp_path, monkeypatch):
+LOSSES = ("losses/qf_loss", "losses/actor_loss", "eval/episodic_return")
+
+
+def check_resume_is_exact(tmp_path, flags: list, checkpoint_freq: int, total: int, tags=LOSSES, models=()) -> None:
+    """test_common_block's check_sigterm_resume_is_exact of a run of `flags` to `total` env steps
+    that evaluates one episode, saves its model and logs every 50 steps: stopped at its first
+    checkpoint and resumed, it ends with the networks (actor, qf, log_alpha and `models`) and the
+    logged `tags` of a run never stopped."""
     from test_common_block import check_sigterm_resume_is_exact
 
+    flags = [*flags, "--total-timesteps", str(total), "--eval-episodes", "1", "--save-model", "--log-freq", "50"]
+    models = ("actor", "qf", "log_alpha", *models)
+    check_sigterm_resume_is_exact(tmp_path, sac, flags, checkpoint_freq, total, models, tags)
+
+
+def test_a_run_with_offline_data_resumes_exactly(tmp_path, monkeypatch):
     (tmp_path / "data").mkdir()
     monkeypatch.chdir(tmp_path / "data")
     sac.main(tiny(save_replay=str(tmp_path / "replay.npz")))
-    flags = [
-        "--env-id",
-        "Pendulum-v1",
-        "--offline-data",
-        str(tmp_path / "replay.npz"),
-        "--offline-steps",
-        "100",
-        "--total-timesteps",
-        "800",
-        "--learning-starts",
-        "200",
-        "--batch-size",
-        "32",
-        "--eval-freq",
-        "400",
-        "--eval-episodes",
-        "1",
-        "--save-model",
-        "--log-freq",
-        "50",
-        "--no-cuda",
-    ]
-    check_sigterm_resume_is_exact(
-        tmp_path,
-        sac,
-        flags,
-        400,
-        800,
-        ("actor", "qf", "log_alpha"),
-        ("losses/qf_loss", "losses/actor_loss", "eval/episodic_return"),
-    )
+    flags = ["--env-id", "Pendulum-v1", "--offline-data", str(tmp_path / "replay.npz"), "--offline-steps", "100"]
+    flags += ["--learning-starts", "200", "--batch-size", "32", "--eval-freq", "400", "--no-cuda"]
+    check_resume_is_exact(tmp_path, flags, 400, 800)
 
 
 def stop_at(monkeypatch, step: int):
@@ -755,41 +740,9 @@ def test_a_pixel_run_resumes_exactly(tmp_path, env_id, frame_stack, more):
     """Each env is made anew by make_env and given its saved state: gymnasium's own unpickling would
     rebuild InvertedPendulum-v5 with shifted constructor arguments, and it would render no more. The
     cached features of a frozen encoder are saved and restored with the frames."""
-    from test_common_block import check_sigterm_resume_is_exact
-
-    flags = [
-        "--env-id",
-        env_id,
-        "--from-pixels",
-        "--image-size",
-        "16",
-        "--frame-stack",
-        frame_stack,
-        *more,
-        "--total-timesteps",
-        "600",
-        "--learning-starts",
-        "200",
-        "--batch-size",
-        "32",
-        "--eval-freq",
-        "300",
-        "--eval-episodes",
-        "1",
-        "--save-model",
-        "--log-freq",
-        "50",
-        "--no-cuda",
-    ]
-    check_sigterm_resume_is_exact(
-        tmp_path,
-        sac,
-        flags,
-        300,
-        600,
-        ("actor", "qf", "log_alpha"),
-        ("losses/qf_loss", "losses/actor_loss", "eval/episodic_return"),
-    )
+    flags = ["--env-id", env_id, "--from-pixels", "--image-size", "16", "--frame-stack", frame_stack, *more]
+    flags += ["--learning-starts", "200", "--batch-size", "32", "--eval-freq", "300", "--no-cuda"]
+    check_resume_is_exact(tmp_path, flags, 300, 600)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -887,37 +840,10 @@ def test_smoke_a_gripper_run_logs_its_metrics_and_stores_commands_the_env_receiv
 
 
 def test_a_gripper_run_resumes_exactly(tmp_path):
-    from test_common_block import check_sigterm_resume_is_exact
-
-    flags = [
-        "--env-id",
-        GRASP["env_id"],
-        "--num-discrete-actions",
-        "3",
-        "--total-timesteps",
-        "800",
-        "--learning-starts",
-        "300",
-        "--batch-size",
-        "64",
-        "--eval-freq",
-        "500",
-        "--eval-episodes",
-        "1",
-        "--save-model",
-        "--log-freq",
-        "50",
-        "--no-cuda",
-    ]
-    check_sigterm_resume_is_exact(
-        tmp_path,
-        sac,
-        flags,
-        400,
-        800,
-        ("actor", "qf", "log_alpha", "discrete_qf"),
-        ("losses/qf_loss", "losses/discrete_qf_loss", "eval/episodic_return"),
-    )
+    flags = ["--env-id", GRASP["env_id"], "--num-discrete-actions", "3", "--learning-starts", "300"]
+    flags += ["--batch-size", "64", "--eval-freq", "500", "--no-cuda"]
+    tags = ("losses/qf_loss", "losses/discrete_qf_loss", "eval/episodic_return")
+    check_resume_is_exact(tmp_path, flags, 400, 800, tags, models=("discrete_qf",))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -1040,12 +966,9 @@ def test_nested_observations_give_the_features_of_the_same_data_flattened_by_han
 
 
 def test_a_run_with_a_person_resumes_exactly(tmp_path):
-    from test_common_block import check_sigterm_resume_is_exact
-
-    flags = [*REACH, "--env-kwargs", "person_episodes:8", "--total-timesteps", "600", "--eval-freq", "300"]
-    flags += ["--eval-episodes", "1", "--save-model", "--log-freq", "50"]
-    keys = ("losses/qf_loss", "charts/intervention_rate", "charts/demo_transitions")
-    check_sigterm_resume_is_exact(tmp_path, sac, flags, 150, 600, ("actor", "qf", "log_alpha"), keys)
+    flags = [*REACH, "--env-kwargs", "person_episodes:8", "--eval-freq", "300"]
+    tags = ("losses/qf_loss", "charts/intervention_rate", "charts/demo_transitions")
+    check_resume_is_exact(tmp_path, flags, 150, 600, tags)
 
 
 @pytest.mark.parametrize(
