@@ -27,9 +27,10 @@ Deviations from the papers (each marked `# DEVIATION(n)` in the code):
     3. log_std is squashed into [LOG_STD_MIN, LOG_STD_MAX] = [-5, 2] by a tanh rescale (SpinningUp,
        D. Yarats).
     4. The actor is updated `policy_frequency` times every `policy_frequency` update steps (TD3's
-       delay, made up for; CleanRL's schedule), not once per step as in Algorithm 1.
+       delay, made up for; CleanRL's schedule), not once per step as in Algorithm 1, each time on
+       the states of the last critic minibatch (CleanRL's), not a fresh one.
     5. The temperature loss reuses the actor step's log pi(a|s), drawn before the actor moved, not a
-       fresh sample.
+       fresh sample; its gradient step is on log alpha (CleanRL's form), at the critics' q_lr.
     6. Training starts with `learning_starts` env steps of uniformly random actions (SpinningUp,
        CleanRL).
     7. With --num-discrete-actions and a shared encoder, the discrete critic reads the encoder's
@@ -357,6 +358,7 @@ def sac_updates(actor, qf, qf_target, log_alpha, q_optimizer, actor_optimizer, a
     log alpha is a parameter group of the actor's optimizer, stepped with it."""
     num_subsample = args.num_subsample_critics or args.num_critics
     step = functools.partial(optimizer_step, max_norm=args.max_grad_norm)
+    targets, online = list(qf_target.parameters()), list(qf.parameters())  # once, not at each update
 
     def update_critic(batch, update_target: bool):
         alpha = log_alpha.exp().detach()
@@ -365,7 +367,7 @@ def sac_updates(actor, qf, qf_target, log_alpha, q_optimizer, actor_optimizer, a
         )
         step(q_optimizer, loss, qf)
         if update_target:
-            polyak_update(list(qf_target.parameters()), list(qf.parameters()), args.tau)
+            polyak_update(targets, online, args.tau)
         return metrics
 
     def update_actor(obs):
@@ -638,6 +640,7 @@ class Gripper:
         k, fused = args.num_discrete_actions, {"fused": True} if device.type in ("cpu", "cuda") else {}
         self.dq, dq_target = (DiscreteQ(envs, k, q.encoder if share else None).to(device) for q in (qf, qf_target))
         self.dq_target = target_of(self.dq, dq_target)
+        self.polyak_lists = list(self.dq_target.parameters()), list(self.dq.parameters())  # once
         self.optimizer = torch.optim.Adam(self.dq.parameters(), lr=args.discrete_q_lr or args.q_lr, **fused)
         self.levels = torch.as_tensor(gripper_levels(envs.single_action_space, k), device=device)
         self.stateful, self.args = dict(dq=self.dq, dq_target=self.dq_target, dq_optimizer=self.optimizer), args
@@ -656,7 +659,7 @@ class Gripper:
         loss, metrics = compute_loss_discrete_q(self.dq, self.dq_target, batch, self.levels, self.args.gamma)
         optimizer_step(self.optimizer, loss, self.dq, self.args.max_grad_norm)
         if update_target:
-            polyak_update(list(self.dq_target.parameters()), list(self.dq.parameters()), self.args.tau)
+            polyak_update(*self.polyak_lists, self.args.tau)
         return metrics
 
 
