@@ -1095,7 +1095,7 @@ def check_args(args: Args) -> None:
                 args.offline_steps and not args.offline_data,
                 "--offline-steps needs --offline-data PATH, an .npz written by --save-replay",
             ),
-            (args.demo_buffer_size < 1, "--demo-buffer-size must be at least 1"),
+            (args.demo_buffer_size < 2, "--demo-buffer-size must be at least 2, as --buffer-size twice --num-envs"),
             (
                 args.save_replay
                 and args.offline_data

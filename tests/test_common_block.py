@@ -310,7 +310,8 @@ def stored_replay_bytes(name: str, args, state: dict) -> int:
         return int(state["size"].max()) * args.num_envs * (obs.shape[0] * 4 + 8 + 4 + 4 + 8 + 1)
     pixels = getattr(args, "from_pixels", False)
     vectors = int(np.prod(obs["state"].shape)) if pixels else obs.shape[0]
-    row = (2 * vectors + act.shape[0] + 2) * 4 + (name == "sac_hil_serl")  # HIL-SERL's SAC: one byte, `ended`
+    columns = 4 if name == "sac_hil_serl" else 2  # r and terminated; HIL-SERL's also the penalty and a person's flag
+    row = (2 * vectors + act.shape[0] + columns) * 4 + (name == "sac_hil_serl")  # HIL-SERL's: one byte, `ended`
     frame = int(np.prod(obs["pixels"].shape)) if pixels else 0
     ends = int(state["ended"].sum()) if pixels else 0
     return state["size"] * row + frame * (state["size"] + args.num_envs + ends)

@@ -544,6 +544,7 @@ BAD_INPUT = {  # this script's flags; the common ones are in test_common_block.p
     "offline ratio above one": (["--offline-data", "pendulum.npz", "--offline-ratio", "1.5"], "--offline-ratio"),
     "offline steps without data": (["--offline-steps", "10"], "needs --offline-data"),
     "an empty demo buffer": (["--demo-buffer-size", "0"], "--demo-buffer-size"),
+    "a demo buffer of one transition": (["--demo-buffer-size", "1"], "--demo-buffer-size must be at least 2"),
     "save replay into a missing directory": (["--save-replay", "nowhere/replay.npz"], "--save-replay"),
     "frame stack without pixels": (["--frame-stack", "2"], "--frame-stack"),
     "a gripper of one command": (
