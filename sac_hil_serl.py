@@ -14,6 +14,11 @@ Papers:
         arXiv:2302.02948
     van Hasselt et al. 2016, "Deep RL with Double Q-learning" (the discrete gripper critic's
         target), arXiv:1509.06461
+    Kostrikov et al. 2020, "Image Augmentation Is All You Need: Regularizing Deep RL from Pixels"
+        (DrQ: the CNN and the random shift), arXiv:2004.13649
+    Luo et al. 2024, "Precise and Dexterous Robotic Manipulation via Human-in-the-Loop
+        Reinforcement Learning" (HIL-SERL: interventions, the gripper critic, RLPD's mixing),
+        arXiv:2410.21845
 
 Example:
     python sac_hil_serl.py --env-id InvertedPendulum-v5 --from-pixels --image-size 64 --seed 1
@@ -39,6 +44,10 @@ Deviations from the papers (each marked `# DEVIATION(n)` in the code):
     8. --image-pooling spatial's dropout acts in gradient steps only and its head is 50 wide
        (LeRobot: in train mode, 256 wide); the ResNet-10's BatchNorms always use their running
        statistics (LeRobot's, when frozen).
+    9. DrQ's shift is drawn once per sampled image, for one target (K = M = 1); the DrQ paper's main
+       results average K = M = 2.
+    10. Defaults are plain SAC's where LeRobot's differ: H-bar = -|A| (LeRobot: -|A| / 2), q_lr 1e-3
+        (3e-4), a trained CNN (frozen) and no gradient clip (40).
 """
 
 import ast
@@ -124,7 +133,7 @@ class Args:
     """env steps of uniformly random actions before the first update (CleanRL)"""
     policy_lr: float = 3e-4
     """learning rate of the actor's Adam (SAC paper, Table 1)"""
-    q_lr: float = 1e-3
+    q_lr: float = 1e-3  # DEVIATION(10)
     """learning rate of the critics' and of the temperature's Adam (CleanRL; the SAC paper uses
     3e-4)"""
     policy_frequency: int = 2
@@ -151,7 +160,7 @@ class Args:
     REDQ: 2)"""
     utd_ratio: int = 1
     """critic updates per environment step (update-to-data ratio G; REDQ: 20)"""
-    max_grad_norm: float | None = None
+    max_grad_norm: float | None = None  # DEVIATION(10)
     """clip the gradient norm of the actor and the critics to this value; unset: no clipping
     (HIL-SERL: 40)"""
     critic_layer_norm: bool = False
@@ -175,7 +184,7 @@ class Args:
     image_pooling: Literal["flatten", "spatial"] = "flatten"
     """how the CNN's maps become a vector: flattened (DrQ), or each channel pooled by 8 learned maps
     (HIL-SERL)"""
-    freeze_image_encoder: bool = False
+    freeze_image_encoder: bool = False  # DEVIATION(10)
     """train no CNN weight (pooling and head still train); the replay keeps each frame's features,
     157 kB at 84 px (DrQ)"""
     image_encoder_weights: str | None = None
@@ -808,7 +817,7 @@ class ImageReplayBuffer(ReplayBuffer):
             to_tensors(self.observations(part, idx.cpu(), nxt, self.sampled), self.device)
             for part, nxt in ((obs, False), (next_obs, True))
         )
-        for o in (obs, next_obs) if self.augment else ():
+        for o in (obs, next_obs) if self.augment else ():  # one shift, one target (DEVIATION(9))
             o.update({key: random_shift(o[key]) for key in self.images})
         return obs, actions, rewards, next_obs, terminations, penalties
 
@@ -960,7 +969,7 @@ def main(args: Args) -> dict:
         else:
             log_alpha.data.fill_(math.log(args.alpha) if args.alpha > 0 else -math.inf)
         # H-bar = -|A| (arXiv:1812.05905, Sec. 5) unless --target-entropy sets it
-        target_entropy = -float(act_dim) if args.target_entropy is None else args.target_entropy
+        target_entropy = -float(act_dim) if args.target_entropy is None else args.target_entropy  # DEVIATION(10)
         rb = replay_buffer(args, args.buffer_size, obs_space, action_space.shape[0], device, qf.encoder)
         demo = demo_buffer(args, data, obs_space, action_space.shape[0], device, qf.encoder)  # offline data, takeovers
         replay = MixedReplay(rb, demo, args.offline_ratio)  # RLPD's batches, once the demos hold their share
