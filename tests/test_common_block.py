@@ -429,12 +429,16 @@ def test_compile_prints_no_torch_internal_note(tmp_path):
             "0",
             "--eval-episodes",
             "1",
+            "--log-freq",
+            "20",
             "--compile",
             "--no-cuda",
         ],
         tmp_path,
     )
     assert result.returncode == 0, result.stderr
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    assert "losses/policy_loss" in scalars(run_dir)  # the compiled update ran, so dynamo had its say
     assert "Profiler record function" not in result.stderr and not re.search(r"^W\d{4} ", result.stderr, re.M), (
         result.stderr
     )

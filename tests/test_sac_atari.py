@@ -186,6 +186,32 @@ def test_a_buffer_too_small_for_a_stack_and_a_transition_per_sub_env_is_one_line
     assert os.listdir(in_tmp) == []
 
 
+BAD_INPUT = {  # this script's flags; the common ones are in test_common_block.py
+    "learning never starts": (["--learning-starts", "100", "--total-timesteps", "100"], "no update would run"),
+    "learning starts below batch": (["--learning-starts", "32", "--batch-size", "64"], "--learning-starts"),
+    "zero policy learning rate": (["--policy-lr", "0"], "--policy-lr must be positive"),
+    "zero critic learning rate": (["--q-lr", "0"], "--q-lr must be positive"),
+    "zero optimizer epsilon": (["--optimizer-eps", "0"], "--optimizer-eps must be positive"),
+    "zero update frequency": (["--update-frequency", "0"], "--update-frequency must be positive"),
+    "zero target frequency": (["--target-network-frequency", "0"], "--target-network-frequency must be positive"),
+    "zero tau": (["--tau", "0"], "--tau and --gamma"),
+    "gamma above one": (["--gamma", "1.01"], "--tau and --gamma"),
+    "negative alpha": (["--alpha", "-1"], "--alpha must be non-negative"),
+    "target entropy scale above one": (["--target-entropy-scale", "2"], "--target-entropy-scale"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_INPUT))
+def test_bad_input_one_line_exit_2_nothing_written(in_tmp, capsys, case):
+    argv, needle = BAD_INPUT[case]
+    with pytest.raises(SystemExit) as exit_info:
+        sa.cli(["--env-id", "CartPole-v1", "--total-timesteps", "30000", *argv])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: ") and needle in err, err
+    assert os.listdir(in_tmp) == []
+
+
 def test_buffer_state_round_trips():
     rb, _ = fill(sa.make_env(sa.Args(env_id="CartPole-v1"), wrap=sa.observation_wrappers), 2, 30, 50)
     copy = sa.ReplayBuffer(30, 2, gym.make("CartPole-v1").observation_space, "cpu")
