@@ -743,9 +743,12 @@ def setup(args, wrap=None):
     check([(args.compile and not compiler, "--compile needs a C++ compiler (g++, or $CXX): install one, or drop it")])
     if args.compile:  # compiled code draws its random numbers from torch's generator, as eager code does
         importlib.import_module("torch._inductor.config").fallback_random = True
-        logging.getLogger("torch._dynamo.variables.ctx_manager").addFilter(  # a note on the optimizer's profiling
-            lambda record: "Profiler record function" not in record.getMessage()
-        )
+        notes = {  # torch's own notes, which ask nothing of the user
+            "torch._dynamo.variables.ctx_manager": "Profiler record function",  # the optimizer's profiling
+            "torch.utils.cpp_extension": "No CUDA runtime is found",  # a CUDA build of torch on a CPU machine
+        }
+        for logger, note in notes.items():
+            logging.getLogger(logger).addFilter(lambda record, note=note: note not in record.getMessage())
     return args, checkpoint, device
 
 

@@ -412,8 +412,9 @@ def test_a_missing_package_is_one_line_that_says_what_to_install(in_tmp, capsys,
 
 def test_compile_prints_no_torch_internal_note(tmp_path):
     """--compile runs the optimizer's step through dynamo, which notes once that it ignores the
-    step's profiling context: that torch-internal line is filtered out (a2c.py here; the filter is
-    the common block's)."""
+    step's profiling context, and a CUDA build of torch on a CPU machine notes that it finds no
+    CUDA runtime: those torch-internal lines are filtered out (a2c.py here; the filter is the common
+    block's)."""
     import a2c
 
     result = run_cli(
