@@ -374,6 +374,22 @@ def test_bad_input_one_line_exit_2_nothing_written(in_tmp, capsys, script, case)
     assert sorted(os.listdir(in_tmp)) == ["corrupt.pt"]
 
 
+SQUASHED = ["sac_continuous_action", "sac_hil_serl", "td3_continuous_action"]
+BOUNDS = [(-np.inf, np.inf), (-1.0, np.inf)]
+
+
+@pytest.mark.parametrize(
+    "name, low, high", [(n, *b) for n in [*SQUASHED, "a2c"] for b in BOUNDS] + [(n, 1.0, 1.0) for n in SQUASHED]
+)
+def test_a_box_without_finite_distinct_bounds_is_refused(name, low, high):
+    """The scripts that scale or squash actions into their bounds refuse bounds that are infinite
+    or empty; a2c.py's Gaussian, infinite ones (it clips to them)."""
+    module = importlib.import_module(name)
+    obs_space = gym.spaces.Box(-1, 1, (3,))
+    with pytest.raises(module.ConfigError, match="finite"):
+        module.check_spaces("X-v0", obs_space, gym.spaces.Box(low, high, (1,)))
+
+
 def test_wrong_action_space_from_the_shell_is_one_line_that_names_what_to_use(tmp_path, script):
     env_id, hint = TINY[script.__name__][1]
     result = run_cli(script, ["--env-id", env_id], tmp_path)

@@ -467,6 +467,14 @@ def test_captured_updates_match_the_eager_ones_on_a_gpu(monkeypatch, case):
 BAD_INPUT = {  # this script's flags; the common ones are in test_common_block.py
     "learning never starts": (["--learning-starts", "1000", "--total-timesteps", "1000"], "--learning-starts"),
     "too few critics": (["--num-critics", "1"], "--num-critics"),
+    "batch above learning starts": (["--batch-size", "512", "--learning-starts", "256"], "--batch-size must lie in"),
+    "zero tau": (["--tau", "0"], "--tau and --gamma must lie in (0, 1]"),
+    "gamma above one": (["--gamma", "1.01"], "--tau and --gamma must lie in (0, 1]"),
+    "negative alpha": (["--alpha", "-0.1"], "--alpha must be non-negative"),
+    "zero critic learning rate": (["--q-lr", "0"], "--policy-lr, --q-lr and --max-grad-norm must be positive"),
+    "zero gradient clip": (["--max-grad-norm", "0"], "--policy-lr, --q-lr and --max-grad-norm must be positive"),
+    "zero update-to-data ratio": (["--utd-ratio", "0"], "--utd-ratio, --policy-frequency and"),
+    "zero target interval": (["--target-update-interval", "0"], "--utd-ratio, --policy-frequency and"),
     "no subsampled critics": (["--num-subsample-critics", "0"], "--num-subsample-critics must lie in [1, "),
     "a buffer of fewer rows than twice the envs": (
         ["--num-envs", "3", "--buffer-size", "5", "--batch-size", "2", "--learning-starts", "2"],
