@@ -352,12 +352,11 @@ def test_learns_cartpole(in_tmp, advantage):
 #   seed 4:  61.0, 111.2, 266.0,  173.8, 1000.0, 1000.0, 1000.0, 1000.0
 #   seed 5:  93.0, 188.2, 419.8,  115.2,  124.1, 1000.0, 1000.0, 1000.0
 # The greedy policy swings between evaluations (seed 1: 1000.0 at 50k, 409.7 at 60k), so one
-# evaluation at 50k, as this test asserted before, fails seed 5 (124.1) and another machine's seed 1
-# (44.1). The test asserts the best of the eight evaluations in 80k steps (the TD3 paper's maximum
-# over training): every seed's best was 1000.0, first reached at 30k to 60k; before that no
-# evaluation passed 419.8, and untrained greedy policies score 24.1 to 26.0. Seeds 6-10 first
-# reached 1000.0 at 50k, 30k, 30k, 50k and 70k (seed 10: 638.4 at 50k, 64.4 at 60k), best 1000.0
-# each.
+# evaluation at 50k fails seed 5 (124.1), and seed 1 on another CPU (44.1). The test asserts the
+# best of the eight evaluations in 80k steps (the TD3 paper's maximum over training): every seed's
+# best was 1000.0, first reached at 30k to 60k; before that no evaluation passed 419.8, and
+# untrained greedy policies score 24.1 to 26.0. Seeds 6-10 first reached 1000.0 at 50k, 30k, 30k,
+# 50k and 70k (seed 10: 638.4 at 50k, 64.4 at 60k), best 1000.0 each.
 def test_learns_inverted_pendulum(in_tmp):
     summary = a2c.main(
         a2c.Args(

@@ -1104,6 +1104,7 @@ def test_learns_inverted_pendulum_from_pixels_and_state(in_tmp):
             total_timesteps=10_000,
             learning_starts=1_000,
             eval_freq=0,
+            eval_episodes=5,
             cuda=False,
             seed=1,
         )
@@ -1126,6 +1127,7 @@ def test_learns_inverted_pendulum_from_pixels_with_a_frozen_random_encoder_and_s
             total_timesteps=10_000,
             learning_starts=1_000,
             eval_freq=0,
+            eval_episodes=5,
             cuda=False,
             seed=1,
             freeze_image_encoder=True,
