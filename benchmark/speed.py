@@ -449,18 +449,12 @@ def machine() -> str:
 
 def check(args) -> str | None:
     """The first problem with the flags, as one line, or None."""
-    git = (
-        [
-            subprocess.run(["git", "cat-file", "-e", args.before + what], cwd=ROOT, capture_output=True).returncode == 0
-            for what in ["^{commit}", *(f":{PAIRS[p][1]}" for p in args.pairs)]
-        ]
-        if args.before
-        else []
-    )  # found?
-    off_policy, least = (
-        sorted({"sac", "sac_hil_serl", "td3", "sac_atari"} & set(args.pairs)),
-        LEARNING_STARTS + 2 * args.interleave + 1,
-    )
+    git = []  # whether git finds --before's commit, then each pair's script in it
+    for what in ["^{commit}", *(f":{PAIRS[p][1]}" for p in args.pairs)] if args.before else []:
+        exists = subprocess.run(["git", "cat-file", "-e", args.before + what], cwd=ROOT, capture_output=True)
+        git.append(exists.returncode == 0)
+    off_policy = sorted({"sac", "sac_hil_serl", "td3", "sac_atari"} & set(args.pairs))
+    least = LEARNING_STARTS + 2 * args.interleave + 1
     problems = [
         (
             args.repeats < 1
