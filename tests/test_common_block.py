@@ -663,24 +663,15 @@ DIVERGE = {  # flags of a run whose learning rates make it diverge after a check
 }
 
 
+DIVERGING_RUN = shlex.split(
+    "--total-timesteps 3200 --checkpoint-freq 400 --log-freq 40 --eval-freq 0 --eval-episodes 1 --save-model"
+)
+
+
 @pytest.mark.parametrize("name", list(DIVERGE))
 def test_a_diverging_run_stops_with_one_line_and_saves_nothing_non_finite(tmp_path, name):
     module = importlib.import_module(name)
-    flags = [
-        *DIVERGE[name],
-        "--total-timesteps",
-        "3200",
-        "--checkpoint-freq",
-        "400",
-        "--log-freq",
-        "40",
-        "--eval-freq",
-        "0",
-        "--eval-episodes",
-        "1",
-        "--save-model",
-        "--no-cuda",
-    ]
+    flags = [*DIVERGE[name], *DIVERGING_RUN, "--no-cuda"]
     result = run_cli(module, flags, tmp_path)
     assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
     assert result.stderr.startswith("error: step ") and "the run diverged" in result.stderr, result.stderr
@@ -704,21 +695,7 @@ def test_a_diverging_run_stops_with_one_line_and_saves_nothing_non_finite(tmp_pa
 def test_a_diverging_captured_run_stops_with_one_line_on_a_gpu(tmp_path, name):
     """The NaN guard on the captured path, where the metrics it reads at --log-freq are the graphs'
     outputs."""
-    flags = [
-        *DIVERGE[name],
-        "--total-timesteps",
-        "3200",
-        "--checkpoint-freq",
-        "400",
-        "--log-freq",
-        "40",
-        "--eval-freq",
-        "0",
-        "--eval-episodes",
-        "1",
-        "--save-model",
-        "--compile",
-    ]
+    flags = [*DIVERGE[name], *DIVERGING_RUN, "--compile"]
     result = run_cli(importlib.import_module(name), flags, tmp_path)
     assert result.returncode == 2 and result.stderr.count("\n") == 1 and "the run diverged" in result.stderr, (
         result.stderr

@@ -1091,24 +1091,25 @@ def test_offline_data_reaches_the_from_scratch_return_in_half_the_env_steps(in_t
     assert offline["eval_return"] > -300 and offline["eval_return"] > scratch["eval_return"] - 50
 
 
+PIXEL_LEARNING = dict(
+    env_id="InvertedPendulum-v5",
+    from_pixels=True,
+    image_size=16,
+    batch_size=64,
+    total_timesteps=10_000,
+    learning_starts=1_000,
+    eval_freq=0,
+    eval_episodes=5,
+    cuda=False,
+    seed=1,
+)
+
+
 @pytest.mark.slow
 def test_learns_inverted_pendulum_from_pixels_and_state(in_tmp):
     """InvertedPendulum-v5 --from-pixels (16 x 16 frames and the state), 10,000 env steps (1,000
     random), batch 64."""
-    summary = sac.main(
-        sac.Args(
-            env_id="InvertedPendulum-v5",
-            from_pixels=True,
-            image_size=16,
-            batch_size=64,
-            total_timesteps=10_000,
-            learning_starts=1_000,
-            eval_freq=0,
-            eval_episodes=5,
-            cuda=False,
-            seed=1,
-        )
-    )
+    summary = sac.main(sac.Args(**PIXEL_LEARNING))
     # Measured, one thread, seeds 1-3 (5 evaluation episodes): 1000, 1000, 1000 at 10,000 steps;
     # 204.0, 1000, 1000 at 8,000; a random policy scores about 5 to 15.
     assert summary["eval_return"] > 500
@@ -1118,22 +1119,7 @@ def test_learns_inverted_pendulum_from_pixels_and_state(in_tmp):
 def test_learns_inverted_pendulum_from_pixels_with_a_frozen_random_encoder_and_spatial_pooling(in_tmp):
     """As above, with --freeze-image-encoder --image-pooling spatial: the replay's cached features
     of a random CNN."""
-    summary = sac.main(
-        sac.Args(
-            env_id="InvertedPendulum-v5",
-            from_pixels=True,
-            image_size=16,
-            batch_size=64,
-            total_timesteps=10_000,
-            learning_starts=1_000,
-            eval_freq=0,
-            eval_episodes=5,
-            cuda=False,
-            seed=1,
-            freeze_image_encoder=True,
-            image_pooling="spatial",
-        )
-    )
+    summary = sac.main(sac.Args(**PIXEL_LEARNING, freeze_image_encoder=True, image_pooling="spatial"))
     # Measured, one thread, seeds 1-3 (5 evaluation episodes): 1000, 1000, 1000 at 10,000 steps;
     # 1000, 1000, 128.2 at 8,000; a random policy scores about 5 to 15.
     assert summary["eval_return"] > 500
