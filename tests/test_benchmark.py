@@ -30,9 +30,10 @@ GRID = [
 ]
 
 
-def run_py(*args, timeout=600, **kwargs):
-    """benchmark/run.py with these arguments in a process of its own, its output captured."""
-    command = [sys.executable, str(ROOT / "benchmark" / "run.py"), *map(str, args)]
+def run_py(*args, script="run.py", timeout=600, **kwargs):
+    """benchmark/run.py (or another `script` there) with these arguments in a process of its own,
+    its output captured."""
+    command = [sys.executable, str(ROOT / "benchmark" / script), *map(str, args)]
     return subprocess.run(command, capture_output=True, text=True, timeout=timeout, **kwargs)
 
 
@@ -193,20 +194,7 @@ def test_report_writes_a_png_and_a_table_of_the_event_files_numbers(tmp_path):
     import matplotlib.image
 
     assert runner(tmp_path, "--seeds", "1", "2", "3", "4", "--workers", "2").returncode == 0
-    result = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "benchmark" / "report.py"),
-            str(tmp_path / "grid"),
-            "--last-episodes",
-            "3",
-            "--scripts",
-            "a2c",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    result = run_py(tmp_path / "grid", "--last-episodes", "3", "--scripts", "a2c", script="report.py")
     assert result.returncode == 0, result.stderr
     # 400 steps evaluated every 200: two evaluations a seed, so the curves show the training returns
     assert result.stderr.count("warning: a2c CartPole-v1 seed") == 4 and "2 evaluation(s)" in result.stderr
@@ -232,20 +220,7 @@ def test_report_writes_a_png_and_a_table_of_the_event_files_numbers(tmp_path):
         f"{np.std(train):.1f} |"
     ) in row[0]
     assert "496.68 at 200k frames (SLM Lab" in row[0]
-    only = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "benchmark" / "report.py"),
-            str(tmp_path / "grid"),
-            "--scripts",
-            "acer",
-            "--out",
-            str(tmp_path / "acer"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    only = run_py(tmp_path / "grid", "--scripts", "acer", "--out", tmp_path / "acer", script="report.py")
     assert only.returncode == 2 and "no runs of acer under" in only.stderr and "its runs are of a2c" in only.stderr
     assert not (tmp_path / "acer").exists()
 
@@ -412,22 +387,12 @@ def test_report_speed_draws_a_bar_per_row_with_a_peer(tmp_path):
         "1.41 / 1.46 / 1.61 | 324 / 340 |\n| `acer.py` | CartPole-v1 | 1 | 10,029.5 "
         "| no peer | - | 326 / - |\n"
     )
-    done = subprocess.run(
-        [sys.executable, str(ROOT / "benchmark" / "report.py"), str(tmp_path), "--speed"],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    done = run_py(tmp_path, "--speed", script="report.py")
     assert done.returncode == 0 and "2 bar(s)" in done.stdout, done.stderr
     assert matplotlib.image.imread(tmp_path / "speed.png").shape[0] > 100
     (tmp_path / "compiled.md").unlink()
     (tmp_path / "separate.md").write_text(f"{header}\n|---|\n| `acer.py` | CartPole-v1 | 1 | 10 | no peer | - | 3 |\n")
-    done = subprocess.run(
-        [sys.executable, str(ROOT / "benchmark" / "report.py"), str(tmp_path), "--speed"],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    done = run_py(tmp_path, "--speed", script="report.py")
     assert done.returncode == 2 and "no speed.py table with a peer" in done.stderr
 
 
