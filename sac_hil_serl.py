@@ -1104,7 +1104,7 @@ def check_args(args: Args) -> None:
                 args.offline_steps and not args.offline_data,
                 "--offline-steps needs --offline-data PATH, an .npz written by --save-replay",
             ),
-            (args.demo_buffer_size < 2, "--demo-buffer-size must be at least 2, as --buffer-size twice --num-envs"),
+            (args.demo_buffer_size < 2, "--demo-buffer-size must be at least 2: a row's s' image is the next row's s"),
             (
                 args.save_replay
                 and args.offline_data
