@@ -55,7 +55,6 @@ import contextlib
 import functools
 import importlib.util
 import io
-import logging
 import math
 import os
 import pickle
@@ -66,8 +65,8 @@ import shutil
 import signal
 import sys
 import time
-import traceback
 import warnings
+import zipfile
 from collections import OrderedDict
 from dataclasses import asdict, dataclass, replace
 from typing import Literal
@@ -945,15 +944,25 @@ class Interventions:
         self.steps[:] = state["steps"]
 
 
+def final_dict_observations(next_obs: dict, infos: dict) -> dict:
+    """The true s_{t+1} of Dict observations, key by key: SAME_STEP autoreset puts an ended
+    sub-env's reset in next_obs, its final observation in infos."""
+    real_next_obs = {key: x.copy() for key, x in next_obs.items()}
+    for i in np.flatnonzero(infos.get("_final_obs", [])):
+        for key, final in infos["final_obs"][i].items():
+            real_next_obs[key][i] = final
+    return real_next_obs
+
+
 # MAIN
 # --------------------------------------------------------------------------------------------------
 def main(args: Args) -> dict:
     """Train; returns a summary. Raises ConfigError, before writing anything, on bad flags, envs or
     checkpoints."""
-    args, checkpoint, device = setup(args, observation_wrappers)
+    args, checkpoint, device = setup(args, check_args, check_spaces, observation_wrappers)
     files = ("offline_data", "save_replay", "image_encoder_weights")  # made absolute: a resume runs from anywhere
     args = replace(args, **{key: os.path.abspath(path) for key in files if (path := getattr(args, key))})
-    memory_flags = "--batch-size (with images, also --image-size)"
+    memory_flags = "--buffer-size or --batch-size (with images, also --image-size)"
     with Run(args, checkpoint, device, memory_flags, observation_wrappers, at=offline_position) as run:
         obs_space = run.envs.single_observation_space
         action_space = run.envs.single_action_space
@@ -1022,7 +1031,8 @@ def main(args: Args) -> dict:
 
             # STORE: bootstrap through truncations, never through terminations: s' is the true final
             # observation and `terminations` alone masks the target; no transition spans a reset.
-            real_next_obs = final_observations(next_obs, infos)
+            true_next_obs = final_dict_observations if isinstance(next_obs, dict) else final_observations
+            real_next_obs = true_next_obs(next_obs, infos)
             rb.add(obs, actions, rewards, real_next_obs, terminations, dones, penalties, intervened)
             add_demos(demo, intervened, obs, actions, rewards, real_next_obs, terminations, penalties)
             obs = next_obs
@@ -1338,7 +1348,7 @@ def offline_position(args, counters: tuple) -> str:
     after it, its env step."""
     if counters[0] == 0 and counters[3] < args.offline_steps:
         return f"in the offline phase after offline update {counters[3]:,} of {args.offline_steps:,}"
-    return at_step(args, counters)
+    return f"at step {counters[0]:,}"
 
 
 def replay_arrays(rb: ReplayBuffer) -> dict:
@@ -1477,17 +1487,21 @@ def stacked_channels(obs: dict) -> dict:
 # COMMON BLOCK: the same text in all six scripts (tests/test_common_block.py compares it); a reader
 # may stop here =====
 EVAL_SEED_OFFSET = 1_000_000  # evaluation episode k is reset with seed + EVAL_SEED_OFFSET + k
+VIDEO_STEPS = 1_000  # --capture-video records at most this many steps of each evaluation
+LEAST = dict(seed=0, total_timesteps=0, num_envs=1, eval_episodes=1, log_freq=1, eval_freq=0, checkpoint_freq=0)
+RESUMABLE = ["total_timesteps", "eval_freq", "eval_episodes", "log_freq", "checkpoint_freq", "save_model"]
+RESUMABLE += ["capture_video", "cuda", "compile", "resume", "resume_anyway"]  # flags a resumed run takes
 
 
 class ConfigError(Exception):
-    """A bad flag, env or checkpoint, a failed save or a diverged run: `cli` prints one line and
-    exits with code 2."""
+    """Bad input, a failed save or a diverged run: `cli` prints one line, exit code 2."""
 
 
 def check(problems) -> None:
     """Raise ConfigError with the message of the first (bad, message) pair that is bad."""
-    if messages := [message for bad, message in problems if bad]:
-        raise ConfigError(messages[0])
+    for bad, message in problems:
+        if bad:
+            raise ConfigError(message)
 
 
 def crossed(before: int, now: int, every: int) -> bool:
@@ -1495,375 +1509,289 @@ def crossed(before: int, now: int, every: int) -> bool:
     return every > 0 and now // every > before // every
 
 
-def make_env(args, video_dir: str | None = None, wrap=None):
-    """A thunk making args.env_id with episode statistics (and a video_dir's first episode), through
-    `wrap(args, make)` where the script passes its observation wrappers."""
+def make_env(args, wrap=None, video_dir: str | None = None):
+    """A thunk: args.env_id with --env-kwargs and episode statistics, the script's wrappers by
+    `wrap(args, make)`, and given a video_dir a recorder at the agent's step rate."""
 
-    def make(**kwargs):  # gym.make(env_id, **kwargs), its first episode's video, its statistics
+    def make(**kwargs):
         kwargs.update({"render_mode": "rgb_array"} if video_dir is not None else {})
-        if args.env_id.startswith("ALE/") or "NoFrameskip" in args.env_id:  # ale_py registers these ids on import
-            ale_py = importlib.import_module("ale_py")
-            ale_py.ALEInterface.setLoggerMode(ale_py.LoggerMode.Error)  # its banner would precede errors
-            gym.register_envs(ale_py)
         env = gym.make(args.env_id, **{**parse_env_kwargs(args.env_kwargs), **kwargs})
-        if video_dir:
-            env = gym.wrappers.RecordVideo(env, video_dir, episode_trigger=lambda k: k == 0, disable_logger=True)
         return gym.wrappers.RecordEpisodeStatistics(env)
 
-    return lambda: wrap(args, make) if wrap else make()
+    def thunk():
+        env = wrap(args, make) if wrap else make()
+        if not video_dir:
+            return env
+        first = dict(episode_trigger=lambda k: k == 0, video_length=VIDEO_STEPS)
+        return gym.wrappers.RecordVideo(env, video_dir, **first, disable_logger=True)
+
+    return thunk
 
 
 def parse_env_kwargs(pairs: tuple) -> dict:
-    """--env-kwargs KEY:VALUE ... as gym.make's keywords: each VALUE a Python literal (True, 3, 0.5,
-    'a', [1, 2]) or else the string itself."""
+    """--env-kwargs KEY:VALUE pairs, each VALUE a Python literal or else a word."""
     kwargs = {}
     for pair in pairs:
         key, colon, value = pair.partition(":")
-        check([(not (colon and key.isidentifier()), f"--env-kwargs {pair}: write KEY:VALUE, such as image_obs:True")])
+        check([(not (colon and key.isidentifier()), f"--env-kwargs {pair}: write KEY:VALUE")])
         try:
             kwargs[key] = ast.literal_eval(value)
-        except (ValueError, SyntaxError):  # not a literal: the string
+        except (ValueError, SyntaxError):  # a word, unless a mistyped literal
+            check([(value[:1] in "[({'\"0123456789-+.", f"--env-kwargs {pair}: a broken literal")])
             kwargs[key] = value
     return kwargs
 
 
-def remade(obj) -> bool:
-    """Whether `unpickle_envs` makes `obj` anew, not unpickling it: an EzPickle env (MuJoCo's,
-    Atari's), whose constructor arguments gymnasium records shifted for some, or a base env that
-    cannot be pickled (a renderer's pointers, as gym-hil's hold)."""
-    if not isinstance(obj, gym.Env):
-        return False
-    if isinstance(obj, gym.utils.EzPickle):
-        return True
-    try:  # a base env is pickled whole where it can be
-        return obj is obj.unwrapped and not pickle.dumps(obj)
+def final_observations(next_obs: np.ndarray, infos: dict) -> np.ndarray:
+    """The true s_{t+1}: SAME_STEP autoreset puts an ended sub-env's reset in next_obs."""
+    real_next_obs = next_obs.copy()
+    for i in np.flatnonzero(infos.get("_final_obs", [])):
+        real_next_obs[i] = infos["final_obs"][i]
+    return real_next_obs
+
+
+def remade(env) -> bool:
+    """Whether a checkpoint holds a base env by reference, to be made anew: an EzPickle env
+    (MuJoCo's, Atari's), its state kept beside it, or one that does not pickle."""
+    try:
+        return isinstance(env, gym.utils.EzPickle) or not pickle.dumps(env)
     except Exception:
         return True
 
 
-def pickle_envs(envs: list, states: list) -> bytes:
-    """The sub-envs beside their simulator states, those `remade` by reference: Run.__init__
-    restores an EzPickle env's state; another's episode starts anew (its state is not kept)."""
-    states = [
-        (rng, state if isinstance(env.unwrapped, gym.utils.EzPickle) or not remade(env.unwrapped) else None)
-        for env, (rng, state) in zip(envs, states)
-    ]
-    (pickler := pickle.Pickler(out := io.BytesIO())).persistent_id = lambda obj: "env" if remade(obj) else None
-    pickler.dump((envs, states))
+def pickle_envs(envs: list) -> bytes:
+    """The sub-envs, wrappers and all, each beside its base env's RNG and simulator state (ALE's
+    emulator, or an EzPickle env's MuJoCo data)."""
+    out = io.BytesIO()
+    pickler = pickle.Pickler(out)
+    pickler.persistent_id = lambda x: "env" if x is getattr(x, "unwrapped", 0) and remade(x) else None
+    bases = [env.unwrapped for env in envs]
+    states = [getattr(b, "data", None) if isinstance(b, gym.utils.EzPickle) else None for b in bases]
+    states = [b.ale.cloneState(include_rng=True) if hasattr(b, "ale") else s for b, s in zip(bases, states)]
+    pickler.dump([(env, b.np_random, state) for env, b, state in zip(envs, bases, states)])
     return out.getvalue()
 
 
-def unpickle_envs(data: bytes, args, wrap=None, make: bool = True) -> tuple:
-    """pickle_envs' (envs, states), each EzPickle env made by make_env (make=False: not made, to
-    check the rest)."""
-    unpickler = pickle.Unpickler(io.BytesIO(data))
-    unpickler.persistent_load = lambda i: make and make_env(args, None, wrap)().unwrapped
-    return unpickler.load()
-
-
-def final_observations(next_obs: np.ndarray, infos: dict) -> np.ndarray:
-    """The true s_{t+1}, key by key for Dict observations: SAME_STEP autoreset puts an ended
-    sub-env's reset in next_obs."""
-    real_next_obs = {key: x.copy() for key, x in next_obs.items()} if isinstance(next_obs, dict) else next_obs.copy()
-    for i in np.flatnonzero(infos.get("_final_obs", [])):
-        finals = infos["final_obs"][i].items() if isinstance(next_obs, dict) else [(..., infos["final_obs"][i])]
-        for key, final in finals:
-            real_next_obs[key][i] = final
-    return real_next_obs
-
-
-def setup(args, wrap=None):
-    """Before anything is written: --resume's checkpoint (its flags win), checks, seeds and the
-    device; `wrap`: the script's observation wrappers, as make_env takes them."""
+def setup(args, check_args, check_spaces, wrap=None):
+    """Before anything is written: --resume's checkpoint (whose flags win, but RESUMABLE's), the
+    checks, a trial env (reset, checked, stepped), the seeds and the device."""
     checkpoint = None
     if args.resume:
-        check([(not os.path.isfile(args.resume), f"--resume {args.resume}: no such file; pass a run's checkpoint.pt")])
-        try:  # weights_only=False: the checkpoint holds pickled environments; resume only from checkpoints you wrote
+        try:  # weights_only=False: pickled envs; resume only from checkpoints you wrote
+            damaged = zipfile.ZipFile(args.resume).testzip()  # the CRC-32s torch wrote
             checkpoint = torch.load(args.resume, map_location="cpu", weights_only=False)
-        except Exception as e:  # a truncated zip or no torch file at all
-            raise ConfigError(
-                f"--resume {args.resume}: not a readable checkpoint ({type(e).__name__}); pass a "
-                "checkpoint.pt written by --checkpoint-freq or on SIGINT/SIGTERM"
-            ) from None
+            script = checkpoint.get("script") if "counters" in checkpoint else "--save-model"
+        except Exception as e:
+            damaged = f"{type(e).__name__}: {e}"
+        check([(damaged, f"--resume {args.resume}: unreadable or damaged ({damaged})")])
         own = os.path.basename(__file__)
-        written_by = isinstance(checkpoint, dict) and checkpoint.get("script")
-        check(
-            [
-                (
-                    isinstance(checkpoint, dict) and "args" in checkpoint and "counters" not in checkpoint,
-                    f"--resume "
-                    f"{args.resume}: a model.pt (the trained networks), not a checkpoint; pass the run's checkpoint.pt",
-                ),
-                (
-                    written_by and written_by != own,
-                    f"--resume {args.resume}: a checkpoint of {written_by}; resume it with {written_by}",
-                ),
-            ]
-        )
+        check([(script != own, f"--resume {args.resume}: a file of {script}, not a checkpoint of {own}")])
         finished = os.path.join(os.path.dirname(args.resume), "finished")  # written by Run.finish
         if os.path.isfile(finished) and not args.resume_anyway:
             raise ConfigError(
-                f"--resume {args.resume}: that run {open(finished).read().strip()}, and resuming drops "
-                "what it logged since: add --resume-anyway to do so"
+                f"--resume: that run {open(finished).read().strip()}; to run it on, dropping what it "
+                "logged after this checkpoint, add --resume-anyway"
             )
-        try:
-            args = Args(**{**checkpoint["args"], "resume": args.resume})
-            unpickle_envs(checkpoint["envs"], args, wrap, make=False)
-        except Exception as e:  # another script's flags or envs, a foreign pickle or missing keys
-            raise ConfigError(
-                f"--resume {args.resume}: not a checkpoint of {own} ({type(e).__name__}); pass a "
-                "checkpoint.pt this script wrote, by --checkpoint-freq or on SIGINT/SIGTERM"
-            ) from None
-    check(
-        [
-            (not math.isfinite(value), f"--{key.replace('_', '-')} must be finite, not {value}")
-            for key, value in asdict(args).items()
-            if isinstance(value, float)
-        ]
-    )
-    check(
-        [
-            (not 0 <= args.seed < 2**32, f"--seed must lie in [0, 2**32 - 1], not {args.seed}"),
-            (
-                min(args.num_envs, args.eval_episodes, args.log_freq) < 1,
-                "--num-envs, --eval-episodes and --log-freq must be at least 1",
-            ),
-            (0 < args.total_timesteps < args.num_envs, "--total-timesteps must be 0 or at least --num-envs"),
-            (min(args.eval_freq, args.checkpoint_freq) < 0, "--eval-freq and --checkpoint-freq must be non-negative"),
-            (
-                args.capture_video and not importlib.util.find_spec("moviepy"),
-                "--capture-video needs `pip install moviepy`",
-            ),
-        ]
-    )
+        defaults = asdict(type(args)())
+        given = {key: value for key, value in asdict(args).items() if value != defaults[key]}
+        ignored = ["--" + key.replace("_", "-") for key in given if key not in RESUMABLE]
+        if ignored:
+            print(f"--resume: {', '.join(ignored)} ignored: a resumed run keeps its checkpoint's")
+        resumable = {key: value for key, value in given.items() if key in RESUMABLE}
+        args = type(args)(**{**checkpoint["args"], **resumable})
+    for key, value in asdict(args).items():
+        check([(isinstance(value, float) and not math.isfinite(value), f"--{key.replace('_', '-')} must be finite")])
+    for key, least in LEAST.items():
+        check([(getattr(args, key) < least, f"--{key.replace('_', '-')} must be at least {least}")])
+    check([(not args.seed < 2**32, "--seed must lie in [0, 2**32 - 1]")])
+    check([(0 < args.total_timesteps < args.num_envs, "--total-timesteps must be 0 or at least --num-envs")])
+    check([(args.capture_video and not importlib.util.find_spec("moviepy"), "--capture-video needs moviepy")])
     check_args(args)
     if args.capture_video:
-        os.environ.setdefault("MUJOCO_GL", "egl")  # headless MuJoCo rendering; read when mujoco is first imported
-        __import__("torch._dynamo")  # CUDA wheels' triton segfaults when first loaded after MuJoCo's EGL context
-    try:  # the env, and for --capture-video a frame, which would otherwise fail at the first evaluation
-        with warnings.catch_warnings():  # a library's warnings would come before the one line of an error
+        os.environ.setdefault("MUJOCO_GL", "egl")  # headless MuJoCo; read when mujoco is first imported
+        __import__("torch._dynamo")  # CUDA wheels' triton segfaults when first loaded after MuJoCo's EGL
+    try:  # a trial env, reset, stepped and for --capture-video rendered: bad input fails here
+        with warnings.catch_warnings():  # a library's warnings would come before the error's line
             warnings.simplefilter("ignore")
-            env = make_env(args, "" if args.capture_video else None, wrap)()
+            env = make_env(args, wrap, "" if args.capture_video else None)()
             env.reset(seed=0)
-            frame = env.render() if args.capture_video else None
-    except gym.error.DependencyNotInstalled as e:  # gymnasium's message says what to install
-        raise ConfigError(f"{args.env_id} needs a package that is not installed: {e}") from None
-    except Exception as e:  # an unknown id, a missing package or renderer: one line, whatever the library raised
-        raise (
-            e
-            if isinstance(e, ConfigError)
-            else ConfigError(  # a ConfigError names the flag to change
-                f"{args.env_id} cannot be made ({type(e).__name__}: {e}): an unknown env id (see "
-                "gymnasium.pprint_registry()), an --env-kwargs key it does not take, or a missing extra "
-                "or (--capture-video, --from-pixels) MuJoCo renderer?"
-            )
+            check_spaces(args.env_id, env.observation_space, env.action_space)
+            env.step(env.action_space.sample())
+            check([(args.capture_video and env.render() is None, f"--capture-video: {args.env_id} renders nothing")])
+            env.close()
+    except ConfigError:
+        raise
+    except Exception as e:  # whatever the library raised: its message says what to install, where that is it
+        raise ConfigError(
+            f"--env-id {args.env_id} cannot be made and stepped ({type(e).__name__}: {e}): an unknown env id "
+            "(gymnasium.pprint_registry() lists them), a bad --env-kwargs value or a package to install?"
         ) from None
-    check([(args.capture_video and frame is None, f"--capture-video: {args.env_id} renders no frames")])
-    check_spaces(args.env_id, env.observation_space, env.action_space)
-    env.close()
     for seed in (random.seed, np.random.seed, torch.manual_seed):
         seed(args.seed)
     torch.backends.cudnn.deterministic = True
     device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
     compiler = device.type != "cpu" or shutil.which(os.environ.get("CXX", "g++"))  # torch.compile's on the CPU
-    check([(args.compile and not compiler, "--compile needs a C++ compiler (g++, or $CXX): install one, or drop it")])
-    if args.compile:  # compiled code draws its random numbers from torch's generator, as eager code does
-        importlib.import_module("torch._inductor.config").fallback_random = True
-        notes = {  # torch's own notes, which ask nothing of the user
-            "torch._dynamo.variables.ctx_manager": "Profiler record function",  # the optimizer's profiling
-            "torch.utils.cpp_extension": "No CUDA runtime is found",  # a CUDA build of torch on a CPU machine
-        }
-        for logger, note in notes.items():
-            logging.getLogger(logger).addFilter(lambda record, note=note: note not in record.getMessage())
+    check([(args.compile and not compiler, "--compile needs a C++ compiler (g++, or $CXX): install one")])
+    notes = {  # torch's notes under --compile, which ask nothing of the user
+        "torch._dynamo.variables.ctx_manager": "Profiler record function",  # the optimizer's profiling
+        "torch.utils.cpp_extension": "No CUDA runtime is found",  # a CUDA build of torch on a CPU machine
+    }
+    for logger, note in notes.items() if args.compile else []:
+        logging.getLogger(logger).addFilter(lambda record, note=note: note not in record.getMessage())
     return args, checkpoint, device
 
 
-def at_step(args, counters: tuple) -> str:
-    """Where a run stands, for its stop and resume lines: its env step (a script may pass Run its
-    own)."""
-    return f"at step {counters[0]:,}"
-
-
 class Run:
-    """A run's envs, directory, TensorBoard writer, signal handling, progress line, evaluations and
-    checkpoints."""
+    """A run's envs, directory, TensorBoard writer, signals, progress line, evaluations and
+    checkpoints; `memory_flags` name what to lower where memory runs out; `at(args, counters)`
+    says where the run stands."""
 
-    def __init__(self, args, checkpoint: dict | None, device, memory_flags: str, wrap=None, at=at_step):
-        self.args, self.checkpoint, self.device = args, checkpoint, device
-        self.at = at  # at(args, counters): where the run stands, for its stop and resume lines
-        self.memory_flags = memory_flags  # the flags that size what a training step allocates
-        self.wrap = wrap  # the script's observation wrappers, as make_env takes them
-        safe = re.sub(r"[^\w.+-]", "-", f"{args.env_id}__{args.exp_name}", flags=re.ASCII)  # a file name anywhere
+    def __init__(self, args, checkpoint: dict | None, device, memory_flags: str, wrap=None, at=None):
+        self.args = args
+        self.checkpoint = checkpoint
+        self.device = device
+        self.memory_flags = memory_flags
+        self.wrap = wrap
+        self.at = at or (lambda args, counters: f"at step {counters[0]:,}")
+        safe = re.sub(r"[^\w.+-]", "-", f"{args.env_id}__{args.exp_name}", flags=re.ASCII)
         self.name = checkpoint["run_name"] if checkpoint else f"{safe}__{args.seed}__{int(time.time())}"
         self.dir = os.path.dirname(os.path.abspath(args.resume)) if checkpoint else f"runs/{self.name}"
-        check(
-            [
-                (
-                    len(self.name.encode()) > 255,
-                    f"the run name {self.name[:40]}... is longer than a file name may be "
-                    "(255 bytes): shorten --exp-name",
-                )
-            ]
-        )
-        saved = checkpoint and unpickle_envs(checkpoint["envs"], args, wrap)  # the sub-envs, their RNG and state
-        for env, (np_random, state) in zip(*saved) if saved else []:
-            env.unwrapped.np_random = np_random
-            if hasattr(env.unwrapped, "ale"):
-                env.unwrapped.ale.restoreState(state)
-            elif state is not None:  # after make_env's first frame, which aims the camera, as in the saved run
-                __import__("mujoco").mj_copyData(env.unwrapped.data, env.unwrapped.model, state)
-        thunks = [lambda env=env: env for env in saved[0]] if saved else [make_env(args, None, wrap)] * args.num_envs
-        # SAME_STEP autoreset: a step that ends an episode returns the reset observation, the final
-        # one in infos
+        check([(len(self.name.encode()) > 255, "the run name is over 255 bytes: shorten --exp-name")])
+        self.exact = False  # a checkpoint's envs, each restored, go on from where they were
+        if not checkpoint:
+            envs = [make_env(args, wrap)() for _ in range(args.num_envs)]
+        else:
+            unpickler = pickle.Unpickler(io.BytesIO(checkpoint["envs"]))
+            unpickler.persistent_load = lambda _: make_env(args, wrap)().unwrapped
+            saved = unpickler.load()
+            for env, np_random, state in saved:
+                env.unwrapped.np_random = np_random
+                if hasattr(env.unwrapped, "ale"):
+                    env.unwrapped.ale.restoreState(state)
+                elif state is not None:
+                    __import__("mujoco").mj_copyData(env.unwrapped.data, env.unwrapped.model, state)
+            self.exact = all(state is not None or not remade(env.unwrapped) for env, _, state in saved)
+            envs = [env for env, _, _ in saved]
+        # SAME_STEP autoreset: a step that ends an episode returns the reset observation; the final
+        # one is in infos
+        thunks = [lambda env=env: env for env in envs]
         self.envs = gym.vector.SyncVectorEnv(thunks, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
-        self.exact = saved and all(
-            state is not None or not remade(env.unwrapped) for env, (_, state) in zip(*saved)
-        )  # else make_env made a new env
         self.last_return = checkpoint["last_return"] if checkpoint else None
-        self.eval_return, self.eval_step, self.stop_signal = None, None, []
+        self.eval_return = None
+        self.eval_step = None
+        self.stop_signal = []
         self.progress = False  # a progress line is on the terminal, not yet ended by a newline
-        self.handlers = {
-            sig: signal.signal(sig, lambda signum, frame: self.stop_signal.append(signum))
-            for sig in (signal.SIGINT, signal.SIGTERM)
-        }
+        self.handlers = {sig: signal.signal(sig, self.on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+
+    def on_signal(self, signum, frame) -> None:
+        self.stop_signal.append(signum)
+        with contextlib.suppress(RuntimeError):  # a print the signal interrupted
+            print(f"\nsignal {signum}: the run stops after this step, with a checkpoint", flush=True)
 
     def resume(self, stateful: dict, counters: tuple):
-        """(counters, obs): these counters and a first observation, or the checkpoint's, its
-        `stateful` loaded."""
-        self.stateful, checkpoint, obs = stateful, self.checkpoint, None
-        try:  # the run directory, made now that main() has built all it needs: a failure before leaves nothing on disk
+        """(counters, obs): these and a first obs, or the checkpoint's, its `stateful` loaded."""
+        self.stateful = stateful
+        try:  # the run directory, made once main() has built all: a failure before leaves nothing
             os.makedirs(self.dir, exist_ok=True)
-            check([(not os.access(self.dir, os.W_OK | os.X_OK), f"{self.dir} is not writable: run from elsewhere")])
             with contextlib.suppress(FileNotFoundError):
-                os.remove(f"{self.dir}/finished")  # a finished run resumed with --resume-anyway: running again
+                os.remove(f"{self.dir}/finished")  # a finished run resumed with --resume-anyway
         except OSError as e:
-            raise ConfigError(
-                f"cannot make the run directory {self.dir} ({e.strerror}): is runs/ a file, or "
-                "read-only? nothing is written"
-            ) from None
+            raise ConfigError(f"cannot make {self.dir} ({e.strerror}): nothing is written") from None
         # purge_step drops what a killed run logged after its last checkpoint
-        self.writer = SummaryWriter(self.dir, purge_step=checkpoint["counters"][0] + 1 if checkpoint else None)
+        purge_step = self.checkpoint["counters"][0] + 1 if self.checkpoint else None
+        self.writer = SummaryWriter(self.dir, purge_step=purge_step)
         self.writer.add_text("hyperparameters", "\n".join(f"|{k}|{v}|" for k, v in asdict(self.args).items()))
-        if checkpoint:
+        obs = None
+        if self.checkpoint:
             for key, obj in stateful.items():
                 if isinstance(obj, torch.Tensor):
-                    obj.data.copy_(checkpoint[key])
+                    obj.data.copy_(self.checkpoint[key])
                 else:
-                    obj.load_state_dict(checkpoint[key])
+                    obj.load_state_dict(self.checkpoint[key])
             setters = torch.set_rng_state, np.random.set_state, random.setstate, torch.cuda.set_rng_state_all
-            for set_state, state in zip(setters, checkpoint["rng"][: 3 + (self.device.type == "cuda")]):
+            for set_state, state in zip(setters, self.checkpoint["rng"][: 3 + (self.device.type == "cuda")]):
                 set_state(state)
-            counters, obs = checkpoint["counters"], checkpoint["obs"] if self.exact else None
-            print(f"resumed {self.dir} {self.at(self.args, counters)}" + ("" if self.exact else "; new episodes start"))
+            counters = self.checkpoint["counters"]
+            obs = self.checkpoint["obs"] if self.exact else None
+            print(f"resumed {self.dir} {self.at(self.args, counters)}" + ("" if self.exact else "; new episodes"))
         self.last_log = time.time(), counters[0]
         return counters, self.envs.reset(seed=self.args.seed + counters[0])[0] if obs is None else obs
 
     def save_checkpoint(self, counters: tuple, obs) -> str:
-        """runs/<run_name>/checkpoint.pt, written atomically; the sub-envs beside their RNG and
-        simulator state."""
-        states = [
-            (
-                env.unwrapped.np_random,
-                env.unwrapped.ale.cloneState(include_rng=True)
-                if hasattr(env.unwrapped, "ale")
-                else getattr(env.unwrapped, "data", None),
-            )
-            for env in self.envs.envs
-        ]
-        state = {
-            key: obj.detach().cpu() if isinstance(obj, torch.Tensor) else obj.state_dict()
-            for key, obj in self.stateful.items()
-        }
-        rng = torch.get_rng_state(), np.random.get_state(), random.getstate()
-        state.update(
-            script=os.path.basename(__file__),
-            args=asdict(self.args),
-            run_name=self.name,
-            counters=counters,
-            obs=obs,
-            last_return=self.last_return,
-            rng=(*rng, torch.cuda.get_rng_state_all() if self.device.type == "cuda" else []),
-            envs=pickle_envs(self.envs.envs, states),
-        )
+        """runs/<run_name>/checkpoint.pt: `stateful`, the RNGs and the sub-envs, written durably."""
+        state = {k: v.detach().cpu() if torch.is_tensor(v) else v.state_dict() for k, v in self.stateful.items()}
+        rng = [torch.get_rng_state(), np.random.get_state(), random.getstate()]
+        rng.append(torch.cuda.get_rng_state_all() if self.device.type == "cuda" else [])
+        state.update(script=os.path.basename(__file__), args=asdict(self.args), run_name=self.name, rng=rng)
+        state.update(counters=counters, obs=obs, last_return=self.last_return)
+        state.update(envs=pickle_envs(self.envs.envs))
         return self.save(state, "checkpoint.pt", counters[0], "the previous checkpoint, if any, is kept")
 
     def save(self, obj, name: str, global_step: int, kept: str) -> str:
-        """`obj` (bytes, a function that writes a file, or by torch.save) to runs/<run_name>/<name>
-        (or an absolute name) durably, via a temporary file fsynced and renamed, unless the NaN
-        guard finds non-finite parameters."""
-        bad = [
-            key
-            for key, net in self.stateful.items()
-            if isinstance(net, nn.Module) and not all(p.isfinite().all() for p in net.parameters())
-        ]
-        check(
-            [
-                (
-                    bad,
-                    f"step {global_step:,}: the run diverged, {', '.join(bad)} holds non-finite values; nothing is "
-                    f"saved and {kept}: lower the learning rates",
-                )
-            ]
-        )
+        """`obj` (by torch.save, or a function that writes a file) to runs/<run_name>/<name> by a
+        temporary file fsynced and renamed; refused where the NaN guard finds non-finite values."""
+        nets = [(key, net) for key, net in self.stateful.items() if isinstance(net, nn.Module)]
+        bad = [key for key, net in nets if not all(p.isfinite().all() for p in net.parameters())]
+        check([(bad, f"step {global_step:,}: the run diverged in {', '.join(bad)}; {kept}: lower the rates")])
         path = os.path.join(self.dir, name)
         try:
             with open(f"{path}.tmp", "wb") as f:
-                obj(f) if callable(obj) else f.write(obj) if isinstance(obj, bytes) else torch.save(obj, f)
+                obj(f) if callable(obj) else torch.save(obj, f)
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(f"{path}.tmp", path)
-            os.fsync(directory := os.open(os.path.dirname(path), os.O_RDONLY))
-            os.close(directory)
-        except OSError as e:
+        except Exception as e:  # a full disk too, which torch.save words as a RuntimeError
             with contextlib.suppress(OSError):
                 os.remove(f"{path}.tmp")
-            raise ConfigError(f"cannot write {path} ({e.strerror or e}); {kept}") from None
+            raise ConfigError(f"cannot write {path} ({type(e).__name__}: {e}); {kept}") from None
         return path
 
     def log(self, infos: dict, metrics: dict | None, previous_step: int, global_step: int) -> None:
-        """Ended episodes; every --log-freq steps `metrics` (0-d tensors, one sync; non-finite stops
-        the run), SPS and the progress line."""
-        for i in np.flatnonzero(infos.get("final_info", {}).get("_episode", [])):
-            self.last_return = float(infos["final_info"]["episode"]["r"][i])
+        """Ended episodes; every --log-freq steps `metrics` (0-d tensors), SPS and progress."""
+        ended = infos.get("final_info", {})
+        for i in np.flatnonzero(ended.get("_episode", [])):
+            self.last_return = float(ended["episode"]["r"][i])
             self.writer.add_scalar("charts/episodic_return", self.last_return, global_step)
-            self.writer.add_scalar("charts/episodic_length", int(infos["final_info"]["episode"]["l"][i]), global_step)
-        if metrics and crossed(previous_step, global_step, self.args.log_freq):
-            values = dict(zip(metrics, torch.stack([v.float() for v in metrics.values()]).tolist()))
-            diverged = [f"{key} is {value}" for key, value in values.items() if not math.isfinite(value)]
-            check(
-                [
-                    (
-                        diverged,
-                        f"step {global_step:,}: the run diverged, {', '.join(diverged)}; nothing is saved and "
-                        "the last checkpoint, if any, is kept: lower the learning rates",
-                    )
-                ]
-            )
-            for key, value in values.items():
-                self.writer.add_scalar(f"losses/{key}", value, global_step)
-            (then, step), self.last_log = self.last_log, (time.time(), global_step)
-            sps = int((global_step - step) / max(self.last_log[0] - then, 1e-6))  # since the last write
-            self.writer.add_scalar("charts/SPS", sps, global_step)
-            last = "-" if self.last_return is None else f"{self.last_return:.2f}"
-            print(f"\rstep {global_step:,}  SPS {sps}  last return {last}".ljust(60), end="", flush=True)
-            self.progress = True
+            self.writer.add_scalar("charts/episodic_length", int(ended["episode"]["l"][i]), global_step)
+        if not (metrics and crossed(previous_step, global_step, self.args.log_freq)):
+            return
+        values = dict(zip(metrics, torch.stack([v.float() for v in metrics.values()]).tolist()))  # one sync
+        bad = [f"{key} is {value}" for key, value in values.items() if not math.isfinite(value)]
+        check([(bad, f"step {global_step:,}: the run diverged, {', '.join(bad)}: lower the rates")])
+        for key, value in values.items():
+            self.writer.add_scalar(f"losses/{key}", value, global_step)
+        then, step = self.last_log
+        self.last_log = time.time(), global_step
+        sps = int((global_step - step) / max(self.last_log[0] - then, 1e-6))  # since the last write
+        self.writer.add_scalar("charts/SPS", sps, global_step)
+        last = "-" if self.last_return is None else f"{self.last_return:.2f}"
+        line = f"step {global_step:,}  SPS {sps}  last return {last}"
+        self.progress = sys.stdout.isatty()  # on a terminal the line overwrites itself; else a line each
+        print(f"\r{line}".ljust(60) if self.progress else line, end="" if self.progress else "\n", flush=True)
 
-    def evaluate(self, policy, global_step: int) -> None:
-        """eval/episodic_return: the mean return of `policy` (numpy in and out, no torch RNG) over
-        real episodes."""
+    def evaluate(self, policy, global_step: int, final: bool = False) -> None:
+        """eval/episodic_return: the mean return of `policy` (batched numpy in and out) over whole
+        episodes; a signal ends it unlogged, but for the final one."""
         video_dir = f"{self.dir}/videos/step_{global_step}" if self.args.capture_video else None
-        env, returns = make_env(self.args, video_dir, self.wrap)(), []
-        for k in range(self.args.eval_episodes):
-            obs, info = env.reset(seed=self.args.seed + EVAL_SEED_OFFSET + k)
-            while "episode" not in info:  # the real episode's end: RecordEpisodeStatistics sits below EpisodicLife
-                with torch.no_grad():
-                    batch = {key: x[None] for key, x in obs.items()} if isinstance(obs, dict) else obs[None]
-                    obs, _, terminated, truncated, info = env.step(policy(batch)[0])
-                if (terminated or truncated) and "episode" not in info:  # a life lost under EpisodicLife: play on
-                    obs, _ = env.reset()
-            returns.append(float(info["episode"]["r"]))
-        env.close()
-        self.eval_return, self.eval_step = float(np.mean(returns)), global_step
+        envs = gym.vector.SyncVectorEnv([make_env(self.args, self.wrap, video_dir)], autoreset_mode="SameStep")
+        returns = []
+        try:
+            for k in range(self.args.eval_episodes):
+                obs, infos = envs.reset(seed=self.args.seed + EVAL_SEED_OFFSET + k)
+                while "episode" not in infos.get("final_info", {}):  # a life lost under EpisodicLife plays on
+                    if self.stop_signal and not final:
+                        return
+                    with torch.no_grad():
+                        obs, _, _, _, infos = envs.step(policy(obs))
+                returns.append(float(infos["final_info"]["episode"]["r"][0]))
+        finally:
+            try:
+                envs.close()  # writes the video
+            except Exception:
+                if not self.stop_signal:  # a Ctrl-C reaches the video's encoder too: the video is lost
+                    raise
+        self.eval_return = float(np.mean(returns))
+        self.eval_step = global_step
         self.writer.add_scalar("eval/episodic_return", self.eval_return, global_step)
         print(f"\nstep {global_step:,}: eval/episodic_return {self.eval_return:.2f}")
         self.progress = False
@@ -1876,95 +1804,48 @@ class Run:
             self.save_checkpoint(counters, obs)
 
     def finish(self, counters: tuple, obs, policy, model: dict) -> dict:
-        """On a signal a checkpoint and the command to continue; else the last evaluation,
-        --save-model and `finished`."""
-        if stopped := self.stop_signal[:1]:  # a signal in the final evaluation below comes too late: the run finishes
+        """On a signal a checkpoint and the command to continue; else the final evaluation (a signal
+        in it comes too late), --save-model and `finished`."""
+        stopped = self.stop_signal[0] if self.stop_signal else None
+        if stopped:
             path = self.save_checkpoint(counters, obs)
             command = shlex.join(["python", os.path.abspath(__file__), "--resume", os.path.abspath(path)])
-            print(
-                f"\nstopped by signal {self.stop_signal[0]} {self.at(self.args, counters)}; checkpoint written to "
-                f"{path}; continue with:\n{command}"
-            )
+            print(f"\nstopped {self.at(self.args, counters)}; checkpoint written to {path}; continue with:\n{command}")
         else:
             if self.eval_step != counters[0]:
-                self.evaluate(policy, counters[0])
+                self.evaluate(policy, counters[0], final=True)
             print(f"step {counters[0]:,}: final eval/episodic_return {self.eval_return:.2f}")
             if self.args.save_model:
                 self.save({**model, "args": asdict(self.args)}, "model.pt", counters[0], "no model.pt is written")
                 print(f"model saved to {self.dir}/model.pt")
-            self.save(f"finished at step {counters[0]:,}\n".encode(), "finished", counters[0], "its checkpoint is kept")
-        return {
-            "run_dir": self.dir,
-            "global_step": counters[0],
-            "eval_return": self.eval_return,
-            "stopped_by": stopped[0] if stopped else None,
-        }
+            done = f"finished at step {counters[0]:,}\n".encode()
+            self.save(lambda f: f.write(done), "finished", counters[0], "its checkpoint is kept")
+        return {"run_dir": self.dir, "global_step": counters[0], "eval_return": self.eval_return, "stopped_by": stopped}
 
     def __enter__(self):
         return self
 
     def __exit__(self, kind, error, tb) -> None:
-        """Close the run; torch's failure to allocate memory (CPU or CUDA) becomes a ConfigError
-        naming the flags to lower: --buffer-size before the run directory is made (the buffers),
-        `memory_flags` after it (a training step), with the traceback printed first, for the run's
-        log."""
-        self.close()
-        if error is not None and self.progress:  # the error's line starts a line of its own
-            print(flush=True)
-        if not (isinstance(error, RuntimeError) and "allocate" in str(error)):
-            return
-        if not hasattr(self, "writer"):
-            raise ConfigError(f"too little memory for these flags ({error}): lower --buffer-size") from None
-        traceback.print_exception(error)
-        first_line = str(error).splitlines()[0]
-        raise ConfigError(f"out of memory in training ({first_line}): lower {self.memory_flags}") from None
-
-    def close(self) -> None:
+        """Close the run; a failure to allocate memory becomes one line naming `memory_flags`."""
         for sig, handler in self.handlers.items():
             signal.signal(sig, handler)
         self.envs.close()
         if hasattr(self, "writer"):  # none where main() failed before resume(): nothing was written
             self.writer.close()
-
-
-def flag_error(box: str, argv: list) -> str:
-    """The line for a flag tyro cannot parse, read from its error box: the flag, the value given and
-    what the flag takes; only the command where the box names no flag of argv."""
-    text = " ".join(re.sub("[\u2500-\u257f]", " ", box).split())  # the box's frame drawn out
-    flags = [arg.split("=")[0] for arg in argv if arg.startswith("--")]
-    named = [flag for flag in flags if re.search(re.escape(flag) + r"(?![\w-])", text)]
-    if not named:
-        return f"a flag's value is missing or does not parse in `{' '.join(argv)}`; see --help"
-    flag = named[-1]
-    if "Missing value" in text:
-        return f"{flag} needs a value; see --help"
-    given = [value for arg, value in zip(argv, argv[1:]) if arg == flag]
-    given += [arg.partition("=")[2] for arg in argv if arg.startswith(flag + "=")]
-    takes = "its type"
-    helptext = re.search(re.escape(flag) + r" (\S+) ", text)  # "Argument helptext: --seed INT ..."
-    if helptext:
-        takes = helptext.group(1)
-    choices = re.search(r"Expected (one of \(.*?\))", text)  # a Literal's values
-    if choices:
-        takes = choices.group(1)
-    return f"{flag} {given[-1]!r} does not parse as {takes}; see --help"
+        if error is not None and self.progress:  # the error's line starts a line of its own
+            print(flush=True)
+        if isinstance(error, (MemoryError, RuntimeError)) and "alloc" in str(error):
+            raise ConfigError(f"out of memory ({str(error).splitlines()[0]}): lower {self.memory_flags}") from None
 
 
 def cli(argv=None) -> dict:
-    """Command line: bad input ends in one line on stderr and exit code 2; a stop by a signal exits
-    with 128 + signum."""
-    argv = sys.argv[1:] if argv is None else list(argv)
-    try:  # tyro's error box is silenced and replaced by one line; --help prints as usual
-        stderr = io.StringIO()
-        with contextlib.redirect_stderr(sys.stderr if {"-h", "--help"} & set(argv) else stderr):
-            args, unknown = tyro.cli(Args, args=argv, return_unknown_args=True, description=__doc__.split("\n\n")[0])
-        check([(unknown, f"unrecognized flag {' '.join(unknown)} in `{' '.join(argv)}`; see --help")])
+    """Command line: what tyro cannot parse gets tyro's message, other bad input one line, both exit
+    code 2; a stop by a signal exits with 128 + signum."""
+    args = tyro.cli(Args, args=argv, description=__doc__.split("\n\n")[0])
+    try:
         summary = main(args)
-    except (SystemExit, ConfigError) as e:  # bad input: one line on stderr, whatever it says, exit code 2
-        if isinstance(e, SystemExit) and not e.code:
-            raise  # --help
-        message = str(e) if isinstance(e, ConfigError) else flag_error(stderr.getvalue(), argv)
-        print("error: " + " ".join(message.split()), file=sys.stderr)
+    except ConfigError as e:
+        print("error: " + " ".join(str(e).split()), file=sys.stderr)
         raise SystemExit(2) from None
     if summary["stopped_by"]:
         raise SystemExit(128 + summary["stopped_by"])

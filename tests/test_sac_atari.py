@@ -265,12 +265,12 @@ def test_ale_snapshot_restores_the_game_exactly(in_tmp):
     path = run.save_checkpoint((50,), obs)
     actions = rng.integers(0, 4, (300, 2))
     original = [run.envs.step(a)[:2] for a in actions]
-    run.close()
+    run.__exit__(None, None, None)
     restored_run = sa.Run(
         *sa.setup(sa.Args(resume=path), sa.observation_wrappers), "--batch-size", sa.observation_wrappers
     )
     restored = [restored_run.envs.step(a)[:2] for a in actions]
-    restored_run.close()
+    restored_run.__exit__(None, None, None)
     assert restored_run.exact
     for (o1, r1), (o2, r2) in zip(original, restored):
         assert np.array_equal(o1, o2) and np.array_equal(r1, r2)
