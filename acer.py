@@ -24,6 +24,7 @@ import ast
 import contextlib
 import importlib.util
 import io
+import logging
 import math
 import os
 import pickle

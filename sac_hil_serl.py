@@ -55,6 +55,7 @@ import contextlib
 import functools
 import importlib.util
 import io
+import logging
 import math
 import os
 import pickle

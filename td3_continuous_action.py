@@ -22,6 +22,7 @@ import ast
 import contextlib
 import importlib.util
 import io
+import logging
 import math
 import os
 import pickle
