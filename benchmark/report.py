@@ -216,7 +216,7 @@ def speed_chart(root: str, out: str) -> int:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("root", help="the grid's root directory (benchmark/run.py --out)")
     parser.add_argument("--out", default=None, help="where to write the PNGs and results.md (default: ROOT/report)")
     parser.add_argument(

@@ -1,7 +1,7 @@
 """benchmark/run.py, report.py and speed.py: a tiny a2c grid runs to the end, a second run does
 nothing, a runner stopped mid-grid finishes the rest when started again, failures are reported and
-do not stop the others, a locked run is left alone, the report's PNG and table match values read
-straight from the event files; speed.py's table and notes against SB3 and against a git revision,
+do not stop the others, a locked run is left alone, a run its script refused at once pins no flags,
+--help is whole, the report's PNG and table match values read straight from the event files; speed.py's table and notes against SB3 and against a git revision,
 and its one-line refusals."""
 
 import argparse
@@ -79,6 +79,29 @@ def test_a_grid_whose_flags_differ_from_a_recorded_run_is_refused_unless_told_to
     assert "--eval-episodes 3 --num-envs 4 --ent-coef 0" in recorded.read_text()
     assert len(glob.glob(f"{tmp_path}/grid/a2c/CartPole-v1/seed_1/runs/*")) == 1  # the old run is gone
     assert "0 to run" in runner(tmp_path, *other).stdout
+
+
+def test_a_run_its_script_refused_at_once_does_not_pin_the_grid_s_flags(tmp_path):
+    """A mistyped flag in --extra: each run fails before its first step, writing nothing; the grid
+    with the flag fixed runs, and records the fixed flags."""
+    typo = runner(tmp_path, "--seeds", "1", "--extra", "--eval-freq 200 --eval-episodes 2 --ent-coeff 0")
+    recorded = tmp_path / "grid" / "a2c" / "CartPole-v1" / "seed_1" / "flags.txt"
+    assert typo.returncode == 1 and "FAILED a2c CartPole-v1 seed 1 (exit 2)" in typo.stdout, typo.stdout
+    assert "--ent-coeff" in recorded.read_text() and not (recorded.parent / "runs").exists()
+    fixed = runner(tmp_path, "--seeds", "1", "--extra", "--eval-freq 200 --eval-episodes 2 --ent-coef 0")
+    assert fixed.returncode == 0 and "1 to run" in fixed.stdout, fixed.stdout + fixed.stderr
+    assert recorded.read_text().endswith("--eval-freq 200 --eval-episodes 2 --ent-coef 0\n")
+    assert (recorded.parent / "DONE").exists()
+
+
+@pytest.mark.parametrize("script", ["run.py", "report.py"])
+def test_help_prints_the_whole_description(script):
+    """--help ends no sentence of the module docstring midway: the whole of it is there."""
+    import ast
+
+    helped = run_py("--help", script=script)
+    docstring = ast.get_docstring(ast.parse((ROOT / "benchmark" / script).read_text()))
+    assert helped.returncode == 0 and docstring in helped.stdout
 
 
 def test_dry_run_prints_the_commands_and_runs_nothing(tmp_path):

@@ -122,7 +122,11 @@ def test_a_value_out_of_range_is_refused_naming_its_flag_alone(script, field, va
     [
         ("sac_continuous_action", dict(learning_starts=100, batch_size=256), "--batch-size (256) must be at most"),
         ("sac_continuous_action", dict(total_timesteps=1_000), "--learning-starts (5000) must lie below"),
-        ("td3_continuous_action", dict(learning_starts=100, batch_size=256), "--learning-starts (100) must be at least"),
+        (
+            "td3_continuous_action",
+            dict(learning_starts=100, batch_size=256),
+            "--learning-starts (100) must be at least",
+        ),
         ("sac_atari", dict(total_timesteps=100, learning_starts=100), "--learning-starts (100) must lie below"),
         ("a2c", dict(total_timesteps=10), "--total-timesteps (10) must be at least one rollout"),
         ("acer", dict(buffer_size=10), "--buffer-size (10) must be at least one segment"),

@@ -467,7 +467,10 @@ def test_captured_updates_match_the_eager_ones_on_a_gpu(monkeypatch, case):
 BAD_INPUT = {  # this script's flags; the common ones are in test_common_block.py
     "learning never starts": (["--learning-starts", "1000", "--total-timesteps", "1000"], "--learning-starts"),
     "too few critics": (["--num-critics", "1"], "--num-critics"),
-    "batch above learning starts": (["--batch-size", "512", "--learning-starts", "256"], "--batch-size (512) must be at most --learning-starts (256)"),
+    "batch above learning starts": (
+        ["--batch-size", "512", "--learning-starts", "256"],
+        "--batch-size (512) must be at most --learning-starts (256)",
+    ),
     "zero tau": (["--tau", "0"], "--tau must lie in (0, 1], not 0.0"),
     "gamma above one": (["--gamma", "1.01"], "--gamma must lie in (0, 1], not 1.01"),
     "negative alpha": (["--alpha", "-0.1"], "--alpha must be non-negative"),

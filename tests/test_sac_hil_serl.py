@@ -585,7 +585,10 @@ BAD_INPUT = {  # this script's flags; the common ones are in test_common_block.p
     ),
     "offline actions of no shape": (["--offline-data", "scalar.npz"], "actions of shape ()"),
     "offline rewards that are no numbers": (["--offline-data", "text.npz"], "rewards of dtype <U1"),
-    "a frozen encoder with no images": (["--freeze-image-encoder"], "--freeze-image-encoder needs images: add --from-pixels"),
+    "a frozen encoder with no images": (
+        ["--freeze-image-encoder"],
+        "--freeze-image-encoder needs images: add --from-pixels",
+    ),
     "spatial pooling without a shared encoder": (
         ["--env-id", "InvertedPendulum-v5", "--from-pixels", "--image-pooling", "spatial", "--no-shared-encoder"],
         "--image-pooling spatial needs --shared-encoder",
