@@ -1,8 +1,9 @@
 """benchmark/run.py, report.py and speed.py: a tiny a2c grid runs to the end, a second run does
-nothing, a runner stopped mid-grid finishes the rest when started again, failures are reported and
-do not stop the others, a locked run is left alone, a run its script refused at once pins no flags,
---help is whole, the report's PNG and table match values read straight from the event files; speed.py's table and notes against SB3 and against a git revision,
-and its one-line refusals."""
+nothing, a runner stopped mid-grid finishes the rest when started again, failures are reported
+and do not stop the others, a locked run is left alone, a run its script refused at once pins no
+flags, --help is whole, the report's PNG and table match values read straight from the event
+files; speed.py's table and notes against SB3 and against a git revision, and its one-line
+refusals."""
 
 import argparse
 import fcntl
