@@ -14,10 +14,10 @@ OUT/<script>/<env>/seed_<seed>/runs/<run_name>/, or any folder of run directorie
 env across seeds, and writes:
     <env>.png   eval/episodic_return (greedy policy) against env steps: the mean over seeds with a
                 band of one standard deviation, one line per script, the published numbers of
-                --reference as dotted lines, the band kept within the env's return bounds where
-                RETURN_BOUNDS knows them. A seed with fewer than MIN_EVALS evaluations is warned
-                about, and its script's line shows the training return (the mean of the last K
-                charts/episodic_return) instead;
+                --reference as dotted lines over the curves and clear of the frame's edges, the
+                band kept within the env's return bounds where RETURN_BOUNDS knows them. A seed
+                with fewer than MIN_EVALS evaluations is warned about, and its script's line shows
+                the training return (the mean of the last K charts/episodic_return) instead;
     results.md  the final return of each (script, env): the last evaluation of each seed, as mean ±
                 std and the interquartile mean (IQM: the mean of the middle half of the seeds, a
                 quarter trimmed from each end, rounded down, as scipy.stats.trim_mean(x, 0.25)); the
@@ -309,6 +309,7 @@ def main(argv=None) -> int:
 
     for env_id, entries in by_env.items():
         fig, ax = plt.subplots(figsize=(6, 4))
+        published = []  # the reference lines' returns
         for label, curves in entries:
             # the steps every seed reached; each seed evaluates at the same steps (every
             # --eval-freq)
@@ -322,13 +323,19 @@ def main(argv=None) -> int:
             )[0].get_color()
             ax.fill_between(common, low, high, alpha=0.25, color=color)
             for row in reference.get((label.split(",")[0], env_id), []):  # dotted, in the script's colour
+                published.append(published_value(row))
                 ax.axhline(
-                    published_value(row),
+                    published[-1],
                     color=color,
                     linestyle=":",
                     linewidth=1.2,
+                    zorder=3,  # over the curves, which often reach the same return
                     label=f"published: {row['value']} at {row['steps']} ({row['source'].split(',')[0]})",
                 )
+        if published:  # the reference lines a tenth of the height inside the frame, not on its edge
+            low, high = ax.get_ylim()
+            margin = 0.1 * (max(high, *published) - min(low, *published))
+            ax.set_ylim(min(low, min(published) - margin), max(high, max(published) + margin))
         ax.set(title=env_id, xlabel="env steps", ylabel="episodic return (mean ± std over seeds)")
         ax.legend(fontsize=7)
         fig.tight_layout()

@@ -389,6 +389,35 @@ def test_report_draws_a_one_point_curve_with_a_marker(tmp_path, monkeypatch):
     assert image[int(image.shape[0] - y), int(x), :3].sum() < 2.5
 
 
+def test_report_draws_the_published_lines_over_the_curves_and_clear_of_the_frame(tmp_path, monkeypatch):
+    """CartPole's published 500 and a curve that reaches it: each dotted line lies at least 8% of
+    the axes' height inside the frame (matplotlib's own margin leaves it 4.5% from the top edge,
+    under the curve), and is drawn over the curves."""
+    import matplotlib.pyplot as plt
+
+    sys.path.insert(0, str(ROOT / "benchmark"))
+    import report
+
+    fake_run(tmp_path / "runs", "CartPole-v1__a2c__1__1000", evals=[(100, 200.0), (200, 500.0), (300, 500.0)])
+    (tmp_path / "reference.csv").write_text(
+        "script,env,steps,value,source\na2c,CartPole-v1,500k,500 ± 0,A\na2c,CartPole-v1,100k,150,B\n"
+    )
+    figures = []
+    monkeypatch.setattr(plt, "close", figures.append)
+    argv = [str(tmp_path / "runs"), "--out", str(tmp_path / "out"), "--reference", str(tmp_path / "reference.csv")]
+    assert report.main(argv) == 0
+    (fig,) = figures
+    ax = fig.axes[0]
+    low, high = ax.get_ylim()
+    dotted = [line for line in ax.lines if line.get_linestyle() == ":"]
+    curves = [line for line in ax.lines if line.get_linestyle() == "-"]
+    assert sorted(line.get_ydata()[0] for line in dotted) == [150.0, 500.0] and len(curves) == 1
+    for line in dotted:
+        y = line.get_ydata()[0]
+        assert min(high - y, y - low) >= 0.08 * (high - low), (y, low, high)
+        assert line.get_zorder() > curves[0].get_zorder()
+
+
 def test_report_file_names_replace_colons_and_slashes_in_env_ids(tmp_path):
     fake_run(tmp_path / "runs", "grasp_env:PointGrasp-v0__sac__1__1000", evals=EVALS)
     assert report_main(tmp_path / "runs", "--out", tmp_path / "out") == 0
