@@ -907,12 +907,14 @@ def step_info(infos: dict, key: str, dones: np.ndarray) -> list:
 class Interventions:
     """A person's takeovers, by the protocol of gym-hil's envs (LeRobot's HIL-SERL): where
     info["is_intervention"] is true the env ran info["teleop_action"], not the policy's action, so
-    that is the action stored. Counts each episode's intervened steps (charts/intervention_rate)."""
+    that is the action stored. Counts each episode's intervened steps (charts/intervention_rate,
+    logged once the env has reported interventions)."""
 
     def __init__(self, args, action_space):
         self.env_id, self.space = args.env_id, action_space
         self.levels = gripper_levels(action_space, args.num_discrete_actions)  # none without a gripper
         self.steps = np.zeros((2, args.num_envs), dtype=np.int64)  # each episode's steps so far, and its intervened
+        self.reported = False  # whether any step's info carried is_intervention: the charts start then
 
     def actions(self, infos: dict, actions: np.ndarray, dones: np.ndarray) -> tuple:
         """(actions, intervened): the actions the envs ran, and the mask of the sub-envs a person
@@ -920,6 +922,7 @@ class Interventions:
         flags = step_info(infos, "is_intervention", dones)
         teleop = step_info(infos, "teleop_action", dones)
         check_intervention_flags(self.env_id, flags)
+        self.reported = self.reported or any(flag is not None for flag in flags)
         intervened = np.array([flag is not None and bool(flag) for flag in flags])
         for i in np.flatnonzero(intervened):
             action = np.asarray(teleop[i] if teleop[i] is not None else [], dtype=np.float32)
@@ -932,17 +935,19 @@ class Interventions:
 
     def log(self, writer, dones: np.ndarray, demo_size: int, global_step: int) -> None:
         """charts/intervention_rate, the intervened share of each ended episode's steps, and
-        charts/demo_transitions."""
+        charts/demo_transitions; nothing with an env that has reported no intervention."""
         for i in np.flatnonzero(dones):
-            writer.add_scalar("charts/intervention_rate", self.steps[1, i] / self.steps[0, i], global_step)
-            writer.add_scalar("charts/demo_transitions", demo_size, global_step)
+            if self.reported:
+                writer.add_scalar("charts/intervention_rate", self.steps[1, i] / self.steps[0, i], global_step)
+                writer.add_scalar("charts/demo_transitions", demo_size, global_step)
         self.steps[:, dones] = 0
 
     def state_dict(self) -> dict:
-        return {"steps": self.steps.copy()}
+        return {"steps": self.steps.copy(), "reported": self.reported}
 
     def load_state_dict(self, state: dict) -> None:
         self.steps[:] = state["steps"]
+        self.reported = state["reported"]
 
 
 # MAIN

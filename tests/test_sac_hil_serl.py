@@ -877,6 +877,14 @@ def test_stored_actions_are_the_person_s_and_the_demo_buffer_holds_exactly_the_t
     assert [v for _, v in logged["charts/intervention_rate"]][:4] == [1.0, 1.0, 1.0, 0.0]
 
 
+def test_the_intervention_charts_come_only_with_an_env_that_reports_interventions(in_tmp):
+    """Pendulum's infos carry no is_intervention: its run logs its episodes, and no intervention
+    chart (the scripted person's env, test above, logs a rate for each episode, 0 included)."""
+    logged = scalars(sac.main(tiny())["run_dir"])
+    assert len(logged["charts/episodic_return"]) == 1
+    assert "charts/intervention_rate" not in logged and "charts/demo_transitions" not in logged
+
+
 def test_the_scripted_person_takes_over_where_the_policy_strays_within_its_budget_and_not_in_evaluations():
     from hil_env import EVAL_SEED_OFFSET, PointReach
 
