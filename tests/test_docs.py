@@ -105,6 +105,23 @@ def test_the_resnet_recipe_installs_the_torchvision_paired_with_the_readme_s_tor
     )
 
 
+def test_the_quickstart_installs_torch_first_cpu_only_or_the_default_a_line_each_and_says_which():
+    """The Quickstart's commands: a CPU-only torch and the default one, a line each, before the
+    requirement sets; the prose after them says when to choose each; the test command is the one
+    .ci/run runs verbatim."""
+    quickstart = (ROOT / "README.md").read_text().split("\n## Quickstart\n", 1)[1].split("\n## ", 1)[0]
+    block, prose = quickstart.split("```bash\n", 1)[1].split("```\n", 1)
+    commands = [line.split("  #")[0].strip() for line in block.splitlines()]
+    cpu = [i for i, c in enumerate(commands) if re.fullmatch(r"pip install torch==[\d.]+ --index-url \S+/whl/cpu", c)]
+    default = [i for i, c in enumerate(commands) if re.fullmatch(r"pip install torch==[\d.]+", c)]
+    requirements = [i for i, c in enumerate(commands) if c.startswith("pip install -r requirements/")]
+    assert len(cpu) == len(default) == 1 and max(cpu + default) < min(requirements), commands
+    choice = prose.strip().split("\n\n")[0]
+    assert "CPU-only" in choice and "NVIDIA GPU" in choice and "default" in choice, choice
+    test_command = "pip install -r requirements/requirements-dev.txt && python -m pytest"
+    assert test_command in commands and (ROOT / ".ci" / "run").read_text().strip().endswith(test_command)
+
+
 def test_every_picture_the_docs_show_exists_and_is_small_and_each_script_page_shows_one():
     showing = set()
     for page in [ROOT / "README.md", ROOT / "docs" / "performance.md", *(ROOT / "docs" / f"{n}.md" for n in SCRIPTS)]:
