@@ -325,6 +325,13 @@ def test_smoke_capture_video(tmp_path):
     )
 
 
+def test_smoke_capture_video_of_a_classic_control_env(tmp_path):
+    """CartPole draws its frames with pygame, which the video set (and so the dev set) installs."""
+    check_capture_video(
+        tmp_path, a2c, ["--env-id", "CartPole-v1", "--total-timesteps", "80", "--num-envs", "2"], "losses/policy_loss"
+    )
+
+
 # --------------------------------------------------------------------------------------------------
 # LEARNING
 # --------------------------------------------------------------------------------------------------
