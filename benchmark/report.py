@@ -6,7 +6,8 @@ command.
         --reference benchmark/reference_results.csv
     python benchmark/report.py benchmark_runs --scripts a2c acer \
         --last-episodes 100                            # the PPO paper's A2C/ACER table
-    python benchmark/report.py benchmark/results/speed --speed   # speed.png from speed.py's tables
+    python benchmark/report.py benchmark/results/speed --speed \
+        --out benchmark_runs/speed                     # speed.png from speed.py's tables
 
 Reads every run under the grid root (benchmark/run.py's layout,
 OUT/<script>/<env>/seed_<seed>/runs/<run_name>/, or any folder of run directories named
@@ -199,6 +200,7 @@ def speed_chart(root: str, out: str) -> int:
                 bars.append((label, ratio, least, greatest))
     if not bars:
         return 0
+    os.makedirs(out, exist_ok=True)
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(6, 0.3 + 0.55 * len(bars)))
     labels, ratios, least, greatest = zip(*bars)
@@ -229,11 +231,15 @@ def main(argv=None) -> int:
     parser.add_argument("--speed", action="store_true", help="draw speed.png from benchmark/speed.py's tables in ROOT")
     args = parser.parse_args(argv)
     if args.speed:
-        bars = speed_chart(args.root, args.out or args.root)
+        out = args.out or args.root
+        if os.path.isfile(out):
+            print(f"error: --out {out} is a file: pass a directory", file=sys.stderr)
+            return 2
+        bars = speed_chart(args.root, out)
         if not bars:
             print(f"error: no speed.py table with a peer in {args.root}", file=sys.stderr)
             return 2
-        print(f"wrote {args.out or args.root}/speed.png, {bars} bar(s)")
+        print(f"wrote {out}/speed.png, {bars} bar(s)")
         return 0
     if args.last_episodes < 1:
         print("error: --last-episodes must be at least 1", file=sys.stderr)

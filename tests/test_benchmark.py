@@ -443,6 +443,8 @@ def test_report_speed_draws_a_bar_per_row_with_a_peer(tmp_path):
     done = run_py(tmp_path, "--speed", script="report.py")
     assert done.returncode == 0 and "2 bar(s)" in done.stdout, done.stderr
     assert matplotlib.image.imread(tmp_path / "speed.png").shape[0] > 100
+    elsewhere = run_py(tmp_path, "--speed", "--out", tmp_path / "chart", script="report.py")  # a folder it makes
+    assert elsewhere.returncode == 0 and (tmp_path / "chart" / "speed.png").exists(), elsewhere.stderr
     (tmp_path / "compiled.md").unlink()
     (tmp_path / "separate.md").write_text(f"{header}\n|---|\n| `acer.py` | CartPole-v1 | 1 | 10 | no peer | - | 3 |\n")
     done = run_py(tmp_path, "--speed", script="report.py")
@@ -546,8 +548,9 @@ def test_speed_help_documents_the_sb3_pairs_and_the_before_revision():
 
 def test_speed_compares_td3_with_sb3(tmp_path):
     """benchmark/speed.py on TD3, separate runs: one (ours, SB3) pair that reaches updates on both
-    sides, whose ratio is the ratio of the two SPS cells, and the peak memory of each."""
-    out = tmp_path / "speed.md"
+    sides, whose ratio is the ratio of the two SPS cells, and the peak memory of each; --out in a
+    folder it makes."""
+    out = tmp_path / "tables" / "speed.md"
     done = speed("--pairs", "td3", "--repeats", "1", "--steps", "2100", "--out", str(out))
     assert done.returncode == 0, done.stderr[-2000:]
     text = out.read_text()
