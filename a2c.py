@@ -362,24 +362,24 @@ def main(args: Args) -> dict:
 # VALIDATION AND ATARI OBSERVATIONS
 # ------------------------------------------------------------------------------------
 def check_args(args: Args) -> None:
-    """Raise ConfigError for this script's out-of-range or contradictory flags."""
+    """Raise ConfigError for this script's out-of-range or contradictory flags, each flag's own
+    range before the bounds flags set one another, so that each message names the flag to change."""
     check(
         [
-            (
-                args.total_timesteps < args.num_envs * args.num_steps,
-                f"--total-timesteps {args.total_timesteps} is less than one rollout "
-                f"(--num-envs x --num-steps = {args.num_envs * args.num_steps}): raise it or shorten it",
-            ),
             *(
-                (not getattr(args, name) > 0, f"--{name.replace('_', '-')} must be positive")
+                (not getattr(args, name) > 0, f"--{name.replace('_', '-')} must be positive, not {getattr(args, name)}")
                 for name in ("num_steps", "learning_rate", "max_grad_norm", "optimizer_eps")
             ),
-            (not (args.vf_coef >= 0 and args.ent_coef >= 0), "--vf-coef and --ent-coef must be non-negative"),
+            (not args.vf_coef >= 0, f"--vf-coef must be non-negative, not {args.vf_coef}"),
+            (not args.ent_coef >= 0, f"--ent-coef must be non-negative, not {args.ent_coef}"),
+            (not 0 < args.gamma <= 1, f"--gamma must lie in (0, 1], not {args.gamma}"),
+            (not 0 <= args.gae_lambda <= 1, f"--gae-lambda must lie in [0, 1], not {args.gae_lambda}"),
+            (not 0 <= args.rms_alpha < 1, f"--rms-alpha must lie in [0, 1), not {args.rms_alpha}"),
             (
-                not (0 < args.gamma <= 1 and 0 <= args.gae_lambda <= 1),
-                "--gamma must be in (0, 1], --gae-lambda in [0, 1]",
+                args.total_timesteps < args.num_envs * args.num_steps,
+                f"--total-timesteps ({args.total_timesteps}) must be at least one rollout, --num-envs x --num-steps "
+                f"= {args.num_envs * args.num_steps}",
             ),
-            (not 0 <= args.rms_alpha < 1, "--rms-alpha must lie in [0, 1)"),
         ]
     )
 

@@ -390,31 +390,44 @@ def main(args: Args) -> dict:
 # VALIDATION AND ATARI OBSERVATIONS
 # ------------------------------------------------------------------------------------
 def check_args(args: Args) -> None:
-    """Raise ConfigError for this script's out-of-range or contradictory flags."""
+    """Raise ConfigError for this script's out-of-range or contradictory flags, each flag's own
+    range before the bounds flags set one another, so that each message names the flag to change."""
+    check(
+        [
+            *(
+                (
+                    not getattr(args, name) >= 0,
+                    f"--{name.replace('_', '-')} must be non-negative, not {getattr(args, name)}",
+                )
+                for name in ("replay_ratio", "replay_start", "q_coef", "ent_coef")
+            ),
+            *(
+                (not getattr(args, name) > 0, f"--{name.replace('_', '-')} must be positive, not {getattr(args, name)}")
+                for name in ("num_steps", "learning_rate", "truncation_c", "max_kl", "max_grad_norm", "optimizer_eps")
+            ),
+            (not 0 < args.gamma <= 1, f"--gamma must lie in (0, 1], not {args.gamma}"),
+            (not 0 <= args.avg_decay < 1, f"--avg-decay must lie in [0, 1), not {args.avg_decay}"),
+            (not 0 <= args.rms_alpha < 1, f"--rms-alpha must lie in [0, 1), not {args.rms_alpha}"),
+        ]
+    )
     segment = args.num_envs * args.num_steps
+    whole = args.buffer_size // segment * segment  # the transitions of the whole segments the buffer holds
     check(
         [
             (
                 args.total_timesteps < segment,
-                f"--total-timesteps must be at least --num-envs x --num-steps = {segment}",
-            ),
-            (args.buffer_size < segment, f"--buffer-size must be at least --num-envs x --num-steps = {segment}"),
-            *(
-                (not getattr(args, name) >= 0, f"--{name.replace('_', '-')} must be non-negative")
-                for name in ("replay_ratio", "replay_start", "q_coef", "ent_coef")
+                f"--total-timesteps ({args.total_timesteps}) must be at least one segment, --num-envs x --num-steps "
+                f"= {segment}",
             ),
             (
-                args.replay_ratio > 0 and args.replay_start > args.buffer_size // segment * segment,
-                f"--replay-start "
-                f"{args.replay_start} exceeds the {args.buffer_size // segment * segment} transitions --buffer-size "
-                "holds: lower it",
+                args.buffer_size < segment,
+                f"--buffer-size ({args.buffer_size}) must be at least one segment, --num-envs x --num-steps "
+                f"= {segment}",
             ),
-            *(
-                (not getattr(args, name) > 0, f"--{name.replace('_', '-')} must be positive")
-                for name in ("num_steps", "learning_rate", "truncation_c", "max_kl", "max_grad_norm", "optimizer_eps")
+            (
+                args.replay_ratio > 0 and args.replay_start > whole,
+                f"--replay-start {args.replay_start} exceeds the {whole} transitions --buffer-size holds: lower it",
             ),
-            (not (0 < args.gamma <= 1 and 0 <= args.avg_decay < 1), "--gamma must be in (0, 1], --avg-decay in [0, 1)"),
-            (not 0 <= args.rms_alpha < 1, "--rms-alpha must lie in [0, 1)"),
         ]
     )
 

@@ -438,23 +438,12 @@ def main(args: Args) -> dict:
 # VALIDATION AND ATARI OBSERVATIONS
 # ------------------------------------------------------------------------------------
 def check_args(args: Args) -> None:
-    """Raise ConfigError for this script's out-of-range or contradictory flags."""
+    """Raise ConfigError for this script's out-of-range or contradictory flags, each flag's own
+    range before the bounds flags set one another, so that each message names the flag to change."""
     check(
         [
-            (
-                args.buffer_size < max(args.batch_size, 6 * args.num_envs),
-                f"--buffer-size must be at least --batch-size "
-                f"({args.batch_size}) and 6 x --num-envs ({args.num_envs}): each sub-env's share holds a 4-frame stack "
-                "and s'",
-            ),
-            (
-                args.learning_starts >= args.total_timesteps,
-                f"--learning-starts {args.learning_starts} >= "
-                f"--total-timesteps {args.total_timesteps}: no update would run; lower one or raise the other",
-            ),
-            (args.learning_starts < args.batch_size, "--learning-starts must be at least --batch-size"),
             *(
-                (not getattr(args, name) > 0, f"--{name.replace('_', '-')} must be positive")
+                (not getattr(args, name) > 0, f"--{name.replace('_', '-')} must be positive, not {getattr(args, name)}")
                 for name in (
                     "policy_lr",
                     "q_lr",
@@ -464,9 +453,27 @@ def check_args(args: Args) -> None:
                     "target_network_frequency",
                 )
             ),
-            (not (0 < args.tau <= 1 and 0 < args.gamma <= 1), "--tau and --gamma must lie in (0, 1]"),
-            (not args.alpha >= 0, "--alpha must be non-negative"),
-            (not 0 <= args.target_entropy_scale <= 1, "--target-entropy-scale must lie in [0, 1]"),
+            (not 0 < args.tau <= 1, f"--tau must lie in (0, 1], not {args.tau}"),
+            (not 0 < args.gamma <= 1, f"--gamma must lie in (0, 1], not {args.gamma}"),
+            (not args.alpha >= 0, f"--alpha must be non-negative, not {args.alpha}"),
+            (
+                not 0 <= args.target_entropy_scale <= 1,
+                f"--target-entropy-scale must lie in [0, 1], not {args.target_entropy_scale}",
+            ),
+            (
+                args.buffer_size < max(args.batch_size, 6 * args.num_envs),
+                f"--buffer-size ({args.buffer_size}) must be at least --batch-size ({args.batch_size}) and 6 x "
+                f"--num-envs ({args.num_envs}): each sub-env's share holds a 4-frame stack and s'",
+            ),
+            (
+                args.learning_starts >= args.total_timesteps,
+                f"--learning-starts ({args.learning_starts}) must lie below --total-timesteps "
+                f"({args.total_timesteps}), or no update runs",
+            ),
+            (
+                args.learning_starts < args.batch_size,
+                f"--learning-starts ({args.learning_starts}) must be at least --batch-size ({args.batch_size})",
+            ),
         ]
     )
 

@@ -487,33 +487,44 @@ def main(args: Args) -> dict:
 # VALIDATION
 # --------------------------------------------------------------------------------------------------
 def check_args(args: Args) -> None:
-    """Raise ConfigError for this script's out-of-range or contradictory flags."""
+    """Raise ConfigError for this script's out-of-range or contradictory flags, each flag's own
+    range before the bounds flags set one another, so that each message names the flag to change."""
     check(
         [
+            (not args.policy_lr > 0, f"--policy-lr must be positive, not {args.policy_lr}"),
+            (not args.q_lr > 0, f"--q-lr must be positive, not {args.q_lr}"),
+            (
+                args.max_grad_norm is not None and not args.max_grad_norm > 0,
+                f"--max-grad-norm must be positive, not {args.max_grad_norm}",
+            ),
+            (not 0 < args.tau <= 1, f"--tau must lie in (0, 1], not {args.tau}"),
+            (not 0 < args.gamma <= 1, f"--gamma must lie in (0, 1], not {args.gamma}"),
+            (not args.alpha >= 0, f"--alpha must be non-negative, not {args.alpha}"),
+            (args.batch_size < 1, f"--batch-size must be at least 1, not {args.batch_size}"),
+            (args.num_critics < 2, f"--num-critics must be at least 2, not {args.num_critics}"),
+            (args.utd_ratio < 1, f"--utd-ratio must be at least 1, not {args.utd_ratio}"),
+            (args.policy_frequency < 1, f"--policy-frequency must be at least 1, not {args.policy_frequency}"),
+            (
+                args.target_update_interval < 1,
+                f"--target-update-interval must be at least 1, not {args.target_update_interval}",
+            ),
             (
                 args.buffer_size < max(args.batch_size, 2 * args.num_envs),
-                f"--buffer-size must be at least --batch-size "
-                f"({args.batch_size}) and twice --num-envs ({args.num_envs})",
+                f"--buffer-size ({args.buffer_size}) must be at least --batch-size ({args.batch_size}) and twice "
+                f"--num-envs ({args.num_envs})",
             ),
             (
                 args.learning_starts >= args.total_timesteps,
-                f"--learning-starts must lie below --total-timesteps ({args.total_timesteps}), or no update runs",
+                f"--learning-starts ({args.learning_starts}) must lie below --total-timesteps "
+                f"({args.total_timesteps}), or no update runs",
             ),
-            (not 1 <= args.batch_size <= args.learning_starts, "--batch-size must lie in [1, --learning-starts]"),
             (
-                not min(x for x in (args.policy_lr, args.q_lr, args.max_grad_norm) if x is not None) > 0,
-                "--policy-lr, --q-lr and --max-grad-norm must be positive",
+                args.batch_size > args.learning_starts,
+                f"--batch-size ({args.batch_size}) must be at most --learning-starts ({args.learning_starts})",
             ),
-            (not (0 < args.tau <= 1 and 0 < args.gamma <= 1), "--tau and --gamma must lie in (0, 1]"),
-            (not args.alpha >= 0, "--alpha must be non-negative"),
-            (args.num_critics < 2, "--num-critics must be at least 2"),
             (
                 args.num_subsample_critics not in (None, *range(1, args.num_critics + 1)),
                 f"--num-subsample-critics must lie in [1, --num-critics={args.num_critics}]",
-            ),
-            (
-                min(args.utd_ratio, args.policy_frequency, args.target_update_interval) < 1,
-                "--utd-ratio, --policy-frequency and --target-update-interval must be at least 1",
             ),
         ]
     )

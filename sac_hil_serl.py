@@ -907,12 +907,14 @@ def step_info(infos: dict, key: str, dones: np.ndarray) -> list:
 class Interventions:
     """A person's takeovers, by the protocol of gym-hil's envs (LeRobot's HIL-SERL): where
     info["is_intervention"] is true the env ran info["teleop_action"], not the policy's action, so
-    that is the action stored. Counts each episode's intervened steps (charts/intervention_rate)."""
+    that is the action stored. Counts each episode's intervened steps (charts/intervention_rate,
+    logged once the env has reported interventions)."""
 
     def __init__(self, args, action_space):
         self.env_id, self.space = args.env_id, action_space
         self.levels = gripper_levels(action_space, args.num_discrete_actions)  # none without a gripper
         self.steps = np.zeros((2, args.num_envs), dtype=np.int64)  # each episode's steps so far, and its intervened
+        self.reported = False  # whether any step's info carried is_intervention: the charts start then
 
     def actions(self, infos: dict, actions: np.ndarray, dones: np.ndarray) -> tuple:
         """(actions, intervened): the actions the envs ran, and the mask of the sub-envs a person
@@ -920,6 +922,7 @@ class Interventions:
         flags = step_info(infos, "is_intervention", dones)
         teleop = step_info(infos, "teleop_action", dones)
         check_intervention_flags(self.env_id, flags)
+        self.reported = self.reported or any(flag is not None for flag in flags)
         intervened = np.array([flag is not None and bool(flag) for flag in flags])
         for i in np.flatnonzero(intervened):
             action = np.asarray(teleop[i] if teleop[i] is not None else [], dtype=np.float32)
@@ -932,17 +935,19 @@ class Interventions:
 
     def log(self, writer, dones: np.ndarray, demo_size: int, global_step: int) -> None:
         """charts/intervention_rate, the intervened share of each ended episode's steps, and
-        charts/demo_transitions."""
+        charts/demo_transitions; nothing with an env that has reported no intervention."""
         for i in np.flatnonzero(dones):
-            writer.add_scalar("charts/intervention_rate", self.steps[1, i] / self.steps[0, i], global_step)
-            writer.add_scalar("charts/demo_transitions", demo_size, global_step)
+            if self.reported:
+                writer.add_scalar("charts/intervention_rate", self.steps[1, i] / self.steps[0, i], global_step)
+                writer.add_scalar("charts/demo_transitions", demo_size, global_step)
         self.steps[:, dones] = 0
 
     def state_dict(self) -> dict:
-        return {"steps": self.steps.copy()}
+        return {"steps": self.steps.copy(), "reported": self.reported}
 
     def load_state_dict(self, state: dict) -> None:
         self.steps[:] = state["steps"]
+        self.reported = state["reported"]
 
 
 def final_dict_observations(next_obs: dict, infos: dict) -> dict:
@@ -1059,73 +1064,88 @@ def main(args: Args) -> dict:
 # VALIDATION
 # --------------------------------------------------------------------------------------------------
 def check_args(args: Args) -> None:
-    """Raise ConfigError for this script's out-of-range or contradictory flags."""
+    """Raise ConfigError for this script's out-of-range or contradictory flags, each flag's own
+    range before the bounds flags set one another, so that each message names the flag to change."""
     replay_dir = os.path.dirname(os.path.abspath(args.save_replay or "."))
+    size = args.image_size or PIXELS
     check(
         [
+            (not args.policy_lr > 0, f"--policy-lr must be positive, not {args.policy_lr}"),
+            (not args.q_lr > 0, f"--q-lr must be positive, not {args.q_lr}"),
+            (
+                args.discrete_q_lr is not None and not args.discrete_q_lr > 0,
+                f"--discrete-q-lr must be positive, not {args.discrete_q_lr}",
+            ),
+            (
+                args.max_grad_norm is not None and not args.max_grad_norm > 0,
+                f"--max-grad-norm must be positive, not {args.max_grad_norm}",
+            ),
+            (not 0 < args.tau <= 1, f"--tau must lie in (0, 1], not {args.tau}"),
+            (not 0 < args.gamma <= 1, f"--gamma must lie in (0, 1], not {args.gamma}"),
+            (not args.alpha >= 0, f"--alpha must be non-negative, not {args.alpha}"),
+            (args.batch_size < 1, f"--batch-size must be at least 1, not {args.batch_size}"),
+            (args.num_critics < 2, f"--num-critics must be at least 2, not {args.num_critics}"),
+            (args.utd_ratio < 1, f"--utd-ratio must be at least 1, not {args.utd_ratio}"),
+            (args.policy_frequency < 1, f"--policy-frequency must be at least 1, not {args.policy_frequency}"),
+            (
+                args.target_update_interval < 1,
+                f"--target-update-interval must be at least 1, not {args.target_update_interval}",
+            ),
+            (not 16 <= size <= 512, f"--image-size must lie in [16, 512] pixels, not {size}"),  # 99M weights a head
+            (
+                args.frame_stack < 1,
+                f"--frame-stack must be at least 1 (1: the newest frame alone), not {args.frame_stack}",
+            ),
+            (
+                args.frame_stack > 1 and not args.from_pixels,
+                "--frame-stack stacks the frames of --from-pixels: add --from-pixels, or set --frame-stack 1",
+            ),
+            (
+                3 * args.frame_stack >= size,  # fewer channels than columns: `channels_first` tells them apart
+                f"--frame-stack must be at most {(size - 1) // 3} with {size}-pixel frames (its 3 x k channels must "
+                f"be fewer than a frame's width), not {args.frame_stack}",
+            ),
+            (not 0 <= (args.offline_ratio or 0) <= 1, f"--offline-ratio must lie in [0, 1], not {args.offline_ratio}"),
+            (args.offline_steps < 0, f"--offline-steps must be non-negative, not {args.offline_steps}"),
+            (
+                args.num_discrete_actions < 0 or args.num_discrete_actions == 1,
+                "--num-discrete-actions must be 0 (off) or at least 2: a gripper of one command has nothing to choose",
+            ),
+            (not 0 <= args.gripper_epsilon <= 1, f"--gripper-epsilon must lie in [0, 1], not {args.gripper_epsilon}"),
+            (args.demo_buffer_size < 2, "--demo-buffer-size must be at least 2: a row's s' image is the next row's s"),
+            (
+                args.save_replay and (os.path.isdir(args.save_replay) or not os.access(replay_dir, os.W_OK | os.X_OK)),
+                f"--save-replay {args.save_replay} is a directory, or its directory is missing or read-only; "
+                "pass a file name, such as replay.npz, in a writable directory",
+            ),
             (
                 args.buffer_size < max(args.batch_size, 2 * args.num_envs),
-                f"--buffer-size must be at least --batch-size "
-                f"({args.batch_size}) and twice --num-envs ({args.num_envs})",
+                f"--buffer-size ({args.buffer_size}) must be at least --batch-size ({args.batch_size}) and twice "
+                f"--num-envs ({args.num_envs})",
             ),
             (
                 args.learning_starts >= args.total_timesteps and not args.offline_steps,
-                f"--learning-starts must lie below --total-timesteps ({args.total_timesteps}), or no update runs",
+                f"--learning-starts ({args.learning_starts}) must lie below --total-timesteps "
+                f"({args.total_timesteps}), or no update runs",
             ),
             (
-                not 1 <= args.batch_size <= (args.buffer_size if args.offline_data else args.learning_starts),
-                "--batch-size must lie in [1, --learning-starts] ([1, --buffer-size] with --offline-data)",
+                args.batch_size > args.learning_starts and not args.offline_data,
+                f"--batch-size ({args.batch_size}) must be at most --learning-starts ({args.learning_starts}) "
+                "without --offline-data",
             ),
-            (
-                not min(x for x in (args.policy_lr, args.q_lr, args.discrete_q_lr, args.max_grad_norm) if x is not None)
-                > 0,
-                "--policy-lr, --q-lr, --discrete-q-lr and --max-grad-norm must be positive",
-            ),
-            (not (0 < args.tau <= 1 and 0 < args.gamma <= 1), "--tau and --gamma must lie in (0, 1]"),
-            (not args.alpha >= 0, "--alpha must be non-negative"),
-            (args.num_critics < 2, "--num-critics must be at least 2"),
             (
                 args.num_subsample_critics not in (None, *range(1, args.num_critics + 1)),
                 f"--num-subsample-critics must lie in [1, --num-critics={args.num_critics}]",
             ),
             (
-                min(args.utd_ratio, args.policy_frequency, args.target_update_interval) < 1,
-                "--utd-ratio, --policy-frequency and --target-update-interval must be at least 1",
-            ),
-            (
-                not 16 <= (args.image_size or PIXELS) <= 512,
-                "--image-size must lie in [16, 512] pixels",
-            ),  # 99M weights a head
-            (
-                not 1 <= args.frame_stack < (args.image_size or PIXELS) / 3
-                or args.frame_stack > 1
-                and not args.from_pixels,
-                "--frame-stack must lie in [1, --image-size / 3) and above 1 needs --from-pixels",
-            ),
-            (
-                not 0 <= (args.offline_ratio or 0) <= 1 or args.offline_steps < 0,
-                "--offline-ratio must lie in [0, 1] and --offline-steps be non-negative",
-            ),
-            (
-                args.num_discrete_actions < 0 or args.num_discrete_actions == 1,
-                "--num-discrete-actions must be 0 (off) or at least 2: a gripper of one command has nothing to choose",
-            ),
-            (not 0 <= args.gripper_epsilon <= 1, "--gripper-epsilon must lie in [0, 1]"),
-            (
                 args.offline_steps and not args.offline_data,
                 "--offline-steps needs --offline-data PATH, an .npz written by --save-replay",
             ),
-            (args.demo_buffer_size < 2, "--demo-buffer-size must be at least 2: a row's s' image is the next row's s"),
             (
                 args.save_replay
                 and args.offline_data
                 and os.path.abspath(args.save_replay) == os.path.abspath(args.offline_data),
                 "--save-replay would overwrite the --offline-data file; pass another file name",
-            ),
-            (
-                args.save_replay and (os.path.isdir(args.save_replay) or not os.access(replay_dir, os.W_OK | os.X_OK)),
-                f"--save-replay {args.save_replay} is a directory, or its directory is missing or read-only; "
-                "pass a file name, such as replay.npz, in a writable directory",
             ),
         ]
     )
@@ -1171,7 +1191,12 @@ def check_spaces(env_id: str, obs_space, action_space) -> None:
 def robot_learning_setup(args, obs_space, action_space) -> dict | None:
     """The image and gripper flags checked against the env; --offline-data's arrays, checked in full
     (RLPD, HIL-SERL)."""
-    images = args.freeze_image_encoder or args.image_encoder_weights or args.image_pooling != "flatten"
+    image_flags = {
+        "--image-pooling spatial": args.image_pooling != "flatten",
+        "--freeze-image-encoder": args.freeze_image_encoder,
+        "--image-encoder-weights": args.image_encoder_weights,
+    }
+    given = next((flag for flag, value in image_flags.items() if value), None)  # the first image flag set
     spaces, act_dim = getattr(obs_space, "spaces", {}), action_space.shape[0]
     check(
         [
@@ -1181,10 +1206,12 @@ def robot_learning_setup(args, obs_space, action_space) -> dict | None:
                 "dimension; the gripper is the last of at least two",
             ),
             (
-                images and not (args.shared_encoder and any(map(is_image, spaces.values()))),
-                "--image-"
-                "pooling spatial, --freeze-image-encoder and --image-encoder-weights need images (--from-pixels) and "
-                "--shared-encoder (HIL-SERL's: the actor reads the critics' image features)",
+                given and not any(map(is_image, spaces.values())),
+                f"{given} needs images: add --from-pixels, or use an env with image observations",
+            ),
+            (
+                given and not args.shared_encoder,
+                f"{given} needs --shared-encoder (HIL-SERL's: the actor reads the critics' image features)",
             ),
         ]
     )

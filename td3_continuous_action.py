@@ -360,26 +360,35 @@ def main(args: Args) -> dict:
 # VALIDATION
 # --------------------------------------------------------------------------------------------------
 def check_args(args: Args) -> None:
-    """Raise ConfigError for this script's out-of-range or contradictory flags."""
+    """Raise ConfigError for this script's out-of-range or contradictory flags, each flag's own
+    range before the bounds flags set one another, so that each message names the flag to change."""
     check(
         [
+            (not args.learning_rate > 0, f"--learning-rate must be positive, not {args.learning_rate}"),
+            (not 0 < args.tau <= 1, f"--tau must lie in (0, 1], not {args.tau}"),
+            (not 0 < args.gamma <= 1, f"--gamma must lie in (0, 1], not {args.gamma}"),
+            (not args.policy_noise >= 0, f"--policy-noise must be non-negative, not {args.policy_noise}"),
+            (not args.noise_clip >= 0, f"--noise-clip must be non-negative, not {args.noise_clip}"),
+            (
+                not args.exploration_noise >= 0,
+                f"--exploration-noise must be non-negative, not {args.exploration_noise}",
+            ),
+            (args.batch_size < 1, f"--batch-size must be at least 1, not {args.batch_size}"),
+            (args.policy_frequency < 1, f"--policy-frequency must be at least 1, not {args.policy_frequency}"),
             (
                 args.buffer_size < max(args.batch_size, args.num_envs),
-                f"--buffer-size must be at least --batch-size ({args.batch_size}) and --num-envs ({args.num_envs})",
+                f"--buffer-size ({args.buffer_size}) must be at least --batch-size ({args.batch_size}) and "
+                f"--num-envs ({args.num_envs})",
             ),
             (
                 args.learning_starts >= args.total_timesteps,
-                f"--learning-starts {args.learning_starts} >= "
-                f"--total-timesteps {args.total_timesteps}: no update would run; lower one or raise the other",
+                f"--learning-starts ({args.learning_starts}) must lie below --total-timesteps "
+                f"({args.total_timesteps}), or no update runs",
             ),
-            (not 1 <= args.batch_size <= args.learning_starts, "--batch-size must lie in [1, --learning-starts]"),
-            (not args.learning_rate > 0, "--learning-rate must be positive"),
-            (not (0 < args.tau <= 1 and 0 < args.gamma <= 1), "--tau and --gamma must lie in (0, 1]"),
             (
-                not min(args.policy_noise, args.noise_clip, args.exploration_noise) >= 0,
-                "--policy-noise, --noise-clip and --exploration-noise must be non-negative",
+                args.learning_starts < args.batch_size,
+                f"--learning-starts ({args.learning_starts}) must be at least --batch-size ({args.batch_size})",
             ),
-            (args.policy_frequency < 1, "--policy-frequency must be at least 1"),
         ]
     )
 

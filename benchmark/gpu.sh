@@ -10,13 +10,14 @@
 # The timing stages run alone on the machine; the learning runs share it with the tests only.
 # On a machine with a CUDA GPU, from the repository root:
 #   bash benchmark/gpu.sh      # Hopper runs of 4,500 env steps, timed from 2,500; tables and logs in RESULTS
+#                              (default: benchmark_runs/gpu, which git ignores)
 #   STAGES="tests" DEADLINE=400 bash benchmark/gpu.sh   # some stages only (hopper pixels redq sac_atari tests)
 # All stages take about 18 minutes on an H100 with a 16-core host; split them where a call is limited to less.
 # A machine without a package index needs the wheels of requirements/requirements.txt, and of pytest, pluggy and
 # iniconfig, in reach of pip first.
 set -uo pipefail
 export MUJOCO_GL=${MUJOCO_GL:-egl}
-out=$(realpath -m "${RESULTS:-benchmark/results/speed}") root=$PWD start=$SECONDS
+out=$(realpath -m "${RESULTS:-benchmark_runs/gpu}") root=$PWD start=$SECONDS
 steps=${STEPS:-4500} warmup=${WARMUP:-500} deadline=${DEADLINE:-1080}
 learn_steps=${LEARN_STEPS:-100000} learn_seeds=${LEARN_SEEDS:-1} stages=" ${STAGES:-hopper pixels redq sac_atari tests} "
 mkdir -p "$out"

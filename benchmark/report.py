@@ -6,7 +6,8 @@ command.
         --reference benchmark/reference_results.csv
     python benchmark/report.py benchmark_runs --scripts a2c acer \
         --last-episodes 100                            # the PPO paper's A2C/ACER table
-    python benchmark/report.py benchmark/results/speed --speed   # speed.png from speed.py's tables
+    python benchmark/report.py benchmark/results/speed --speed \
+        --out benchmark_runs/speed                     # speed.png from speed.py's tables
 
 Reads every run under the grid root (benchmark/run.py's layout,
 OUT/<script>/<env>/seed_<seed>/runs/<run_name>/, or any folder of run directories named
@@ -14,10 +15,10 @@ OUT/<script>/<env>/seed_<seed>/runs/<run_name>/, or any folder of run directorie
 env across seeds, and writes:
     <env>.png   eval/episodic_return (greedy policy) against env steps: the mean over seeds with a
                 band of one standard deviation, one line per script, the published numbers of
-                --reference as dotted lines, the band kept within the env's return bounds where
-                RETURN_BOUNDS knows them. A seed with fewer than MIN_EVALS evaluations is warned
-                about, and its script's line shows the training return (the mean of the last K
-                charts/episodic_return) instead;
+                --reference as dotted lines over the curves and clear of the frame's edges, the
+                band kept within the env's return bounds where RETURN_BOUNDS knows them. A seed
+                with fewer than MIN_EVALS evaluations is warned about, and its script's line shows
+                the training return (the mean of the last K charts/episodic_return) instead;
     results.md  the final return of each (script, env): the last evaluation of each seed, as mean ±
                 std and the interquartile mean (IQM: the mean of the middle half of the seeds, a
                 quarter trimmed from each end, rounded down, as scipy.stats.trim_mean(x, 0.25)); the
@@ -199,6 +200,7 @@ def speed_chart(root: str, out: str) -> int:
                 bars.append((label, ratio, least, greatest))
     if not bars:
         return 0
+    os.makedirs(out, exist_ok=True)
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(6, 0.3 + 0.55 * len(bars)))
     labels, ratios, least, greatest = zip(*bars)
@@ -216,7 +218,7 @@ def speed_chart(root: str, out: str) -> int:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("root", help="the grid's root directory (benchmark/run.py --out)")
     parser.add_argument("--out", default=None, help="where to write the PNGs and results.md (default: ROOT/report)")
     parser.add_argument(
@@ -229,11 +231,15 @@ def main(argv=None) -> int:
     parser.add_argument("--speed", action="store_true", help="draw speed.png from benchmark/speed.py's tables in ROOT")
     args = parser.parse_args(argv)
     if args.speed:
-        bars = speed_chart(args.root, args.out or args.root)
+        out = args.out or args.root
+        if os.path.isfile(out):
+            print(f"error: --out {out} is a file: pass a directory", file=sys.stderr)
+            return 2
+        bars = speed_chart(args.root, out)
         if not bars:
             print(f"error: no speed.py table with a peer in {args.root}", file=sys.stderr)
             return 2
-        print(f"wrote {args.out or args.root}/speed.png, {bars} bar(s)")
+        print(f"wrote {out}/speed.png, {bars} bar(s)")
         return 0
     if args.last_episodes < 1:
         print("error: --last-episodes must be at least 1", file=sys.stderr)
@@ -309,6 +315,7 @@ def main(argv=None) -> int:
 
     for env_id, entries in by_env.items():
         fig, ax = plt.subplots(figsize=(6, 4))
+        published = []  # the reference lines' returns
         for label, curves in entries:
             # the steps every seed reached; each seed evaluates at the same steps (every
             # --eval-freq)
@@ -322,13 +329,19 @@ def main(argv=None) -> int:
             )[0].get_color()
             ax.fill_between(common, low, high, alpha=0.25, color=color)
             for row in reference.get((label.split(",")[0], env_id), []):  # dotted, in the script's colour
+                published.append(published_value(row))
                 ax.axhline(
-                    published_value(row),
+                    published[-1],
                     color=color,
                     linestyle=":",
                     linewidth=1.2,
+                    zorder=3,  # over the curves, which often reach the same return
                     label=f"published: {row['value']} at {row['steps']} ({row['source'].split(',')[0]})",
                 )
+        if published:  # the reference lines a tenth of the height inside the frame, not on its edge
+            low, high = ax.get_ylim()
+            margin = 0.1 * (max(high, *published) - min(low, *published))
+            ax.set_ylim(min(low, min(published) - margin), max(high, max(published) + margin))
         ax.set(title=env_id, xlabel="env steps", ylabel="episodic return (mean ± std over seeds)")
         ax.legend(fontsize=7)
         fig.tight_layout()

@@ -13,8 +13,9 @@ exiting 0 leaves a DONE file and is skipped next time; one that left a checkpoin
 --resume; the others start afresh. A lock file held while a run is going keeps a second runner out
 of its directory. A failed run is reported by name with the tail of its log, and the others go on. A
 fresh run records its flags in flags.txt; a grid whose flags differ from a recorded run's is
-refused, naming the difference, unless --rerun says to delete such runs and run them again. With
-more than one worker each run gets one torch/OpenMP/MKL thread (oversubscribed threads are ruinous).
+refused, naming the difference, unless --rerun says to delete such runs and run them again; a run
+that wrote nothing (its script refused a flag) binds no grid. With more than one worker each run
+gets one torch/OpenMP/MKL thread (oversubscribed threads are ruinous).
 
 Then: python benchmark/report.py OUT
 """
@@ -65,11 +66,12 @@ def command(args, env_id: str, seed: int, directory: str) -> list:
 
 
 def changed_flags(args, env_id: str, seed: int) -> str:
-    """How this grid's flags differ from those the run in this cell recorded ('' if alike or none
-    recorded)."""
-    path = os.path.join(run_dir(args.out, args.script, env_id, seed), "flags.txt")
-    if not os.path.exists(path):
-        return ""
+    """How this grid's flags differ from those the run in this cell recorded ('' if alike, if none
+    recorded, or if the run wrote nothing)."""
+    directory = run_dir(args.out, args.script, env_id, seed)
+    path = os.path.join(directory, "flags.txt")
+    if not os.path.exists(path) or not os.path.isdir(os.path.join(directory, "runs")):  # none, or a run that wrote
+        return ""  # nothing (its script refused a flag): there is no result to keep apart
     old, new = ({}, {}), flags(args, env_id, seed)
     for table, tokens in zip(old, (shlex.split(open(path).read()), new)):
         key = ""
@@ -260,7 +262,7 @@ def main(argv=None) -> int:
         if argv[i] == "--extra":
             argv[i : i + 2] = [f"--extra={argv[i + 1]}"]
         i += 1
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--script", required=True, choices=SCRIPTS)
     parser.add_argument("--envs", nargs="+", required=True)
     parser.add_argument("--seeds", nargs="+", type=int, default=[1, 2, 3])

@@ -546,6 +546,8 @@ def main() -> None:
         return child(args)
     if problem := check(args):
         sys.exit(f"error: {problem}")
+    if args.out:  # its folder made now, not after the measurements
+        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     command = shlex.join(["python", "benchmark/speed.py", *sys.argv[1:]])
     text = (floor_markdown if args.floor else gpu_markdown if args.gpu else pairs_markdown)(args, command)
     print(text)

@@ -282,8 +282,8 @@ BAD_INPUT = {  # this script's flags; the common ones are in test_common_block.p
     "no steps per rollout": (["--num-steps", "0"], "--num-steps"),
     "budget below one rollout": (["--total-timesteps", "10"], "--total-timesteps"),
     "lambda above one": (["--gae-lambda", "1.5"], "--gae-lambda"),
-    "negative lambda": (["--gae-lambda", "-0.1"], "--gae-lambda in [0, 1]"),
-    "negative value coefficient": (["--vf-coef", "-1"], "--vf-coef and --ent-coef must be non-negative"),
+    "negative lambda": (["--gae-lambda", "-0.1"], "--gae-lambda must lie in [0, 1]"),
+    "negative value coefficient": (["--vf-coef", "-1"], "--vf-coef must be non-negative"),
     "zero gradient clip": (["--max-grad-norm", "0"], "--max-grad-norm must be positive"),
     "zero optimizer epsilon": (["--optimizer-eps", "0"], "--optimizer-eps must be positive"),
     "rmsprop decay of one": (["--rms-alpha", "1"], "--rms-alpha must lie in [0, 1)"),
@@ -322,6 +322,13 @@ def test_smoke_capture_video(tmp_path):
         a2c,
         ["--env-id", "InvertedPendulum-v5", "--total-timesteps", "80", "--num-envs", "2"],
         "losses/policy_loss",
+    )
+
+
+def test_smoke_capture_video_of_a_classic_control_env(tmp_path):
+    """CartPole draws its frames with pygame, which the video set (and so the dev set) installs."""
+    check_capture_video(
+        tmp_path, a2c, ["--env-id", "CartPole-v1", "--total-timesteps", "80", "--num-envs", "2"], "losses/policy_loss"
     )
 
 

@@ -442,7 +442,7 @@ BAD_INPUT = {
     ),
     "negative replay ratio": (["--replay-ratio", "-1"], "--replay-ratio"),
     "average decay of one": (["--avg-decay", "1"], "--avg-decay"),
-    "negative average decay": (["--avg-decay", "-0.1"], "--avg-decay in [0, 1)"),
+    "negative average decay": (["--avg-decay", "-0.1"], "--avg-decay must lie in [0, 1)"),
     "negative q coefficient": (["--q-coef", "-1"], "--q-coef must be non-negative"),
     "negative entropy coefficient": (["--ent-coef", "-0.1"], "--ent-coef must be non-negative"),
     "zero learning rate": (["--learning-rate", "0"], "--learning-rate must be positive"),

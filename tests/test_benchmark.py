@@ -1,8 +1,9 @@
 """benchmark/run.py, report.py and speed.py: a tiny a2c grid runs to the end, a second run does
-nothing, a runner stopped mid-grid finishes the rest when started again, failures are reported and
-do not stop the others, a locked run is left alone, the report's PNG and table match values read
-straight from the event files; speed.py's table and notes against SB3 and against a git revision,
-and its one-line refusals."""
+nothing, a runner stopped mid-grid finishes the rest when started again, failures are reported
+and do not stop the others, a locked run is left alone, a run its script refused at once pins no
+flags, --help is whole, the report's PNG and table match values read straight from the event
+files; speed.py's table and notes against SB3 and against a git revision, and its one-line
+refusals."""
 
 import argparse
 import fcntl
@@ -79,6 +80,29 @@ def test_a_grid_whose_flags_differ_from_a_recorded_run_is_refused_unless_told_to
     assert "--eval-episodes 3 --num-envs 4 --ent-coef 0" in recorded.read_text()
     assert len(glob.glob(f"{tmp_path}/grid/a2c/CartPole-v1/seed_1/runs/*")) == 1  # the old run is gone
     assert "0 to run" in runner(tmp_path, *other).stdout
+
+
+def test_a_run_its_script_refused_at_once_does_not_pin_the_grid_s_flags(tmp_path):
+    """A mistyped flag in --extra: each run fails before its first step, writing nothing; the grid
+    with the flag fixed runs, and records the fixed flags."""
+    typo = runner(tmp_path, "--seeds", "1", "--extra", "--eval-freq 200 --eval-episodes 2 --ent-coeff 0")
+    recorded = tmp_path / "grid" / "a2c" / "CartPole-v1" / "seed_1" / "flags.txt"
+    assert typo.returncode == 1 and "FAILED a2c CartPole-v1 seed 1 (exit 2)" in typo.stdout, typo.stdout
+    assert "--ent-coeff" in recorded.read_text() and not (recorded.parent / "runs").exists()
+    fixed = runner(tmp_path, "--seeds", "1", "--extra", "--eval-freq 200 --eval-episodes 2 --ent-coef 0")
+    assert fixed.returncode == 0 and "1 to run" in fixed.stdout, fixed.stdout + fixed.stderr
+    assert recorded.read_text().endswith("--eval-freq 200 --eval-episodes 2 --ent-coef 0\n")
+    assert (recorded.parent / "DONE").exists()
+
+
+@pytest.mark.parametrize("script", ["run.py", "report.py"])
+def test_help_prints_the_whole_description(script):
+    """--help ends no sentence of the module docstring midway: the whole of it is there."""
+    import ast
+
+    helped = run_py("--help", script=script)
+    docstring = ast.get_docstring(ast.parse((ROOT / "benchmark" / script).read_text()))
+    assert helped.returncode == 0 and docstring in helped.stdout
 
 
 def test_dry_run_prints_the_commands_and_runs_nothing(tmp_path):
@@ -365,6 +389,35 @@ def test_report_draws_a_one_point_curve_with_a_marker(tmp_path, monkeypatch):
     assert image[int(image.shape[0] - y), int(x), :3].sum() < 2.5
 
 
+def test_report_draws_the_published_lines_over_the_curves_and_clear_of_the_frame(tmp_path, monkeypatch):
+    """CartPole's published 500 and a curve that reaches it: each dotted line lies at least 8% of
+    the axes' height inside the frame (matplotlib's own margin leaves it 4.5% from the top edge,
+    under the curve), and is drawn over the curves."""
+    import matplotlib.pyplot as plt
+
+    sys.path.insert(0, str(ROOT / "benchmark"))
+    import report
+
+    fake_run(tmp_path / "runs", "CartPole-v1__a2c__1__1000", evals=[(100, 200.0), (200, 500.0), (300, 500.0)])
+    (tmp_path / "reference.csv").write_text(
+        "script,env,steps,value,source\na2c,CartPole-v1,500k,500 ± 0,A\na2c,CartPole-v1,100k,150,B\n"
+    )
+    figures = []
+    monkeypatch.setattr(plt, "close", figures.append)
+    argv = [str(tmp_path / "runs"), "--out", str(tmp_path / "out"), "--reference", str(tmp_path / "reference.csv")]
+    assert report.main(argv) == 0
+    (fig,) = figures
+    ax = fig.axes[0]
+    low, high = ax.get_ylim()
+    dotted = [line for line in ax.lines if line.get_linestyle() == ":"]
+    curves = [line for line in ax.lines if line.get_linestyle() == "-"]
+    assert sorted(line.get_ydata()[0] for line in dotted) == [150.0, 500.0] and len(curves) == 1
+    for line in dotted:
+        y = line.get_ydata()[0]
+        assert min(high - y, y - low) >= 0.08 * (high - low), (y, low, high)
+        assert line.get_zorder() > curves[0].get_zorder()
+
+
 def test_report_file_names_replace_colons_and_slashes_in_env_ids(tmp_path):
     fake_run(tmp_path / "runs", "grasp_env:PointGrasp-v0__sac__1__1000", evals=EVALS)
     assert report_main(tmp_path / "runs", "--out", tmp_path / "out") == 0
@@ -390,6 +443,8 @@ def test_report_speed_draws_a_bar_per_row_with_a_peer(tmp_path):
     done = run_py(tmp_path, "--speed", script="report.py")
     assert done.returncode == 0 and "2 bar(s)" in done.stdout, done.stderr
     assert matplotlib.image.imread(tmp_path / "speed.png").shape[0] > 100
+    elsewhere = run_py(tmp_path, "--speed", "--out", tmp_path / "chart", script="report.py")  # a folder it makes
+    assert elsewhere.returncode == 0 and (tmp_path / "chart" / "speed.png").exists(), elsewhere.stderr
     (tmp_path / "compiled.md").unlink()
     (tmp_path / "separate.md").write_text(f"{header}\n|---|\n| `acer.py` | CartPole-v1 | 1 | 10 | no peer | - | 3 |\n")
     done = run_py(tmp_path, "--speed", script="report.py")
@@ -493,8 +548,9 @@ def test_speed_help_documents_the_sb3_pairs_and_the_before_revision():
 
 def test_speed_compares_td3_with_sb3(tmp_path):
     """benchmark/speed.py on TD3, separate runs: one (ours, SB3) pair that reaches updates on both
-    sides, whose ratio is the ratio of the two SPS cells, and the peak memory of each."""
-    out = tmp_path / "speed.md"
+    sides, whose ratio is the ratio of the two SPS cells, and the peak memory of each; --out in a
+    folder it makes."""
+    out = tmp_path / "tables" / "speed.md"
     done = speed("--pairs", "td3", "--repeats", "1", "--steps", "2100", "--out", str(out))
     assert done.returncode == 0, done.stderr[-2000:]
     text = out.read_text()

@@ -2,6 +2,7 @@
 tables list every field of `Args` once with its default, and no tracked file carries development
 history, machine names or paths outside the repository."""
 
+import ast
 import dataclasses
 import importlib
 import re
@@ -103,6 +104,57 @@ def test_the_resnet_recipe_installs_the_torchvision_paired_with_the_readme_s_tor
         torch.group(),
         torchvision.group(),
     )
+
+
+def test_the_quickstart_installs_torch_first_cpu_only_or_the_default_a_line_each_and_says_which():
+    """The Quickstart's commands: a CPU-only torch and the default one, a line each, before the
+    requirement sets; the prose after them says when to choose each; the test command is the one
+    .ci/run runs verbatim."""
+    quickstart = (ROOT / "README.md").read_text().split("\n## Quickstart\n", 1)[1].split("\n## ", 1)[0]
+    block, prose = quickstart.split("```bash\n", 1)[1].split("```\n", 1)
+    commands = [line.split("  #")[0].strip() for line in block.splitlines()]
+    cpu = [i for i, c in enumerate(commands) if re.fullmatch(r"pip install torch==[\d.]+ --index-url \S+/whl/cpu", c)]
+    default = [i for i, c in enumerate(commands) if re.fullmatch(r"pip install torch==[\d.]+", c)]
+    requirements = [i for i, c in enumerate(commands) if c.startswith("pip install -r requirements/")]
+    assert len(cpu) == len(default) == 1 and max(cpu + default) < min(requirements), commands
+    choice = prose.strip().split("\n\n")[0]
+    assert "CPU-only" in choice and "NVIDIA GPU" in choice and "default" in choice, choice
+    test_command = "pip install -r requirements/requirements-dev.txt && python -m pytest"
+    assert test_command in commands and (ROOT / ".ci" / "run").read_text().strip().endswith(test_command)
+
+
+SHOWN_COMMAND = re.compile(r"^ *((?:[A-Z_]+=\S+ )*(?:python|bash) \S+\.(?:py|sh)(?: .*)?)$", re.M)
+INLINE_COMMAND = re.compile(r"`((?:[A-Z_]+=\S+ )*(?:python|bash) \S+\.(?:py|sh)(?: [^`]*)?)`")
+
+
+def shown_commands() -> list:
+    """[(file, argv)] of every command the README, the pages and the benchmark tools' help show, in
+    code blocks and inline, continuation lines joined and comments dropped."""
+    texts = {path: path.read_text() for path in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]}
+    texts.update({path: ast.get_docstring(ast.parse(path.read_text())) for path in (ROOT / "benchmark").glob("*.py")})
+    return [
+        (path.relative_to(ROOT), shlex.split(match[1], comments=True))
+        for path, text in texts.items()
+        for pattern in (SHOWN_COMMAND, INLINE_COMMAND)
+        for match in pattern.finditer(text.replace("\\\n", " "))
+    ]
+
+
+def test_no_command_the_docs_show_writes_into_the_committed_results():
+    """benchmark/results/ holds the committed reports and tables: a command on a page may read
+    there (report.py's ROOT, with an --out elsewhere), and writes into a scratch folder; the
+    benchmark shell scripts' defaults point elsewhere too."""
+    commands = shown_commands()
+    assert len(commands) > 50 and any("benchmark/report.py" in argv for _, argv in commands)
+    written = []
+    for path, argv in commands:
+        read = []
+        if "benchmark/report.py" in argv and any(arg.split("=")[0] == "--out" for arg in argv):
+            read = [argv[argv.index("benchmark/report.py") + 1]]  # ROOT, read only
+        written += [f"{path}: {shlex.join(argv)}" for arg in argv if "benchmark/results" in arg and arg not in read]
+    assert not written, "\n".join(written)
+    for script in sorted((ROOT / "benchmark").rglob("*.sh")):
+        assert "benchmark/results" not in script.read_text(), script
 
 
 def test_every_picture_the_docs_show_exists_and_is_small_and_each_script_page_shows_one():

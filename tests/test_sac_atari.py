@@ -187,15 +187,15 @@ def test_a_buffer_too_small_for_a_stack_and_a_transition_per_sub_env_is_one_line
 
 
 BAD_INPUT = {  # this script's flags; the common ones are in test_common_block.py
-    "learning never starts": (["--learning-starts", "100", "--total-timesteps", "100"], "no update would run"),
+    "learning never starts": (["--learning-starts", "100", "--total-timesteps", "100"], "no update runs"),
     "learning starts below batch": (["--learning-starts", "32", "--batch-size", "64"], "--learning-starts"),
     "zero policy learning rate": (["--policy-lr", "0"], "--policy-lr must be positive"),
     "zero critic learning rate": (["--q-lr", "0"], "--q-lr must be positive"),
     "zero optimizer epsilon": (["--optimizer-eps", "0"], "--optimizer-eps must be positive"),
     "zero update frequency": (["--update-frequency", "0"], "--update-frequency must be positive"),
     "zero target frequency": (["--target-network-frequency", "0"], "--target-network-frequency must be positive"),
-    "zero tau": (["--tau", "0"], "--tau and --gamma"),
-    "gamma above one": (["--gamma", "1.01"], "--tau and --gamma"),
+    "zero tau": (["--tau", "0"], "--tau must lie in (0, 1], not 0.0"),
+    "gamma above one": (["--gamma", "1.01"], "--gamma must lie in (0, 1], not 1.01"),
     "negative alpha": (["--alpha", "-1"], "--alpha must be non-negative"),
     "target entropy scale above one": (["--target-entropy-scale", "2"], "--target-entropy-scale"),
 }

@@ -543,9 +543,9 @@ BAD_INPUT = {  # this script's flags; the common ones are in test_common_block.p
     ),
     "offline ratio above one": (["--offline-data", "pendulum.npz", "--offline-ratio", "1.5"], "--offline-ratio"),
     "offline steps without data": (["--offline-steps", "10"], "needs --offline-data"),
-    "negative offline steps": (["--offline-steps", "-1"], "--offline-steps be non-negative"),
+    "negative offline steps": (["--offline-steps", "-1"], "--offline-steps must be non-negative"),
     "gripper epsilon above one": (["--gripper-epsilon", "1.5"], "--gripper-epsilon must lie in [0, 1]"),
-    "zero gripper learning rate": (["--discrete-q-lr", "0"], "--discrete-q-lr and --max-grad-norm must be positive"),
+    "zero gripper learning rate": (["--discrete-q-lr", "0"], "--discrete-q-lr must be positive"),
     "an empty demo buffer": (["--demo-buffer-size", "0"], "--demo-buffer-size"),
     "a demo buffer of one transition": (["--demo-buffer-size", "1"], "--demo-buffer-size must be at least 2"),
     "save replay into a missing directory": (["--save-replay", "nowhere/replay.npz"], "--save-replay"),
@@ -585,10 +585,13 @@ BAD_INPUT = {  # this script's flags; the common ones are in test_common_block.p
     ),
     "offline actions of no shape": (["--offline-data", "scalar.npz"], "actions of shape ()"),
     "offline rewards that are no numbers": (["--offline-data", "text.npz"], "rewards of dtype <U1"),
-    "a frozen encoder with no images": (["--freeze-image-encoder"], "need images (--from-pixels)"),
+    "a frozen encoder with no images": (
+        ["--freeze-image-encoder"],
+        "--freeze-image-encoder needs images: add --from-pixels",
+    ),
     "spatial pooling without a shared encoder": (
         ["--env-id", "InvertedPendulum-v5", "--from-pixels", "--image-pooling", "spatial", "--no-shared-encoder"],
-        "and --shared-encoder",
+        "--image-pooling spatial needs --shared-encoder",
     ),
     "encoder weights of other shapes": (
         ["--env-id", "InvertedPendulum-v5", "--from-pixels", "--image-encoder-weights", "six.pt"],
@@ -872,6 +875,14 @@ def test_stored_actions_are_the_person_s_and_the_demo_buffer_holds_exactly_the_t
     logged = scalars(summary["run_dir"])
     assert [v for _, v in logged["charts/demo_transitions"]][-1] == taken.sum()
     assert [v for _, v in logged["charts/intervention_rate"]][:4] == [1.0, 1.0, 1.0, 0.0]
+
+
+def test_the_intervention_charts_come_only_with_an_env_that_reports_interventions(in_tmp):
+    """Pendulum's infos carry no is_intervention: its run logs its episodes, and no intervention
+    chart (the scripted person's env, test above, logs a rate for each episode, 0 included)."""
+    logged = scalars(sac.main(tiny())["run_dir"])
+    assert len(logged["charts/episodic_return"]) == 1
+    assert "charts/intervention_rate" not in logged and "charts/demo_transitions" not in logged
 
 
 def test_the_scripted_person_takes_over_where_the_policy_strays_within_its_budget_and_not_in_evaluations():
