@@ -945,6 +945,62 @@ class Interventions:
         self.steps[:] = state["steps"]
 
 
+# THE LEARNER: WHAT TRAINS, AND ONE UPDATE STEP
+# --------------------------------------------------------------------------------------------------
+class Learner:
+    """What trains: the actor, the critics and their Polyak targets, the gripper's critic, their
+    Adams and the temperature; the replay and the demo buffer, mixed (RLPD); the update counters.
+    `stateful`: what a checkpoint holds of it."""
+
+    def __init__(self, args, envs, device, data: dict | None, num_envs: int | None = None):
+        obs_space, action_space = envs.single_observation_space, envs.single_action_space
+        self.args, self.metrics = args, {}
+        self.actor, self.qf, self.qf_target, self.grip = networks(args, envs, device)
+        act_dim = self.actor.action_scale.shape[0]  # |A|: the arm's dimensions, without a gripper's
+        fused = {"fused": True} if device.type in ("cpu", "cuda") else {}  # one Adam kernel for all tensors
+        q_optimizer = torch.optim.Adam(self.qf.parameters(), lr=args.q_lr, **fused)
+        actor_optimizer = torch.optim.Adam(self.actor.parameters(), lr=args.policy_lr, **fused)
+        self.log_alpha = torch.zeros(1, device=device, requires_grad=True)
+        if args.autotune:  # log alpha's Adam: a parameter group of the actor's optimizer, with its own learning rate
+            actor_optimizer.add_param_group({"params": [self.log_alpha], "lr": args.q_lr})
+        else:
+            self.log_alpha.data.fill_(math.log(args.alpha) if args.alpha > 0 else -math.inf)
+        # H-bar = -|A| (arXiv:1812.05905, Sec. 5) unless --target-entropy sets it
+        target_entropy = -float(act_dim) if args.target_entropy is None else args.target_entropy  # DEVIATION(10)
+        encoder = self.qf.encoder
+        self.rb = replay_buffer(args, args.buffer_size, obs_space, action_space.shape[0], device, encoder, num_envs)
+        self.demo = demo_buffer(args, data, obs_space, action_space.shape[0], device, encoder)  # offline, takeovers
+        self.replay = MixedReplay(self.rb, self.demo, args.offline_ratio)  # RLPD's batches, once demos hold a share
+        self.stateful = dict(actor=self.actor, qf=self.qf, qf_target=self.qf_target, q_optimizer=q_optimizer)
+        self.stateful.update(log_alpha=self.log_alpha, actor_optimizer=actor_optimizer, rb=self.rb, demo=self.demo)
+        self.stateful.update(self.grip.stateful if self.grip else {})
+        self.update_critic, self.update_actor, self.act = sac_updates(
+            self.actor, self.qf, self.qf_target, self.log_alpha, q_optimizer, actor_optimizer, args, target_entropy
+        )
+        self.critic_updates, self.actor_updates, self.update_steps = 0, 0, 0
+
+    def update(self, replay) -> None:
+        """One update step: utd_ratio critic updates (and the gripper critic's), each on a batch of
+        `replay`; every policy_frequency-th step, policy_frequency actor updates on the last batch's
+        states (DEVIATION(4))."""
+        for _ in range(self.args.utd_ratio):
+            batch = replay.sample(self.args.batch_size)
+            self.critic_updates += 1
+            update_target = self.critic_updates % self.args.target_update_interval == 0
+            self.metrics.update(self.update_critic(batch, update_target))
+            self.metrics.update(self.grip.update(batch, update_target) if self.grip else {})
+        self.update_steps += 1
+        if self.update_steps % self.args.policy_frequency == 0:
+            for _ in range(self.args.policy_frequency):
+                self.metrics.update(self.update_actor(batch[0]))
+                self.actor_updates += 1
+
+    def model(self) -> dict:
+        """--save-model's networks: the actor, the critics, log alpha and the gripper's critic."""
+        model = dict(actor=self.actor.state_dict(), qf=self.qf.state_dict(), log_alpha=self.log_alpha.detach().cpu())
+        return {**model, **({"discrete_qf": self.grip.dq.state_dict()} if self.grip else {})}
+
+
 # MAIN
 # --------------------------------------------------------------------------------------------------
 def main(args: Args) -> dict:
@@ -955,94 +1011,64 @@ def main(args: Args) -> dict:
     args = replace(args, **{key: os.path.abspath(path) for key in files if (path := getattr(args, key))})
     memory_flags = "--batch-size (with images, also --image-size)"
     with Run(args, checkpoint, device, memory_flags, observation_wrappers, at=offline_position) as run:
-        obs_space = run.envs.single_observation_space
         action_space = run.envs.single_action_space
-        data = robot_learning_setup(args, obs_space, action_space)  # the robot-learning flags checked; --offline-data
-        actor, qf, qf_target, grip = networks(args, run.envs, device)
+        data = robot_learning_setup(args, run.envs.single_observation_space, action_space)  # flags checked; offline
+        learner = Learner(args, run.envs, device, data)  # networks, optimizers, temperature, replay and demos
+        actor, grip, rb, demo = learner.actor, learner.grip, learner.rb, learner.demo
         act_dim = actor.action_scale.shape[0]  # |A|: the arm's dimensions, without a gripper's
-        fused = {"fused": True} if device.type in ("cpu", "cuda") else {}  # one Adam kernel for all tensors
-        q_optimizer = torch.optim.Adam(qf.parameters(), lr=args.q_lr, **fused)
-        actor_optimizer = torch.optim.Adam(actor.parameters(), lr=args.policy_lr, **fused)
-        log_alpha = torch.zeros(1, device=device, requires_grad=True)
-        if args.autotune:  # log alpha's Adam: a parameter group of the actor's optimizer, with its own learning rate
-            actor_optimizer.add_param_group({"params": [log_alpha], "lr": args.q_lr})
-        else:
-            log_alpha.data.fill_(math.log(args.alpha) if args.alpha > 0 else -math.inf)
-        # H-bar = -|A| (arXiv:1812.05905, Sec. 5) unless --target-entropy sets it
-        target_entropy = -float(act_dim) if args.target_entropy is None else args.target_entropy  # DEVIATION(10)
-        rb = replay_buffer(args, args.buffer_size, obs_space, action_space.shape[0], device, qf.encoder)
-        demo = demo_buffer(args, data, obs_space, action_space.shape[0], device, qf.encoder)  # offline data, takeovers
-        replay = MixedReplay(rb, demo, args.offline_ratio)  # RLPD's batches, once the demos hold their share
         person = Interventions(args, action_space)  # a person's takeovers: the actions the envs ran
-        stateful = dict(actor=actor, qf=qf, qf_target=qf_target, q_optimizer=q_optimizer, log_alpha=log_alpha)
-        stateful.update(
-            actor_optimizer=actor_optimizer, rb=rb, demo=demo, person=person, **(grip.stateful if grip else {})
-        )
-        (global_step, critic_updates, actor_updates, update_steps), obs = run.resume(stateful, (0, 0, 0, 0))
-        update_critic, update_actor, act = sac_updates(
-            actor, qf, qf_target, log_alpha, q_optimizer, actor_optimizer, args, target_entropy
-        )
+        stateful = {**learner.stateful, "person": person}
+        counts, obs = run.resume(stateful, (0, 0, 0, 0))  # global_step, critic_updates, actor_updates, update_steps
+        global_step, learner.critic_updates, learner.actor_updates, learner.update_steps = counts
+        act = learner.act
         if args.compile:  # the same functions, compiled (on a GPU, captured too)
-            update_critic, update_actor, act = compiled([update_critic, update_actor, act], device)
-        counters = lambda: (global_step, critic_updates, actor_updates, update_steps)  # noqa: E731
+            learner.update_critic, learner.update_actor, act = compiled(
+                [learner.update_critic, learner.update_actor, act], device
+            )
+        counters = lambda: (global_step, learner.critic_updates, learner.actor_updates, learner.update_steps)  # noqa: E731
         policy = greedy_policy(actor, grip, device)  # for evaluation
+        metrics = learner.metrics
+        offline_phase(run, learner.update, demo, metrics, counters, args)  # --offline-steps on the offline data alone
+        with data_kept(run, counters, learner, args):  # an error from here on writes the person's data first
+            while global_step + args.num_envs <= args.total_timesteps and not run.stop_signal:
+                # COLLECT: random actions for learning_starts steps (DEVIATION(6)), then a ~ pi(.|s)
+                x = to_tensors(obs, device)
+                if global_step < args.learning_starts:
+                    u = torch.rand((args.num_envs, act_dim), device=device) * 2.0 - 1.0
+                    actions = u * actor.action_scale + actor.action_bias
+                else:
+                    actions = act(x)
+                actions = (torch.cat([actions, grip.act(x, global_step)], dim=-1) if grip else actions).cpu().numpy()
+                next_obs, rewards, terminations, truncations, infos = run.envs.step(actions)
+                previous_step, global_step = global_step, global_step + args.num_envs
+                dones = terminations | truncations
 
-        def update(replay):  # utd_ratio critic updates; every policy_frequency-th call, policy_frequency actor
-            nonlocal critic_updates, actor_updates, update_steps  # updates (DEVIATION(4))
-            for _ in range(args.utd_ratio):
-                batch = replay.sample(args.batch_size)
-                critic_updates += 1
-                update_target = critic_updates % args.target_update_interval == 0
-                metrics.update(update_critic(batch, update_target))
-                metrics.update(grip.update(batch, update_target) if grip else {})
-            update_steps += 1
-            if update_steps % args.policy_frequency == 0:
-                for _ in range(args.policy_frequency):
-                    metrics.update(update_actor(batch[0]))
-                    actor_updates += 1
+                # A PERSON: where one took over, the env ran their action; store it, as a demo too
+                actions, intervened = person.actions(infos, actions, dones)
+                penalties = np.array([p or 0.0 for p in step_info(infos, "discrete_penalty", dones)], np.float32)
 
-        metrics = {}
-        offline_phase(run, update, demo, metrics, counters, args)  # --offline-steps on the offline data alone
-        while global_step + args.num_envs <= args.total_timesteps and not run.stop_signal:
-            # COLLECT: random actions for learning_starts steps (DEVIATION(6)), then a ~ pi(.|s)
-            x = to_tensors(obs, device)
-            if global_step < args.learning_starts:
-                u = torch.rand((args.num_envs, act_dim), device=device) * 2.0 - 1.0
-                actions = u * actor.action_scale + actor.action_bias
-            else:
-                actions = act(x)
-            actions = (torch.cat([actions, grip.act(x, global_step)], dim=-1) if grip else actions).cpu().numpy()
-            next_obs, rewards, terminations, truncations, infos = run.envs.step(actions)
-            previous_step, global_step = global_step, global_step + args.num_envs
-            dones = terminations | truncations
+                # STORE: bootstrap through truncations, never through terminations: s' is the true
+                # final observation and `terminations` alone masks the target; no transition spans a
+                # reset.
+                real_next_obs = final_observations(next_obs, infos)
+                rb.add(obs, actions, rewards, real_next_obs, terminations, dones, penalties, intervened)
+                add_demos(demo, intervened, obs, actions, rewards, real_next_obs, terminations, penalties)
+                obs = next_obs
 
-            # A PERSON: where one took over, the env ran their action; store it, as a demo too
-            actions, intervened = person.actions(infos, actions, dones)
-            penalties = np.array([p or 0.0 for p in step_info(infos, "discrete_penalty", dones)], dtype=np.float32)
+                # UPDATE: every env step brings one update step
+                if global_step >= args.learning_starts:
+                    for _ in range(args.num_envs):
+                        learner.update(learner.replay)
 
-            # STORE: bootstrap through truncations, never through terminations: s' is the true final
-            # observation and `terminations` alone masks the target; no transition spans a reset.
-            real_next_obs = final_observations(next_obs, infos)
-            rb.add(obs, actions, rewards, real_next_obs, terminations, dones, penalties, intervened)
-            add_demos(demo, intervened, obs, actions, rewards, real_next_obs, terminations, penalties)
-            obs = next_obs
-
-            # UPDATE: every env step brings one update step
-            if global_step >= args.learning_starts:
-                for _ in range(args.num_envs):
-                    update(replay)
-
-            # LOG, EVALUATE, CHECKPOINT
-            run.log(infos, metrics, previous_step, global_step)
-            person.log(run.writer, dones, demo.size, global_step)
-            run.after_step(previous_step, counters(), obs, policy)
-        model = dict(actor=actor.state_dict(), qf=qf.state_dict(), log_alpha=log_alpha.detach().cpu())
-        model.update({"discrete_qf": grip.dq.state_dict()} if grip else {})
-        summary = run.finish(counters(), obs, policy, model)
+                # LOG, EVALUATE, CHECKPOINT
+                run.log(infos, metrics, previous_step, global_step)
+                person.log(run.writer, dones, demo.size, global_step)
+                run.after_step(previous_step, counters(), obs, policy)
+        summary = run.finish(counters(), obs, policy, learner.model())
         if args.save_replay:  # durably, whole or not at all
             run.save(lambda f: np.savez(f, **replay_arrays(rb)), args.save_replay, global_step, "other files are kept")
             print(f"replay buffer saved to {args.save_replay}")
-    return {**summary, "critic_updates": critic_updates, "actor_updates": actor_updates}
+    return {**summary, "critic_updates": learner.critic_updates, "actor_updates": learner.actor_updates}
 
 
 # VALIDATION
@@ -1339,6 +1365,48 @@ def offline_position(args, counters: tuple) -> str:
     if counters[0] == 0 and counters[3] < args.offline_steps:
         return f"in the offline phase after offline update {counters[3]:,} of {args.offline_steps:,}"
     return at_step(args, counters)
+
+
+@contextlib.contextmanager
+def data_kept(run, counters, learner, args):
+    """A person's data outlive an error that ends a run after its first step: `keep_data` writes
+    them before the error's line."""
+    try:
+        yield
+    except Exception:
+        if counters()[0] > 0:
+            keep_data(run, counters(), learner, args)
+        raise
+
+
+def keep_data(run, counters: tuple, learner, args) -> None:
+    """The checkpoint (the replay and the demo buffer in it) and the command to go on; where the NaN
+    guard refuses the networks, the two buffers as .npz for --offline-data; and --save-replay."""
+    try:
+        path = run.save_checkpoint(counters, None)  # no observation: the resumed run starts new episodes
+        command = shlex.join(["python", os.path.abspath(__file__), "--resume", os.path.abspath(path)])
+        lines = [f"checkpoint written to {path}; once the cause is fixed, continue with:", command]
+    except ConfigError:  # diverged networks: the data are kept, as files --offline-data reads
+        lines = []
+        for name, buffer in (("replay.npz", learner.rb), ("demos.npz", learner.demo)):
+            if buffer.size:
+                path = saved_anyway(run, replay_arrays(buffer), name, counters[0])
+                lines.append(f"{name[:-4]} ({buffer.size:,} transitions) written to {path}")
+        lines.append("start again with lower learning rates and --offline-data, the demos first")
+    if args.save_replay:
+        saved_anyway(run, replay_arrays(learner.rb), args.save_replay, counters[0])
+        lines.append(f"replay buffer saved to {args.save_replay}")
+    print("\n" + "\n".join(lines), flush=True)
+
+
+def saved_anyway(run, arrays: dict, name: str, global_step: int) -> str:
+    """`arrays` as an .npz, durably by run.save, whatever the networks hold (the NaN guard is
+    theirs)."""
+    guard, run.stateful = run.stateful, {}
+    try:
+        return run.save(lambda f: np.savez(f, **arrays), name, global_step, "nothing else is written")
+    finally:
+        run.stateful = guard
 
 
 def replay_arrays(rb: ReplayBuffer) -> dict:

@@ -98,12 +98,12 @@ def reach_expert(env, obs, noise: float = 0.0) -> np.ndarray:
 
 class Faulty(gym.Wrapper):
     """For the bad-input tests: a person's report gone wrong (`fault`: "shape", "outside" or "flag"
-    on every takeover), or a nested observation with a leaf that is neither image nor vector
-    ("leaf")."""
+    on every takeover), a reward that is NaN ("nan"), each from step `fault_step` on, or a nested
+    observation with a leaf that is neither image nor vector ("leaf")."""
 
-    def __init__(self, env, fault: str):
+    def __init__(self, env, fault: str, fault_step: int = 0):
         super().__init__(env)
-        self.fault = fault
+        self.fault, self.fault_step, self.steps = fault, fault_step, 0
         if fault == "leaf":
             space = env.observation_space
             self.observation_space = gym.spaces.Dict(pos=space, extra=gym.spaces.Dict(mode=gym.spaces.Discrete(3)))
@@ -117,6 +117,10 @@ class Faulty(gym.Wrapper):
 
     def step(self, action):
         obs, reward, terminated, truncated, info = self.env.step(action)
+        self.steps += 1
+        if self.steps <= self.fault_step:
+            return self.observation(obs), reward, terminated, truncated, info
+        reward = float("nan") if self.fault == "nan" else reward
         if info.get("is_intervention"):
             faults = {"shape": {"teleop_action": np.full(3, 0.5)}, "outside": {"teleop_action": np.array([3.0, 0.0])}}
             info.update(faults.get(self.fault, {"is_intervention": "yes"} if self.fault == "flag" else {}))
@@ -129,13 +133,14 @@ def point_reach(
     person_wait: int = 0,
     noise: float = 0.3,
     fault: str = "",
+    fault_step: int = 0,
     pointer: bool = False,
 ):
     env = gym.wrappers.TimeLimit(PointReach(pointer), max_episode_steps=100)
     expert = functools.partial(reach_expert, noise=noise)
     helped = person_episodes or person_budget
     env = ScriptedPerson(env, expert, person_episodes, person_budget, person_wait) if helped else env
-    return Faulty(env, fault) if fault else env
+    return Faulty(env, fault, fault_step) if fault else env
 
 
 def expert_data(episodes: int, seed: int = 0, noise: float = 0.3) -> dict:

@@ -990,6 +990,36 @@ def test_a_person_s_bad_report_ends_in_one_line(in_tmp, capsys, fault, message):
     assert stop.value.code == 2 and err.startswith("error: ") and err.count("\n") == 1 and message in err, err
 
 
+@pytest.mark.parametrize("fault", ["flag", "nan"])
+def test_an_error_after_the_first_step_writes_the_person_s_data_before_its_line(in_tmp, capsys, fault):
+    """A person's report gone wrong (the flag: a ConfigError) or a NaN reward (the NaN guard, which
+    refuses to save diverged networks) ends the run at about step 150, while the person drives its
+    episodes: every takeover stored before then is on disk when the error's one line comes, with
+    how to go on."""
+    from hil_env import reach_expert
+
+    kwargs = ["person_episodes:30", "noise:0", f"fault:'{fault}'", "fault_step:150"]
+    flags = [*REACH, "--env-kwargs", *kwargs, "--total-timesteps", "600", "--log-freq", "10"]
+    with pytest.raises(SystemExit) as stop:
+        sac.cli([*flags, "--save-replay", "replay.npz"])
+    out, err = capsys.readouterr()
+    assert stop.value.code == 2 and err.startswith("error: ") and err.count("\n") == 1, err
+    (run_dir,) = glob.glob(str(in_tmp / "runs" / "*"))
+    replay = dict(np.load(in_tmp / "replay.npz"))
+    if fault == "flag":  # the checkpoint holds the demo buffer, and the command to resume is printed
+        demo = torch.load(f"{run_dir}/checkpoint.pt", weights_only=False)["demo"]
+        assert f"--resume {run_dir}/checkpoint.pt" in out
+        stored = demo["storage"][: demo["size"]].numpy()
+        demos = {"obs": stored[:, :2], "actions": stored[:, 2:4], "interventions": stored[:, -1].astype(bool)}
+    else:  # diverged: the networks are refused, the demo buffer is kept as an .npz --offline-data reads
+        demos = dict(np.load(f"{run_dir}/demos.npz"))
+        assert "demos.npz" in out and "--offline-data" in out and "diverged" in err
+    assert len(replay["actions"]) >= 150 and replay["interventions"].all()  # the person drove every step
+    assert len(demos["actions"]) == len(replay["actions"]) and demos["interventions"].all()
+    expert = np.stack([reach_expert(None, obs) for obs in demos["obs"]])
+    np.testing.assert_array_equal(demos["actions"], expert)
+
+
 def test_a_nested_leaf_neither_image_nor_vector_is_refused(in_tmp, capsys):
     with pytest.raises(SystemExit) as stop:
         sac.cli([*REACH, "--env-kwargs", "fault:'leaf'"])
