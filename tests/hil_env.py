@@ -18,6 +18,7 @@ python tests/hil_env.py OUT.npz EPISODES writes EPISODES of the expert as --offl
 import ctypes
 import functools
 import sys
+import time
 
 import gymnasium as gym
 import numpy as np
@@ -86,6 +87,37 @@ class PointReach(gym.Env):
         self.pos = np.clip(self.pos + self.SPEED * np.clip(action, -1.0, 1.0), -1.0, 1.0)
         reached = bool(np.linalg.norm(self.pos - self.GOAL) < self.RADIUS)
         return self.pos.astype(np.float32), float(reached), reached, False, {}
+
+
+class Ticker(gym.Env):
+    """For the actor-learner tests: observation (2,), the steps this env took over all its episodes
+    (so each row names its step) and the step within the episode; action (1,) in [-1, 1], reward
+    -|a|. Each step sleeps `sleep` seconds, as a robot's would."""
+
+    observation_space = gym.spaces.Box(0.0, np.inf, (2,), np.float32)
+    action_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+
+    def __init__(self, sleep: float = 0.0):
+        self.sleep, self.count, self.t = sleep, 0, 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return np.array([self.count, self.t], np.float32), {}
+
+    def step(self, action):
+        time.sleep(self.sleep)
+        self.count += 1
+        self.t += 1
+        return np.array([self.count, self.t], np.float32), -float(np.abs(action).sum()), False, False, {}
+
+
+def ticker(sleep: float = 0.0, person_episodes: int = 0, episode_steps: int = 10):
+    """Ticker-v0 of `episode_steps` steps an episode; a person drives its first `person_episodes`
+    training episodes with action 0.5."""
+    env = gym.wrappers.TimeLimit(Ticker(sleep), max_episode_steps=episode_steps)
+    expert = lambda env, obs: np.full(1, 0.5, np.float32)  # noqa: E731
+    return ScriptedPerson(env, expert, person_episodes) if person_episodes else env
 
 
 def reach_expert(env, obs, noise: float = 0.0) -> np.ndarray:
@@ -159,6 +191,7 @@ def expert_data(episodes: int, seed: int = 0, noise: float = 0.3) -> dict:
 
 
 gym.register("PointReach-v0", point_reach)
+gym.register("Ticker-v0", ticker)
 
 if __name__ == "__main__":
     np.savez(sys.argv[1], **expert_data(int(sys.argv[2])))
