@@ -216,26 +216,17 @@ class Args:
     """transitions the demo buffer holds: --offline-data's, then each step a person drove
     (LeRobot's offline_buffer_capacity)"""
     role: Literal["local", "learner", "actor"] = "local"
-    """local: collect and train in one loop; learner: train on what actors send; actor: collect at
-    --control-hz for a learner (HIL-SERL's split)"""
+    """local: collect and train in one loop; learner and actor: apart, over --learner-address"""
     learner_address: str = "tcp://127.0.0.1:5555"
-    """ZeroMQ address the learner binds and its actors connect to (loopback: tunnel it over SSH
-    between machines)"""
+    """ZeroMQ address the learner binds and its actors connect to (between machines, tunnel it)"""
     actor_id: int = 0
-    """this actor's id, one per actor of a learner; an actor restarted with its id goes on with its
-    sequence"""
+    """this actor's id among one learner's; an actor restarted with its id goes on with its rows"""
     control_hz: float = 10.0
-    """the actor's env steps per second, on a deadline schedule (LeRobot's examples: 10); 0: as fast
-    as it can"""
+    """the actor's env steps per second, on a deadline schedule (LeRobot's: 10); 0: no limit"""
     outbox_size: int = 10_000
-    """rows an actor keeps until the learner's checkpoint holds them; a full outbox pauses the
-    actor"""
-    param_interval: float = 1.0
-    """seconds between the learner's parameter pushes to an actor (LeRobot: 4, its docs advise 1 to
-    2)"""
+    """rows an actor keeps until the learner's checkpoint holds them; when full, the actor waits"""
     network_timeout: float = 30.0
-    """seconds an actor waits for the learner's answer (at its start, or paused), and a learner for
-    a silent actor"""
+    """seconds an actor waits for the learner (start, pause, end), a learner for a silent actor"""
 
 
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0  # DEVIATION(3)
@@ -1165,10 +1156,8 @@ def check_args(args: Args) -> None:
             ),
             (args.demo_buffer_size < 2, "--demo-buffer-size must be at least 2: a row's s' image is the next row's s"),
             (
-                min(args.control_hz, args.param_interval, args.actor_id) < 0
-                or args.outbox_size < 1
-                or not args.network_timeout > 0,
-                "--control-hz, --param-interval and --actor-id must be non-negative, --outbox-size at least 1 "
+                min(args.control_hz, args.actor_id) < 0 or args.outbox_size < 1 or not args.network_timeout > 0,
+                "--control-hz and --actor-id must be non-negative, --outbox-size at least 1 "
                 "and --network-timeout positive",
             ),
             (
@@ -2148,6 +2137,7 @@ class Captured:
 # parameters. A reader of the algorithm may stop above this banner.
 # ==================================================================================================
 RESEND = 2.0  # seconds after which an actor sends again what the learner has not answered
+PUSH_EVERY = 1.0  # seconds between parameter pushes to an actor (LeRobot's default: 4; its docs advise 1 to 2)
 HEARTBEAT = 0.5  # seconds after which an actor with nothing to send asks for news (parameters, acknowledgements)
 MAX_ROWS = 256  # rows in one message from an actor
 POLL_MS = 50  # how long a learner that is not updating yet waits for a message
@@ -2254,11 +2244,11 @@ class Actors:
     def answer(self, socket, peer: bytes, actor: int, learner, global_step: int, version: int) -> None:
         """An acknowledgement: the next row expected and the first the checkpoint lacks (with
         --checkpoint-freq 0, as no checkpoint is promised, the next expected); the parameters too
-        where the actor has none (version -1), or older ones and the last push is --param-interval
+        where the actor has none (version -1), or older ones and the last push is PUSH_EVERY
         ago."""
         now, current = time.monotonic(), learner.actor_updates
         since = now - self.pushed.get(actor, -math.inf)
-        push = version < 0 or version < current and since >= self.args.param_interval
+        push = version < 0 or version < current and since >= PUSH_EVERY
         if push and self.blob[0] != current:
             self.blob = current, policy_parameters(learner.actor, learner.qf, learner.grip)
         if push:
