@@ -1301,3 +1301,34 @@ def test_an_actor_whose_spaces_differ_from_the_learner_s_is_refused_in_one_line(
     err = capsys.readouterr().err
     assert stop.value.code == 2 and err.count("\n") == 1 and "the learner refused this actor: actor 0's spaces" in err
     assert "refused an actor" in out
+
+
+def test_two_actors_one_replaced_mid_run_end_with_each_row_once(in_tmp):
+    """Two actors feed one learner; actor 1 is killed (kill -9) and a replacement with its id joins:
+    it goes on from the learner's count for that id, so each actor's rows 0 to 199 are in the replay
+    exactly once, and the demo buffer holds exactly the replay's takeovers."""
+    address = free_address()
+    learner = start("learner", address, "--total-timesteps", "400", "--checkpoint-freq", "100", cwd=in_tmp)
+    flags = ["--total-timesteps", "200", "--control-hz", "100", "--env-kwargs", "person_episodes:2"]
+    first = start("actor", address, *flags, cwd=in_tmp)
+    doomed = start("actor", address, *flags, "--actor-id", "1", cwd=in_tmp)
+    waited = 0.0
+    while not glob.glob(str(in_tmp / "runs" / "*" / "checkpoint.pt")) and waited < DEADLINE:
+        time.sleep(0.1)
+        waited += 0.1
+    doomed.kill()
+    doomed.wait()
+    replacement = start("actor", address, *flags, "--actor-id", "1", cwd=in_tmp)
+    finish(first)
+    finish(replacement)
+    out = finish(learner)
+    assert out.count("actor 1 joined") == 2
+    (checkpoint,) = glob.glob(str(in_tmp / "runs" / "*" / "checkpoint.pt"))
+    rows, origins, demos = replay_rows(checkpoint)
+    for actor in (0, 1):
+        np.testing.assert_array_equal(np.sort(origins[origins[:, 0] == actor, 1]), np.arange(200))
+    zero = origins[:, 0] == 0
+    np.testing.assert_array_equal(rows[zero, 0], origins[zero, 1])  # actor 0's own count
+    taken = rows[rows[:, -1] == 1]
+    assert len(demos) == len(taken) >= 40  # both actors' first 2 episodes, the replacement's too
+    np.testing.assert_array_equal(demos[np.lexsort(demos.T)], taken[np.lexsort(taken.T)])
