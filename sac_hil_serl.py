@@ -53,8 +53,10 @@ Deviations from the papers (each marked `# DEVIATION(n)` in the code):
 import ast
 import contextlib
 import functools
+import gc
 import importlib.util
 import io
+import json
 import logging
 import math
 import os
@@ -213,6 +215,18 @@ class Args:
     demo_buffer_size: int = 100_000
     """transitions the demo buffer holds: --offline-data's, then each step a person drove
     (LeRobot's offline_buffer_capacity)"""
+    role: Literal["local", "learner", "actor"] = "local"
+    """local: collect and train in one loop; learner and actor: apart, over --learner-address"""
+    learner_address: str = "tcp://127.0.0.1:5555"
+    """ZeroMQ address the learner binds and its actors connect to (between machines, tunnel it)"""
+    actor_id: int = 0
+    """this actor's id among one learner's; an actor restarted with its id goes on with its rows"""
+    control_hz: float = 10.0
+    """the actor's env steps per second, on a deadline schedule (LeRobot's: 10); 0: no limit"""
+    outbox_size: int = 10_000
+    """rows an actor keeps until the learner's checkpoint holds them; when full, the actor waits"""
+    network_timeout: float = 30.0
+    """seconds an actor waits for the learner (start, pause, end), a learner for a silent actor"""
 
 
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0  # DEVIATION(3)
@@ -960,6 +974,77 @@ def final_dict_observations(next_obs: dict, infos: dict) -> dict:
     return real_next_obs
 
 
+# THE LEARNER: WHAT TRAINS, AND ONE UPDATE STEP
+# --------------------------------------------------------------------------------------------------
+class Learner:
+    """What trains: the actor, the critics and their Polyak targets, the gripper's critic, their
+    Adams and the temperature; the replay and the demo buffer, mixed (RLPD); the update counters.
+    `stateful`: what a checkpoint holds of it."""
+
+    def __init__(self, args, envs, device, data: dict | None, num_envs: int | None = None):
+        obs_space, action_space = envs.single_observation_space, envs.single_action_space
+        self.args, self.metrics = args, {}
+        self.actor, self.qf, self.qf_target, self.grip = networks(args, envs, device)
+        act_dim = self.actor.action_scale.shape[0]  # |A|: the arm's dimensions, without a gripper's
+        fused = {"fused": True} if device.type in ("cpu", "cuda") else {}  # one Adam kernel for all tensors
+        q_optimizer = torch.optim.Adam(self.qf.parameters(), lr=args.q_lr, **fused)
+        actor_optimizer = torch.optim.Adam(self.actor.parameters(), lr=args.policy_lr, **fused)
+        self.log_alpha = torch.zeros(1, device=device, requires_grad=True)
+        if args.autotune:  # log alpha's Adam: a parameter group of the actor's optimizer, with its own learning rate
+            actor_optimizer.add_param_group({"params": [self.log_alpha], "lr": args.q_lr})
+        else:
+            self.log_alpha.data.fill_(math.log(args.alpha) if args.alpha > 0 else -math.inf)
+        # H-bar = -|A| (arXiv:1812.05905, Sec. 5) unless --target-entropy sets it
+        target_entropy = -float(act_dim) if args.target_entropy is None else args.target_entropy  # DEVIATION(10)
+        encoder = self.qf.encoder
+        self.rb = replay_buffer(args, args.buffer_size, obs_space, action_space.shape[0], device, encoder, num_envs)
+        self.demo = demo_buffer(args, data, obs_space, action_space.shape[0], device, encoder)  # offline, takeovers
+        self.replay = MixedReplay(self.rb, self.demo, args.offline_ratio)  # RLPD's batches, once demos hold a share
+        self.stateful = dict(actor=self.actor, qf=self.qf, qf_target=self.qf_target, q_optimizer=q_optimizer)
+        self.stateful.update(log_alpha=self.log_alpha, actor_optimizer=actor_optimizer, rb=self.rb, demo=self.demo)
+        self.stateful.update(self.grip.stateful if self.grip else {})
+        self.update_critic, self.update_actor, self.act = sac_updates(
+            self.actor, self.qf, self.qf_target, self.log_alpha, q_optimizer, actor_optimizer, args, target_entropy
+        )
+        self.critic_updates, self.actor_updates, self.update_steps = 0, 0, 0
+
+    def update(self, replay) -> None:
+        """One update step: utd_ratio critic updates (and the gripper critic's), each on a batch of
+        `replay`; every policy_frequency-th step, policy_frequency actor updates on the last batch's
+        states (DEVIATION(4))."""
+        for _ in range(self.args.utd_ratio):
+            batch = replay.sample(self.args.batch_size)
+            self.critic_updates += 1
+            update_target = self.critic_updates % self.args.target_update_interval == 0
+            self.metrics.update(self.update_critic(batch, update_target))
+            self.metrics.update(self.grip.update(batch, update_target) if self.grip else {})
+        self.update_steps += 1
+        if self.update_steps % self.args.policy_frequency == 0:
+            for _ in range(self.args.policy_frequency):
+                self.metrics.update(self.update_actor(batch[0]))
+                self.actor_updates += 1
+
+    def model(self) -> dict:
+        """--save-model's networks: the actor, the critics, log alpha and the gripper's critic."""
+        model = dict(actor=self.actor.state_dict(), qf=self.qf.state_dict(), log_alpha=self.log_alpha.detach().cpu())
+        return {**model, **({"discrete_qf": self.grip.dq.state_dict()} if self.grip else {})}
+
+
+def collect_actions(obs, actor, act, grip, global_step: int, learning_starts: int) -> np.ndarray:
+    """The actions to step the envs with: uniform within the bounds before `learning_starts` steps
+    (DEVIATION(6)), then a ~ pi(.|s) by `act`; with a gripper, its epsilon-greedy command
+    appended."""
+    device = actor.action_scale.device
+    x = to_tensors(obs, device)
+    if global_step < learning_starts:
+        n = len(next(iter(obs.values())) if isinstance(obs, dict) else obs)
+        u = torch.rand((n, len(actor.action_scale)), device=device) * 2.0 - 1.0
+        actions = u * actor.action_scale + actor.action_bias
+    else:
+        actions = act(x)
+    return (torch.cat([actions, grip.act(x, global_step)], dim=-1) if grip else actions).cpu().numpy()
+
+
 # MAIN
 # --------------------------------------------------------------------------------------------------
 def main(args: Args) -> dict:
@@ -968,97 +1053,62 @@ def main(args: Args) -> dict:
     args, checkpoint, device = setup(args, check_args, check_spaces, observation_wrappers)
     files = ("offline_data", "save_replay", "image_encoder_weights")  # made absolute: a resume runs from anywhere
     args = replace(args, **{key: os.path.abspath(path) for key in files if (path := getattr(args, key))})
+    if args.role != "local":  # the actor and the learner apart, below their fence
+        return split(args, checkpoint, device)
     memory_flags = "--buffer-size or --batch-size (with images, also --image-size)"
     with Run(args, checkpoint, device, memory_flags, observation_wrappers, at=offline_position) as run:
-        obs_space = run.envs.single_observation_space
         action_space = run.envs.single_action_space
-        data = robot_learning_setup(args, obs_space, action_space)  # the robot-learning flags checked; --offline-data
-        actor, qf, qf_target, grip = networks(args, run.envs, device)
-        act_dim = actor.action_scale.shape[0]  # |A|: the arm's dimensions, without a gripper's
-        fused = {"fused": True} if device.type in ("cpu", "cuda") else {}  # one Adam kernel for all tensors
-        q_optimizer = torch.optim.Adam(qf.parameters(), lr=args.q_lr, **fused)
-        actor_optimizer = torch.optim.Adam(actor.parameters(), lr=args.policy_lr, **fused)
-        log_alpha = torch.zeros(1, device=device, requires_grad=True)
-        if args.autotune:  # log alpha's Adam: a parameter group of the actor's optimizer, with its own learning rate
-            actor_optimizer.add_param_group({"params": [log_alpha], "lr": args.q_lr})
-        else:
-            log_alpha.data.fill_(math.log(args.alpha) if args.alpha > 0 else -math.inf)
-        # H-bar = -|A| (arXiv:1812.05905, Sec. 5) unless --target-entropy sets it
-        target_entropy = -float(act_dim) if args.target_entropy is None else args.target_entropy  # DEVIATION(10)
-        rb = replay_buffer(args, args.buffer_size, obs_space, action_space.shape[0], device, qf.encoder)
-        demo = demo_buffer(args, data, obs_space, action_space.shape[0], device, qf.encoder)  # offline data, takeovers
-        replay = MixedReplay(rb, demo, args.offline_ratio)  # RLPD's batches, once the demos hold their share
+        data = robot_learning_setup(args, run.envs.single_observation_space, action_space)  # flags checked; offline
+        learner = Learner(args, run.envs, device, data)  # networks, optimizers, temperature, replay and demos
+        actor, grip, rb, demo = learner.actor, learner.grip, learner.rb, learner.demo
         person = Interventions(args, action_space)  # a person's takeovers: the actions the envs ran
-        stateful = dict(actor=actor, qf=qf, qf_target=qf_target, q_optimizer=q_optimizer, log_alpha=log_alpha)
-        stateful.update(
-            actor_optimizer=actor_optimizer, rb=rb, demo=demo, person=person, **(grip.stateful if grip else {})
-        )
-        (global_step, critic_updates, actor_updates, update_steps), obs = run.resume(stateful, (0, 0, 0, 0))
-        update_critic, update_actor, act = sac_updates(
-            actor, qf, qf_target, log_alpha, q_optimizer, actor_optimizer, args, target_entropy
-        )
+        stateful = {**learner.stateful, "person": person}
+        counts, obs = run.resume(stateful, (0, 0, 0, 0))  # global_step, critic_updates, actor_updates, update_steps
+        global_step, learner.critic_updates, learner.actor_updates, learner.update_steps = counts
+        act = learner.act
         if args.compile:  # the same functions, compiled (on a GPU, captured too)
-            update_critic, update_actor, act = compiled([update_critic, update_actor, act], device)
-        counters = lambda: (global_step, critic_updates, actor_updates, update_steps)  # noqa: E731
+            learner.update_critic, learner.update_actor, act = compiled(
+                [learner.update_critic, learner.update_actor, act], device
+            )
+        counters = lambda: (global_step, learner.critic_updates, learner.actor_updates, learner.update_steps)  # noqa: E731
         policy = greedy_policy(actor, grip, device)  # for evaluation
+        metrics = learner.metrics
+        offline_phase(run, learner.update, demo, metrics, counters, args)  # --offline-steps on the offline data alone
+        with data_kept(run, counters, learner, args):  # an error from here on writes the person's data first
+            while global_step + args.num_envs <= args.total_timesteps and not run.stop_signal:
+                # COLLECT: random actions for learning_starts steps (DEVIATION(6)), then a ~ pi(.|s)
+                actions = collect_actions(obs, actor, act, grip, global_step, args.learning_starts)
+                next_obs, rewards, terminations, truncations, infos = run.envs.step(actions)
+                previous_step, global_step = global_step, global_step + args.num_envs
+                dones = terminations | truncations
 
-        def update(replay):  # utd_ratio critic updates; every policy_frequency-th call, policy_frequency actor
-            nonlocal critic_updates, actor_updates, update_steps  # updates (DEVIATION(4))
-            for _ in range(args.utd_ratio):
-                batch = replay.sample(args.batch_size)
-                critic_updates += 1
-                update_target = critic_updates % args.target_update_interval == 0
-                metrics.update(update_critic(batch, update_target))
-                metrics.update(grip.update(batch, update_target) if grip else {})
-            update_steps += 1
-            if update_steps % args.policy_frequency == 0:
-                for _ in range(args.policy_frequency):
-                    metrics.update(update_actor(batch[0]))
-                    actor_updates += 1
+                # A PERSON: where one took over, the env ran their action; store it, as a demo too
+                actions, intervened = person.actions(infos, actions, dones)
+                penalties = np.array([p or 0.0 for p in step_info(infos, "discrete_penalty", dones)], np.float32)
 
-        metrics = {}
-        offline_phase(run, update, demo, metrics, counters, args)  # --offline-steps on the offline data alone
-        while global_step + args.num_envs <= args.total_timesteps and not run.stop_signal:
-            # COLLECT: random actions for learning_starts steps (DEVIATION(6)), then a ~ pi(.|s)
-            x = to_tensors(obs, device)
-            if global_step < args.learning_starts:
-                u = torch.rand((args.num_envs, act_dim), device=device) * 2.0 - 1.0
-                actions = u * actor.action_scale + actor.action_bias
-            else:
-                actions = act(x)
-            actions = (torch.cat([actions, grip.act(x, global_step)], dim=-1) if grip else actions).cpu().numpy()
-            next_obs, rewards, terminations, truncations, infos = run.envs.step(actions)
-            previous_step, global_step = global_step, global_step + args.num_envs
-            dones = terminations | truncations
+                # STORE: bootstrap through truncations, never through terminations: s' is the true
+                # final observation and `terminations` alone masks the target; no transition spans a
+                # reset.
+                final = final_dict_observations if isinstance(next_obs, dict) else final_observations
+                real_next_obs = final(next_obs, infos)
+                rb.add(obs, actions, rewards, real_next_obs, terminations, dones, penalties, intervened)
+                add_demos(demo, intervened, obs, actions, rewards, real_next_obs, terminations, penalties)
+                obs = next_obs
 
-            # A PERSON: where one took over, the env ran their action; store it, as a demo too
-            actions, intervened = person.actions(infos, actions, dones)
-            penalties = np.array([p or 0.0 for p in step_info(infos, "discrete_penalty", dones)], dtype=np.float32)
+                # UPDATE: every env step brings one update step
+                if global_step >= args.learning_starts:
+                    for _ in range(args.num_envs):
+                        learner.update(learner.replay)
 
-            # STORE: bootstrap through truncations, never through terminations: s' is the true final
-            # observation and `terminations` alone masks the target; no transition spans a reset.
-            true_next_obs = final_dict_observations if isinstance(next_obs, dict) else final_observations
-            real_next_obs = true_next_obs(next_obs, infos)
-            rb.add(obs, actions, rewards, real_next_obs, terminations, dones, penalties, intervened)
-            add_demos(demo, intervened, obs, actions, rewards, real_next_obs, terminations, penalties)
-            obs = next_obs
-
-            # UPDATE: every env step brings one update step
-            if global_step >= args.learning_starts:
-                for _ in range(args.num_envs):
-                    update(replay)
-
-            # LOG, EVALUATE, CHECKPOINT
-            run.log(infos, metrics, previous_step, global_step)
-            person.log(run.writer, dones, demo.size, global_step)
-            run.after_step(previous_step, counters(), obs, policy)
-        model = dict(actor=actor.state_dict(), qf=qf.state_dict(), log_alpha=log_alpha.detach().cpu())
-        model.update({"discrete_qf": grip.dq.state_dict()} if grip else {})
-        summary = run.finish(counters(), obs, policy, model)
+                # LOG, EVALUATE, CHECKPOINT
+                run.log(infos, metrics, previous_step, global_step)
+                person.log(run.writer, dones, demo.size, global_step)
+                run.after_step(previous_step, counters(), obs, policy)
+        summary = run.finish(counters(), obs, policy, learner.model())
         if args.save_replay:  # durably, whole or not at all
             run.save(lambda f: np.savez(f, **replay_arrays(rb)), args.save_replay, global_step, "other files are kept")
             print(f"replay buffer saved to {args.save_replay}")
-    return {**summary, "critic_updates": critic_updates, "actor_updates": actor_updates}
+    return {**summary, "critic_updates": learner.critic_updates, "actor_updates": learner.actor_updates}
 
 
 # VALIDATION
@@ -1140,6 +1190,11 @@ def check_args(args: Args) -> None:
             (
                 args.offline_steps and not args.offline_data,
                 "--offline-steps needs --offline-data PATH, an .npz written by --save-replay",
+            ),
+            (
+                min(args.control_hz, args.actor_id) < 0 or args.outbox_size < 1 or not args.network_timeout > 0,
+                "--control-hz and --actor-id must be non-negative, --outbox-size at least 1 "
+                "and --network-timeout positive",
             ),
             (
                 args.save_replay
@@ -1377,6 +1432,48 @@ def offline_position(args, counters: tuple) -> str:
     if counters[0] == 0 and counters[3] < args.offline_steps:
         return f"in the offline phase after offline update {counters[3]:,} of {args.offline_steps:,}"
     return f"at step {counters[0]:,}"
+
+
+@contextlib.contextmanager
+def data_kept(run, counters, learner, args):
+    """A person's data outlive an error that ends a run after its first step: `keep_data` writes
+    them before the error's line."""
+    try:
+        yield
+    except Exception:
+        if counters()[0] > 0:
+            keep_data(run, counters(), learner, args)
+        raise
+
+
+def keep_data(run, counters: tuple, learner, args) -> None:
+    """The checkpoint (the replay and the demo buffer in it) and the command to go on; where the NaN
+    guard refuses the networks, the two buffers as .npz for --offline-data; and --save-replay."""
+    try:
+        path = run.save_checkpoint(counters, None)  # no observation: the resumed run starts new episodes
+        command = shlex.join(["python", os.path.abspath(__file__), "--resume", os.path.abspath(path)])
+        lines = [f"checkpoint written to {path}; once the cause is fixed, continue with:", command]
+    except ConfigError:  # diverged networks: the data are kept, as files --offline-data reads
+        lines = []
+        for name, buffer in (("replay.npz", learner.rb), ("demos.npz", learner.demo)):
+            if buffer.size:
+                path = saved_anyway(run, replay_arrays(buffer), name, counters[0])
+                lines.append(f"{name[:-4]} ({buffer.size:,} transitions) written to {path}")
+        lines.append("start again with lower learning rates and --offline-data, the demos first")
+    if args.save_replay:
+        saved_anyway(run, replay_arrays(learner.rb), args.save_replay, counters[0])
+        lines.append(f"replay buffer saved to {args.save_replay}")
+    print("\n" + "\n".join(lines), flush=True)
+
+
+def saved_anyway(run, arrays: dict, name: str, global_step: int) -> str:
+    """`arrays` as an .npz, durably by run.save, whatever the networks hold (the NaN guard is
+    theirs)."""
+    guard, run.stateful = run.stateful, {}
+    try:
+        return run.save(lambda f: np.savez(f, **arrays), name, global_step, "nothing else is written")
+    finally:
+        run.stateful = guard
 
 
 def replay_arrays(rb: ReplayBuffer) -> dict:
@@ -1941,6 +2038,469 @@ class Captured:
         torch._foreach_copy_(recorded, [x for x in leaves if torch.is_tensor(x)])
         g["graph"].replay()
         return g["outputs"]
+
+
+# ==================================================================================================
+# THE ACTOR AND THE LEARNER APART (--role actor, --role learner): actors step their envs at the
+# control rate and send each transition; a learner trains on them and sends back the policy's
+# parameters. A reader of the algorithm may stop above this banner.
+# ==================================================================================================
+RESEND = 2.0  # seconds after which an actor sends again what the learner has not answered
+PUSH_EVERY = 1.0  # seconds between parameter pushes to an actor (LeRobot's default: 4; its docs advise 1 to 2)
+HEARTBEAT = 0.5  # seconds after which an actor with nothing to send asks for news (parameters, acknowledgements)
+MAX_ROWS = 256  # rows in one message from an actor
+POLL_MS = 50  # how long a learner that is not updating yet waits for a message
+
+
+def split(args, checkpoint, device) -> dict:
+    """--role learner or actor, over pyzmq, imported here only."""
+    try:
+        zmq = importlib.import_module("zmq")
+    except ImportError:
+        raise ConfigError(f"--role {args.role} needs pyzmq: pip install pyzmq (in the hil extra)") from None
+    if checkpoint is None:  # a run directory of each process's own, though they start in one second
+        args = replace(args, exp_name=f"{args.exp_name}-{args.role}{args.actor_id if args.role == 'actor' else ''}")
+    return (serve if args.role == "learner" else act_for_learner)(args, checkpoint, device, zmq)
+
+
+def pack(header: dict, arrays: dict | None = None, blob: bytes | None = None) -> list:
+    """A message: a JSON header naming each array's dtype and shape, the arrays' raw bytes a frame
+    each, and an optional last frame of bytes (the parameters)."""
+    arrays = {key: np.ascontiguousarray(x) for key, x in (arrays or {}).items()}
+    header = {**header, "arrays": [[key, x.dtype.str, list(x.shape)] for key, x in arrays.items()]}
+    return [json.dumps(header).encode(), *arrays.values(), *([blob] if blob is not None else [])]
+
+
+def unpack(frames: list) -> tuple:
+    """pack's (header, arrays, blob or None), read without unpickling anything: each array numeric,
+    of the dtype and shape its header names. Raises ValueError (or KeyError, TypeError) else."""
+    header = json.loads(frames[0])
+    specs = header["arrays"]
+    arrays = {}
+    for (key, dtype, shape), frame in zip(specs, frames[1:]):
+        dtype = np.dtype(dtype)
+        if dtype.kind not in "biuf":
+            raise ValueError(f"array {key} of dtype {dtype}")
+        arrays[key] = np.frombuffer(frame, dtype).reshape(shape)
+    return header, arrays, frames[len(specs) + 1] if len(frames) > len(specs) + 1 else None
+
+
+def row_shapes(obs_space, action_space) -> dict:
+    """The shape of each array of a row an actor sends, a Dict's observations as obs/<key>."""
+    spaces = getattr(obs_space, "spaces", None) or {None: obs_space}
+    shapes = {"actions": action_space.shape, "rewards": (), "terminations": (), "penalties": ()}
+    shapes.update(interventions=(), version=())
+    for name in ("obs", "next_obs"):
+        shapes.update({name if key is None else f"{name}/{key}": space.shape for key, space in spaces.items()})
+    return shapes
+
+
+def policy_parameters(actor, qf, grip) -> bytes:
+    """What an actor needs to act, by torch.save: the actor's, the critics' encoder's (the actor
+    reads it with --shared-encoder) and the gripper's critic's state dicts."""
+    state = {"actor": actor.state_dict(), "encoder": qf.encoder.state_dict()}
+    state.update({"dq": grip.dq.state_dict()} if grip else {})
+    buffer = io.BytesIO()
+    torch.save({key: {k: v.cpu() for k, v in part.items()} for key, part in state.items()}, buffer)
+    return buffer.getvalue()
+
+
+def load_policy_parameters(blob: bytes, actor, qf, grip) -> None:
+    """policy_parameters' bytes into the networks, by torch.load(weights_only=True): tensors only,
+    nothing unpickled. Raises ConfigError where the learner's networks are not this actor's."""
+    try:
+        state = torch.load(io.BytesIO(blob), map_location=actor.action_scale.device, weights_only=True)
+        actor.load_state_dict(state["actor"])
+        qf.encoder.load_state_dict(state["encoder"])
+        grip.dq.load_state_dict(state["dq"]) if grip else None
+    except Exception as e:
+        raise ConfigError(
+            f"the learner's networks do not fit this actor's ({type(e).__name__}); give the actor the learner's "
+            "network flags (--from-pixels, --image-*, --num-discrete-actions, --shared-encoder, ...)"
+        ) from None
+
+
+# THE LEARNER'S SIDE
+# --------------------------------------------------------------------------------------------------
+class Actors:
+    """The learner's record of its actors. Each row an actor sends carries its actor's id and
+    sequence number; `expected[id]` is the next one the learner takes (all before it are in the
+    replay), `saved[id]` the first its last checkpoint lacks. `origins` names each replay row's
+    actor and number."""
+
+    def __init__(self, args, envs, capacity: int):
+        self.args = args
+        self.spaces = [repr(envs.single_observation_space), repr(envs.single_action_space)]
+        self.shapes = row_shapes(envs.single_observation_space, envs.single_action_space)
+        self.dict_obs = isinstance(envs.single_observation_space, gym.spaces.Dict)
+        self.expected, self.saved, self.received = {}, {}, {}
+        self.peers, self.seen, self.pushed = {}, {}, {}  # of each id: its socket's routing id, last message, push
+        self.origins = np.zeros((capacity, 2), dtype=np.int64)
+        self.blob = (-1, b"")  # the parameters' version and bytes, made once a version
+        self.last_return = None
+
+    def state_dict(self) -> dict:
+        return {"expected": dict(self.expected), "origins": torch.from_numpy(self.origins.copy())}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.expected, self.saved = dict(state["expected"]), dict(state["expected"])
+        self.origins[:] = state["origins"].numpy()
+
+    def checkpointed(self) -> None:
+        """A checkpoint was written: it holds every row received so far."""
+        self.saved = dict(self.expected)
+
+    def answer(self, socket, peer: bytes, actor: int, learner, global_step: int, version: int) -> None:
+        """An acknowledgement: the next row expected and the first the checkpoint lacks (with
+        --checkpoint-freq 0, as no checkpoint is promised, the next expected); the parameters too
+        where the actor has none (version -1), or older ones and the last push is PUSH_EVERY
+        ago."""
+        now, current = time.monotonic(), learner.actor_updates
+        since = now - self.pushed.get(actor, -math.inf)
+        push = version < 0 or version < current and since >= PUSH_EVERY
+        if push and self.blob[0] != current:
+            self.blob = current, policy_parameters(learner.actor, learner.qf, learner.grip)
+        if push:
+            self.pushed[actor] = now
+        expected = self.expected.get(actor, 0)
+        saved = self.saved.get(actor, 0) if self.args.checkpoint_freq else expected
+        header = dict(kind="ack", expected=expected, saved=saved, version=current, step=global_step)
+        header.update(done=global_step >= self.args.total_timesteps)
+        self.send(socket, peer, pack(header, blob=self.blob[1] if push else None))
+
+    @staticmethod
+    def send(socket, peer: bytes, message: list) -> None:
+        with contextlib.suppress(Exception):  # never block: a message to a gone peer is dropped
+            socket.send_multipart([peer, *message], flags=1)  # 1: zmq.NOBLOCK
+
+    def refuse(self, socket, peer: bytes, reason: str) -> int:
+        print(f"\nrefused an actor: {reason}", flush=True)
+        self.send(socket, peer, pack({"kind": "refused", "reason": reason}))
+        return 0
+
+    def receive(self, socket, learner, writer, global_step: int) -> int:
+        """One message from an actor: a hello (its spaces checked against the learner's env's), rows
+        (`store`) or a heartbeat; answered. Returns the rows stored."""
+        peer, *frames = socket.recv_multipart()
+        try:
+            header, arrays, _ = unpack(frames)
+            actor, kind = int(header["actor"]), header["kind"]
+        except Exception as e:  # not a message of this script's actors: dropped
+            print(f"\na message that is no actor's was dropped ({type(e).__name__})", flush=True)
+            return 0
+        if kind == "hello":
+            if header["spaces"] != self.spaces:
+                theirs, mine = "; ".join(map(str, header["spaces"])), "; ".join(self.spaces)
+                return self.refuse(socket, peer, f"actor {actor}'s spaces {theirs} are not the learner's {mine}")
+            self.peers[actor] = peer  # a replacement takes its id over
+            print(f"\nactor {actor} joined at row {self.expected.get(actor, 0):,}", flush=True)
+        elif self.peers.get(actor) != peer:  # replaced: refused; unknown since this learner started: greet
+            if actor in self.peers:
+                return self.refuse(socket, peer, f"actor {actor} was replaced by another with its id")
+            self.send(socket, peer, pack({"kind": "hello"}))
+            return 0
+        self.seen[actor] = time.monotonic()
+        n = self.store(actor, header, arrays, learner, writer, global_step) if kind == "rows" else 0
+        self.answer(socket, peer, actor, learner, global_step + n, int(header.get("version", -1)))
+        return n
+
+    def store(self, actor: int, header: dict, arrays: dict, learner, writer, global_step: int) -> int:
+        """The rows of a message from the next expected number on, into the replay and (a person's)
+        the demo buffer; their episodes and the actor's rates logged."""
+        expected, first = self.expected.get(actor, 0), int(header["first"])
+        if header.get("lost") and first > expected:  # the actor no longer holds the rows between
+            print(f"\nactor {actor}: rows {expected:,} to {first - 1:,} are lost", flush=True)
+            expected = first
+        n = len(arrays.get("rewards", ()))
+        bad = [key for key, shape in self.shapes.items() if key not in arrays or arrays[key].shape != (n, *shape)]
+        if bad or first > expected or first + n <= expected:
+            print(f"\nactor {actor}: rows {first:,}+{n} dropped" + (f", arrays {bad} malformed" if bad else ""))
+            return 0
+        take = {key: x[expected - first :] for key, x in arrays.items()}
+        n = len(take["rewards"])
+        obs, next_obs = (
+            {key: take[f"{name}/{key}"] for key in learner.rb.spaces} if self.dict_obs else take[name]
+            for name in ("obs", "next_obs")
+        )
+        columns = [take[key] for key in ("actions", "rewards")]
+        intervened = take["interventions"].astype(bool)
+        extras = take["terminations"], np.ones(n, dtype=bool), take["penalties"], intervened
+        idx = learner.rb.add(obs, *columns, next_obs, *extras)  # each row its own s and s': actors interleave
+        add_demos(learner.demo, intervened, obs, *columns, next_obs, take["terminations"], take["penalties"])
+        self.origins[idx.numpy()] = np.stack([np.full(n, actor), expected + np.arange(n)], 1)
+        self.expected[actor] = expected + n
+        self.received[actor] = self.received.get(actor, 0) + n
+        step = global_step + n
+        writer.add_scalar("charts/policy_lag", float(np.mean(learner.actor_updates - take["version"])), step)
+        writer.add_scalar(f"actors/{actor}/transitions", self.received[actor], step)
+        for key in ("SPS", "overruns"):
+            writer.add_scalar(f"actors/{actor}/{key}", float(header[key]), step)
+        for episode in header["episodes"]:
+            writer.add_scalar("charts/episodic_return", episode["r"], step)
+            self.last_return = episode["r"]  # for the learner's progress line
+            writer.add_scalar("charts/episodic_length", episode["l"], step)
+            writer.add_scalar("charts/intervention_rate", episode["intervention_rate"], step)
+            writer.add_scalar("charts/demo_transitions", learner.demo.size, step)
+        return n
+
+    def silent(self) -> None:
+        """Actors not heard from for --network-timeout count as gone; one that comes back says
+        hello."""
+        for actor, when in list(self.seen.items()):
+            if time.monotonic() - when > self.args.network_timeout:
+                print(f"\nactor {actor} silent for {self.args.network_timeout:g} s: counted gone", flush=True)
+                self.peers.pop(actor, None)
+                del self.seen[actor]
+
+
+def serve(args, checkpoint, device, zmq) -> dict:
+    """--role learner: binds --learner-address, stores what actors send and, once learning_starts
+    rows arrived, updates flat out, an update step between messages; checkpoints count rows."""
+    memory_flags = "--batch-size (with images, also --image-size)"
+    with contextlib.ExitStack() as stack:
+        context = zmq.Context()
+        stack.callback(context.destroy, linger=0)
+        socket = context.socket(zmq.ROUTER)
+        try:
+            socket.bind(args.learner_address)
+        except zmq.ZMQError as e:
+            raise ConfigError(
+                f"--learner-address {args.learner_address}: {zmq.strerror(e.errno)} (a second learner there?); "
+                "pass another, such as tcp://127.0.0.1:5556"
+            ) from None
+        run = stack.enter_context(Run(args, checkpoint, device, memory_flags, observation_wrappers))
+        obs_space, action_space = run.envs.single_observation_space, run.envs.single_action_space
+        data = robot_learning_setup(args, obs_space, action_space)
+        learner = Learner(args, run.envs, device, data, num_envs=1)  # each row its own frames: actors interleave
+        actors = Actors(args, run.envs, args.buffer_size)
+        counts, _ = run.resume({**learner.stateful, "actors": actors}, (0, 0, 0, 0))
+        global_step, learner.critic_updates, learner.actor_updates, learner.update_steps = counts
+        if args.compile:
+            learner.update_critic, learner.update_actor = compiled(
+                [learner.update_critic, learner.update_actor], device
+            )
+        counters = lambda: (global_step, learner.critic_updates, learner.actor_updates, learner.update_steps)  # noqa: E731
+        policy = greedy_policy(learner.actor, learner.grip, device)
+        offline_phase(run, learner.update, learner.demo, learner.metrics, counters, args)
+        print(f"learner at {args.learner_address}, waiting for actors", flush=True)
+        updates = learner.update_steps, time.monotonic()
+        with data_kept(run, counters, learner, args):
+            while global_step < args.total_timesteps and not run.stop_signal:
+                previous_step, learning = global_step, global_step >= args.learning_starts
+                if socket.poll(0 if learning else POLL_MS):
+                    while socket.poll(0):
+                        global_step += actors.receive(socket, learner, run.writer, global_step)
+                        run.last_return = actors.last_return
+                if learning:
+                    learner.update(learner.replay)
+                actors.silent()
+                run.log({}, learner.metrics, previous_step, global_step)
+                if crossed(previous_step, global_step, args.log_freq):
+                    rate = (learner.update_steps - updates[0]) / max(time.monotonic() - updates[1], 1e-6)
+                    run.writer.add_scalar("charts/updates_per_second", rate, global_step)
+                    updates = learner.update_steps, time.monotonic()
+                run.after_step(previous_step, counters(), None, policy)
+                if crossed(previous_step, global_step, args.checkpoint_freq):
+                    actors.checkpointed()
+            while socket.poll(0):  # the last messages' acknowledgements say that the run is done
+                actors.receive(socket, learner, run.writer, global_step)
+        summary = run.finish(counters(), None, policy, learner.model())
+        if args.save_replay:
+            arrays = replay_arrays(learner.rb)
+            run.save(lambda f: np.savez(f, **arrays), args.save_replay, global_step, "other files are kept")
+            print(f"replay buffer saved to {args.save_replay}")
+    return {**summary, "critic_updates": learner.critic_updates, "actor_updates": learner.actor_updates}
+
+
+# THE ACTOR'S SIDE
+# --------------------------------------------------------------------------------------------------
+class Outbox:
+    """An actor's rows, numbered on from the learner's count for its id, kept until the learner's
+    checkpoint holds them (at most --outbox-size); sent without blocking, one message at a time,
+    from the first the learner lacks, again when unanswered for RESEND seconds."""
+
+    def __init__(self, args, socket, zmq, spaces: list, load):
+        self.args, self.socket, self.zmq, self.spaces, self.load = args, socket, zmq, spaces, load
+        self.rows = []  # [(number, {key: array of one row})], oldest first
+        self.next = self.expected = self.version = self.step = self.overruns = self.takeovers = 0
+        self.sent, self.in_flight, self.answered = -math.inf, False, time.monotonic()
+        self.done, self.episodes, self.sps = False, [], 0.0
+
+    def send(self, header: dict, arrays: dict | None = None) -> bool:
+        header = {**header, "actor": self.args.actor_id, "version": self.version}
+        try:
+            self.socket.send_multipart(pack(header, arrays), flags=self.zmq.NOBLOCK)
+        except self.zmq.Again:  # no learner connected, or its queue full: sent again later
+            return False
+        self.sent, self.in_flight = time.monotonic(), True
+        return True
+
+    def hello(self) -> None:
+        """Greet the learner with this actor's spaces and take its count and parameters; a deadline
+        of --network-timeout, then one line."""
+        deadline = time.monotonic() + self.args.network_timeout
+        while time.monotonic() < deadline:
+            if time.monotonic() - self.sent > RESEND:
+                self.send({"kind": "hello", "spaces": self.spaces})
+            if self.socket.poll(100) and self.receive() == "ack":
+                self.next = self.expected
+                return
+        raise ConfigError(
+            f"no learner answered at {self.args.learner_address} within --network-timeout "
+            f"{self.args.network_timeout:g} s: start one with --role learner, or check --learner-address (from "
+            "another machine, an SSH tunnel to the learner's)"
+        )
+
+    def add(self, arrays: dict) -> None:
+        """The envs' step: a row per sub-env, each numbered, with the parameters' version that
+        acted."""
+        for i in range(len(arrays["rewards"])):
+            self.rows.append((self.next, {**{key: x[i] for key, x in arrays.items()}, "version": self.version}))
+            self.next += 1
+
+    def receive(self) -> str:
+        """An answer: an acknowledgement drops the rows the learner's checkpoint holds and loads its
+        parameters (at once, mid-episode too); a refusal ends this actor in one line."""
+        header, _, blob = unpack(self.socket.recv_multipart())
+        self.answered, self.in_flight = time.monotonic(), False
+        if header["kind"] == "refused":
+            raise ConfigError(f"the learner refused this actor: {header['reason']}")
+        if header["kind"] == "hello":  # a restarted learner: greet it again
+            self.send({"kind": "hello", "spaces": self.spaces})
+            return "hello"
+        self.expected, self.step, self.done = header["expected"], header["step"], header["done"]
+        self.rows = [(number, row) for number, row in self.rows if number >= header["saved"]]
+        if blob is not None:
+            self.load(blob)
+            self.version = header["version"]
+        return "ack"
+
+    def exchange(self) -> None:
+        """Take the learner's answers; unless a message is in flight, send the rows from the first
+        it lacks, or after HEARTBEAT seconds of nothing to send, a heartbeat."""
+        while self.socket.poll(0):
+            self.receive()
+        since = time.monotonic() - self.sent
+        if self.in_flight and since < RESEND:
+            return
+        pending = [(number, row) for number, row in self.rows if number >= self.expected][:MAX_ROWS]
+        if not pending:
+            self.send({"kind": "beat"}) if since > HEARTBEAT else None
+            return
+        arrays = {key: np.stack([row[key] for _, row in pending]) for key in pending[0][1]}
+        first = pending[0][0]
+        header = dict(kind="rows", first=first, lost=first > self.expected, SPS=self.sps, overruns=self.overruns)
+        if self.send({**header, "episodes": self.episodes}, arrays):
+            self.episodes = []
+
+    def full(self) -> bool:
+        return len(self.rows) >= self.args.outbox_size
+
+
+def act_for_learner(args, checkpoint, device, zmq) -> dict:
+    """--role actor: steps the envs at --control-hz on a deadline schedule (a step late by over a
+    tenth of a period is an overrun, and the schedule restarts from it: no catching up), sends each
+    row, and takes new parameters between steps; one torch thread."""
+    torch.set_num_threads(1)  # a second process's threads would take the cores the learner trains on
+    with contextlib.ExitStack() as stack:
+        context = zmq.Context()
+        stack.callback(context.destroy, linger=0)
+        socket = context.socket(zmq.DEALER)
+        for option, value in ((zmq.LINGER, 0), (zmq.IMMEDIATE, 1), (zmq.SNDHWM, 4)):
+            socket.setsockopt(option, value)  # IMMEDIATE: no queue for a learner not connected
+        try:
+            socket.connect(args.learner_address)
+        except zmq.ZMQError as e:
+            raise ConfigError(f"--learner-address {args.learner_address}: {e}") from None
+        run = stack.enter_context(Run(args, checkpoint, device, "--image-size", observation_wrappers))
+        envs = run.envs
+        actor, qf, _, grip = networks(args, envs, device)
+        load = functools.partial(load_policy_parameters, actor=actor, qf=qf, grip=grip)
+        spaces = [repr(envs.single_observation_space), repr(envs.single_action_space)]
+        outbox = Outbox(args, socket, zmq, spaces, load)
+        outbox.hello()
+        person = Interventions(args, envs.single_action_space)
+        (global_step, *_), obs = run.resume({}, (0, 0, 0, 0))
+        policy = greedy_policy(actor, grip, device)
+        act = torch.no_grad()(lambda x: actor.get_action(x)[0])
+        period = 1.0 / args.control_hz if args.control_hz else 0.0
+        starts, paused = [], False
+        gc.freeze()  # what setup made is never collected: fewer pauses in the control loop
+        deadline = time.monotonic()
+        while outbox.next < args.total_timesteps and not outbox.done and not run.stop_signal:
+            outbox.exchange()
+            if outbox.full():  # paused until the learner's checkpoint holds more rows; a deadline
+                if not paused:
+                    print(
+                        f"\noutbox full ({len(outbox.rows):,} rows the learner's checkpoint lacks): paused", flush=True
+                    )
+                paused = True
+                silent = time.monotonic() - outbox.answered
+                message = f"the learner at {args.learner_address} has not answered for {silent:.0f} s, the outbox full"
+                check([(silent > args.network_timeout, message)])
+                socket.poll(100)
+                deadline = time.monotonic()
+                continue
+            paused = False
+            starts.append(time.monotonic())
+            actions = collect_actions(obs, actor, act, grip, outbox.step, args.learning_starts)
+            next_obs, rewards, terminations, truncations, infos = envs.step(actions)
+            dones = terminations | truncations
+            actions, intervened = person.actions(infos, actions, dones)
+            penalties = np.array([p or 0.0 for p in step_info(infos, "discrete_penalty", dones)], np.float32)
+            final = final_dict_observations if isinstance(next_obs, dict) else final_observations
+            real_next_obs = final(next_obs, infos)
+            rows = dict(actions=actions, rewards=rewards, terminations=terminations, penalties=penalties)
+            rows.update(interventions=intervened)
+            for name, o in (("obs", obs), ("next_obs", real_next_obs)):
+                rows.update({f"{name}/{k}": x for k, x in o.items()} if isinstance(o, dict) else {name: o})
+            outbox.add(rows)
+            outbox.takeovers += int(intervened.sum())
+            for i in np.flatnonzero(infos.get("final_info", {}).get("_episode", [])):
+                episode, rate = infos["final_info"]["episode"], float(person.steps[1, i] / person.steps[0, i])
+                outbox.episodes.append(
+                    {"r": float(episode["r"][i]), "l": int(episode["l"][i]), "intervention_rate": rate}
+                )
+            previous_step, global_step = global_step, global_step + args.num_envs
+            run.log(infos, {}, previous_step, global_step)
+            person.log(run.writer, dones, outbox.takeovers, global_step)
+            obs = next_obs
+            deadline += period
+            while (left := deadline - time.monotonic()) > 0:  # the rest of the period: the learner's answers
+                if socket.poll(left * 1000):
+                    outbox.receive()
+            if period and -left > period / 10:
+                outbox.overruns += 1
+                deadline = time.monotonic()
+            if crossed(previous_step, global_step, args.log_freq) and len(starts) > 1:
+                recent = starts[-100:]
+                outbox.sps = (len(recent) - 1) / (recent[-1] - recent[0])
+                for key, value in (("SPS", outbox.sps), ("overruns", outbox.overruns), ("version", outbox.version)):
+                    run.writer.add_scalar(f"charts/{key}", value, global_step)
+        gc.unfreeze()
+        until = time.monotonic() + args.network_timeout
+        while outbox.expected < outbox.next and not outbox.done and not run.stop_signal:
+            check(
+                [
+                    (
+                        time.monotonic() > until,
+                        f"the learner at {args.learner_address} did not acknowledge the last "
+                        f"{outbox.next - outbox.expected:,} rows within --network-timeout {args.network_timeout:g} s",
+                    )
+                ]
+            )
+            outbox.exchange()
+            socket.poll(100)
+        periods = np.diff(starts)
+        rate = len(periods) / max(periods.sum(), 1e-9)
+        p99 = float(np.percentile(periods, 99)) if len(periods) else 0.0
+        print(
+            f"\nactor {args.actor_id}: {len(starts):,} steps at {rate:.2f} env steps/s, p99 period "
+            f"{1000 * p99:.1f} ms, {outbox.overruns} overruns",
+            flush=True,
+        )
+        summary = run.finish((global_step, 0, 0, 0), obs, policy, {})
+    return {**summary, "rate": rate, "p99_period": p99, "overruns": outbox.overruns, "rows": outbox.next}
 
 
 if __name__ == "__main__":

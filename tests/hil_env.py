@@ -18,6 +18,7 @@ python tests/hil_env.py OUT.npz EPISODES writes EPISODES of the expert as --offl
 import ctypes
 import functools
 import sys
+import time
 
 import gymnasium as gym
 import numpy as np
@@ -88,6 +89,37 @@ class PointReach(gym.Env):
         return self.pos.astype(np.float32), float(reached), reached, False, {}
 
 
+class Ticker(gym.Env):
+    """For the actor-learner tests: observation (2,), the steps this env took over all its episodes
+    (so each row names its step) and the step within the episode; action (1,) in [-1, 1], reward
+    -|a|. Each step sleeps `sleep` seconds, as a robot's would."""
+
+    observation_space = gym.spaces.Box(0.0, np.inf, (2,), np.float32)
+    action_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+
+    def __init__(self, sleep: float = 0.0):
+        self.sleep, self.count, self.t = sleep, 0, 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return np.array([self.count, self.t], np.float32), {}
+
+    def step(self, action):
+        time.sleep(self.sleep)
+        self.count += 1
+        self.t += 1
+        return np.array([self.count, self.t], np.float32), -float(np.abs(action).sum()), False, False, {}
+
+
+def ticker(sleep: float = 0.0, person_episodes: int = 0, episode_steps: int = 10):
+    """Ticker-v0 of `episode_steps` steps an episode; a person drives its first `person_episodes`
+    training episodes with action 0.5."""
+    env = gym.wrappers.TimeLimit(Ticker(sleep), max_episode_steps=episode_steps)
+    expert = lambda env, obs: np.full(1, 0.5, np.float32)  # noqa: E731
+    return ScriptedPerson(env, expert, person_episodes) if person_episodes else env
+
+
 def reach_expert(env, obs, noise: float = 0.0) -> np.ndarray:
     """Straight at the goal, at full speed until the last step; `noise`: a person's unsteady hand,
     Gaussian of that standard deviation from the env's own generator."""
@@ -98,12 +130,12 @@ def reach_expert(env, obs, noise: float = 0.0) -> np.ndarray:
 
 class Faulty(gym.Wrapper):
     """For the bad-input tests: a person's report gone wrong (`fault`: "shape", "outside" or "flag"
-    on every takeover), or a nested observation with a leaf that is neither image nor vector
-    ("leaf")."""
+    on every takeover), a reward that is NaN ("nan"), each from step `fault_step` on, or a nested
+    observation with a leaf that is neither image nor vector ("leaf")."""
 
-    def __init__(self, env, fault: str):
+    def __init__(self, env, fault: str, fault_step: int = 0):
         super().__init__(env)
-        self.fault = fault
+        self.fault, self.fault_step, self.steps = fault, fault_step, 0
         if fault == "leaf":
             space = env.observation_space
             self.observation_space = gym.spaces.Dict(pos=space, extra=gym.spaces.Dict(mode=gym.spaces.Discrete(3)))
@@ -117,6 +149,10 @@ class Faulty(gym.Wrapper):
 
     def step(self, action):
         obs, reward, terminated, truncated, info = self.env.step(action)
+        self.steps += 1
+        if self.steps <= self.fault_step:
+            return self.observation(obs), reward, terminated, truncated, info
+        reward = float("nan") if self.fault == "nan" else reward
         if info.get("is_intervention"):
             faults = {"shape": {"teleop_action": np.full(3, 0.5)}, "outside": {"teleop_action": np.array([3.0, 0.0])}}
             info.update(faults.get(self.fault, {"is_intervention": "yes"} if self.fault == "flag" else {}))
@@ -129,13 +165,14 @@ def point_reach(
     person_wait: int = 0,
     noise: float = 0.3,
     fault: str = "",
+    fault_step: int = 0,
     pointer: bool = False,
 ):
     env = gym.wrappers.TimeLimit(PointReach(pointer), max_episode_steps=100)
     expert = functools.partial(reach_expert, noise=noise)
     helped = person_episodes or person_budget
     env = ScriptedPerson(env, expert, person_episodes, person_budget, person_wait) if helped else env
-    return Faulty(env, fault) if fault else env
+    return Faulty(env, fault, fault_step) if fault else env
 
 
 def expert_data(episodes: int, seed: int = 0, noise: float = 0.3) -> dict:
@@ -154,6 +191,7 @@ def expert_data(episodes: int, seed: int = 0, noise: float = 0.3) -> dict:
 
 
 gym.register("PointReach-v0", point_reach)
+gym.register("Ticker-v0", ticker)
 
 if __name__ == "__main__":
     np.savez(sys.argv[1], **expert_data(int(sys.argv[2])))
