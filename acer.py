@@ -697,7 +697,7 @@ class Run:
                 set_state(state)
             counters = self.checkpoint["counters"]
             obs = self.checkpoint["obs"] if self.exact else None
-            print(f"resumed {self.dir} {self.at(self.args, counters)}" + ("" if self.exact else "; new episodes"))
+            print(f"resumed {self.dir} {self.at(self.args, counters)}" + ("" if self.exact else "; new episodes start"))
         self.last_log = time.time(), counters[0]
         return counters, self.envs.reset(seed=self.args.seed + counters[0])[0] if obs is None else obs
 
@@ -794,7 +794,8 @@ class Run:
         if stopped:
             path = self.save_checkpoint(counters, obs)
             command = shlex.join(["python", os.path.abspath(__file__), "--resume", os.path.abspath(path)])
-            print(f"\nstopped {self.at(self.args, counters)}; checkpoint written to {path}; continue with:\n{command}")
+            print(f"\nstopped by signal {stopped} {self.at(self.args, counters)}; checkpoint written to {path}")
+            print(f"continue with:\n{command}")
         else:
             if self.eval_step != counters[0]:
                 self.evaluate(policy, counters[0], final=True)
