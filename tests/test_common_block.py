@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 import typing
+import zipfile
 from pathlib import Path
 
 import gymnasium as gym
@@ -64,6 +65,7 @@ TYRO_BAD_INPUT = {
     "missing value": (["--seed"], ["--seed"]),
 }
 BLOCK_START = "# COMMON BLOCK:"
+BLOCK_LINES = 250
 ARGS_START, ARGS_END = "    # --- COMMON ARGS:", "    # --- END OF COMMON ARGS ---\n"
 
 
@@ -107,6 +109,14 @@ def test_the_common_block_is_the_same_text_in_all_six_scripts():
         assert other_args == args, f"{name}: its COMMON ARGS differ from sac_continuous_action.py's"
         assert other_block == block, f"{name}: its COMMON BLOCK differs from sac_continuous_action.py's"
     assert block[-1].startswith("    return summary")  # the block ends with cli()
+
+
+def test_the_common_block_stays_small_without_packing():
+    """The block a researcher copies with every script: its length from banner to the end of cli,
+    and its mean characters per non-blank line (what packing would raise)."""
+    _, block = common_regions(ROOT / "sac_continuous_action.py")
+    filled = [line for line in block if line.strip()]
+    assert len(block) <= BLOCK_LINES and sum(map(len, filled)) / len(filled) <= 60, len(block)
 
 
 def test_final_observations_replace_reset_rows_only(script):
@@ -992,3 +1002,77 @@ def test_the_progress_line_in_a_file_is_a_whole_line_at_each_log_interval(tmp_pa
     assert result.returncode == 0 and "\r" not in result.stdout, result.stdout
     progress = [line for line in result.stdout.splitlines() if line.startswith("step ") and "SPS" in line]
     assert [line.split()[1] for line in progress] == ["100", "200", "300"], result.stdout
+
+
+# --------------------------------------------------------------------------------------------------
+# A FULL DISK, A DAMAGED CHECKPOINT, FLAGS BESIDE --resume
+# --------------------------------------------------------------------------------------------------
+class FullDisk(io.RawIOBase):
+    """A file that takes `room` bytes, then fails as a full disk does (ENOSPC)."""
+
+    def __init__(self, f, room: int):
+        self.f = f
+        self.room = room
+
+    def writable(self):
+        return True
+
+    def write(self, data):
+        if self.room < len(data):
+            raise OSError(28, "No space left on device")
+        self.room -= len(data)
+        return self.f.write(data)
+
+
+def test_a_save_onto_a_full_disk_is_one_line_removes_its_temporary_file_and_keeps_the_last_checkpoint(
+    in_tmp, monkeypatch, script
+):
+    """torch.save onto a disk that fills up raises its own RuntimeError, which hides the ENOSPC: the
+    save still ends in one ConfigError line, no checkpoint.pt.tmp is left and the last good
+    checkpoint stays."""
+    save = torch.save
+    run = script.Run(tiny(script), None, torch.device("cpu"), "--batch-size")
+    try:
+        _, obs = run.resume({"net": torch.nn.Linear(2, 2)}, (0,))
+        path = run.save_checkpoint((10,), obs)
+        monkeypatch.setattr(torch, "save", lambda obj, f: save(obj, FullDisk(f, 2000)))
+        with pytest.raises(script.ConfigError, match="cannot write .*checkpoint.pt.*previous checkpoint"):
+            run.save_checkpoint((20,), obs)
+        assert "checkpoint.pt.tmp" not in os.listdir(run.dir)
+        assert torch.load(path, weights_only=False)["counters"] == (10,)
+    finally:
+        run.__exit__(None, None, None)
+
+
+def test_a_checkpoint_damaged_after_it_was_written_is_refused_in_one_line(in_tmp, capsys):
+    """4 KB zeroed inside a tensor of a checkpoint: its zip CRC-32 no longer matches, and --resume
+    says so instead of resuming with a corrupted critic."""
+    import td3_continuous_action as td3
+
+    summary = td3.main(tiny(td3, checkpoint_freq=200, total_timesteps=300))
+    path = f"{summary['run_dir']}/checkpoint.pt"
+    record = next(name for name in zipfile.ZipFile(path).namelist() if "/data/" in name)
+    data = bytearray(open(path, "rb").read())
+    at = data.index(zipfile.ZipFile(path).read(record)[:64])  # the record's bytes in the file
+    data[at : at + 4096] = bytes(min(4096, len(data) - at))
+    open(path, "wb").write(data)
+    with pytest.raises(SystemExit) as exit_info:
+        td3.cli(["--resume", path, "--resume-anyway"])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and err.count("\n") == 1 and "damaged" in err, err
+
+
+def test_flags_beside_resume_apply_where_safe_and_the_others_are_named_as_ignored(in_tmp, capsys):
+    """A longer --total-timesteps runs a checkpointed run on; --env-id and --learning-starts, which
+    would change the run itself, are named in one line as ignored, not silently dropped."""
+    import sac_continuous_action as sac
+
+    summary = sac.main(tiny(sac, checkpoint_freq=300, total_timesteps=300))
+    path = f"{summary['run_dir']}/checkpoint.pt"
+    capsys.readouterr()
+    argv = ["--resume", path, "--resume-anyway", "--total-timesteps", "500", "--env-id", "Hopper-v5"]
+    resumed = sac.cli([*argv, "--learning-starts", "7"])
+    out = capsys.readouterr().out
+    assert "--resume: --env-id, --learning-starts ignored" in out, out
+    assert resumed["global_step"] == 500 and resumed["run_dir"] == summary["run_dir"]
+    assert torch.load(path, weights_only=False)["args"]["env_id"] == "Pendulum-v1"
