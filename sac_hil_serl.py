@@ -35,7 +35,10 @@ Deviations from the papers (each marked `# DEVIATION(n)` in the code):
        delay, made up for; CleanRL's schedule), not once per step as in Algorithm 1, each time on
        the states of the last critic minibatch (CleanRL's), not a fresh one.
     5. The temperature loss reuses the actor step's log pi(a|s), drawn before the actor moved, not a
-       fresh sample; its gradient step is on log alpha (CleanRL's form), at the critics' q_lr.
+       fresh sample; its gradient step is on log alpha, by its own Adam at the critics' q_lr
+       (CleanRL's form). These are the steps log alpha takes as a parameter group of the actor's
+       Adam, bit for bit (Adam's state and step are per tensor, and J_pi and J(alpha) share no
+       parameter), but an edit of the actor's optimizer (AdamW's weight decay) leaves log alpha be.
     6. Training starts with `learning_starts` env steps of uniformly random actions (SpinningUp,
        CleanRL).
     7. With --num-discrete-actions and a shared encoder, the discrete critic reads the encoder's
@@ -320,19 +323,6 @@ def compute_loss_alpha(log_alpha, log_prob, target_entropy: float):
     return (-log_alpha.exp() * (log_prob + target_entropy)).mean()
 
 
-def compute_loss_actor_alpha(actor, qf, obs, log_alpha, target_entropy: float, autotune: bool):
-    """J_pi, plus J(alpha) when alpha is tuned, as one loss: they share no parameter (alpha and log
-    pi enter each other's detached), so one backward pass serves both. Returns (loss, detached
-    metrics)."""
-    alpha = log_alpha.detach().exp()
-    loss, log_prob = compute_loss_pi(actor, qf, obs, alpha)
-    metrics = {"actor_loss": loss.detach(), "alpha": alpha[0], "entropy": -log_prob.mean()}
-    if autotune:
-        alpha_loss = compute_loss_alpha(log_alpha, log_prob, target_entropy)  # DEVIATION(5)
-        loss, metrics["alpha_loss"] = loss + alpha_loss, alpha_loss.detach()
-    return loss, metrics
-
-
 def compute_loss_discrete_q(dq, dq_target, batch, levels, gamma: float):
     """J_d = E[(Q_d(s, g) - y)^2], g the command the env received, y `double_dqn_target`'s
     (HIL-SERL); (loss, metrics)"""
@@ -351,7 +341,7 @@ def polyak_update(targets: list, params: list, tau: float) -> None:
         torch._foreach_lerp_(targets, params, tau)
 
 
-def optimizer_step(optimizer, loss, module, max_norm: float | None) -> None:
+def optimizer_step(optimizer, loss, module=None, max_norm: float | None = None) -> None:
     """One step of `optimizer` on `loss`, the gradient norm of `module` first clipped to max_norm
     (None: not)."""
     optimizer.zero_grad()
@@ -361,10 +351,12 @@ def optimizer_step(optimizer, loss, module, max_norm: float | None) -> None:
     optimizer.step()
 
 
-def sac_updates(actor, qf, qf_target, log_alpha, q_optimizer, actor_optimizer, args, target_entropy: float):
+def sac_updates(
+    actor, qf, qf_target, log_alpha, q_optimizer, actor_optimizer, alpha_optimizer, args, target_entropy: float
+):
     """update_critic(batch, update_target) and update_actor(obs): one gradient step each on the
-    losses above, returning detached metrics (no host sync); act(obs), a ~ pi(.|s) to collect with.
-    log alpha is a parameter group of the actor's optimizer, stepped with it."""
+    losses above (update_actor's on J_pi, then on J(alpha) by log alpha's own optimizer), returning
+    detached metrics (no host sync); act(obs), a ~ pi(.|s) to collect with."""
     num_subsample = args.num_subsample_critics or args.num_critics
     step = functools.partial(optimizer_step, max_norm=args.max_grad_norm)
     targets, online = list(qf_target.parameters()), list(qf.parameters())  # once, not at each update
@@ -380,8 +372,14 @@ def sac_updates(actor, qf, qf_target, log_alpha, q_optimizer, actor_optimizer, a
         return metrics
 
     def update_actor(obs):
-        loss, metrics = compute_loss_actor_alpha(actor, qf, obs, log_alpha, target_entropy, args.autotune)
+        alpha = log_alpha.detach().exp()
+        loss, log_prob = compute_loss_pi(actor, qf, obs, alpha)
         step(actor_optimizer, loss, actor)
+        metrics = {"actor_loss": loss.detach(), "alpha": alpha[0], "entropy": -log_prob.mean()}
+        if args.autotune:  # on the log pi(a|s) of the actor's step, drawn before it moved: DEVIATION(5)
+            alpha_loss = compute_loss_alpha(log_alpha, log_prob, target_entropy)
+            optimizer_step(alpha_optimizer, alpha_loss)
+            metrics["alpha_loss"] = alpha_loss.detach()
         return metrics
 
     @torch.no_grad()
@@ -960,13 +958,14 @@ def main(args: Args) -> dict:
         data = robot_learning_setup(args, obs_space, action_space)  # the robot-learning flags checked; --offline-data
         actor, qf, qf_target, grip = networks(args, run.envs, device)
         act_dim = actor.action_scale.shape[0]  # |A|: the arm's dimensions, without a gripper's
+        # learning rates as tensors on the device: one changed in place (as torch's schedulers do)
+        # reaches the compiled updates with no recompile, and the captured ones at all
         fused = {"fused": True} if device.type in ("cpu", "cuda") else {}  # one Adam kernel for all tensors
-        q_optimizer = torch.optim.Adam(qf.parameters(), lr=args.q_lr, **fused)
-        actor_optimizer = torch.optim.Adam(actor.parameters(), lr=args.policy_lr, **fused)
+        q_optimizer = torch.optim.Adam(qf.parameters(), lr=torch.tensor(args.q_lr, device=device), **fused)
+        actor_optimizer = torch.optim.Adam(actor.parameters(), lr=torch.tensor(args.policy_lr, device=device), **fused)
         log_alpha = torch.zeros(1, device=device, requires_grad=True)
-        if args.autotune:  # log alpha's Adam: a parameter group of the actor's optimizer, with its own learning rate
-            actor_optimizer.add_param_group({"params": [log_alpha], "lr": args.q_lr})
-        else:
+        alpha_optimizer = torch.optim.Adam([log_alpha], lr=torch.tensor(args.q_lr, device=device), **fused)
+        if not args.autotune:  # alpha fixed: log alpha never takes a step
             log_alpha.data.fill_(math.log(args.alpha) if args.alpha > 0 else -math.inf)
         # H-bar = -|A| (arXiv:1812.05905, Sec. 5) unless --target-entropy sets it
         target_entropy = -float(act_dim) if args.target_entropy is None else args.target_entropy  # DEVIATION(10)
@@ -974,13 +973,12 @@ def main(args: Args) -> dict:
         demo = demo_buffer(args, data, obs_space, action_space.shape[0], device, qf.encoder)  # offline data, takeovers
         replay = MixedReplay(rb, demo, args.offline_ratio)  # RLPD's batches, once the demos hold their share
         person = Interventions(args, action_space)  # a person's takeovers: the actions the envs ran
-        stateful = dict(actor=actor, qf=qf, qf_target=qf_target, q_optimizer=q_optimizer, log_alpha=log_alpha)
-        stateful.update(
-            actor_optimizer=actor_optimizer, rb=rb, demo=demo, person=person, **(grip.stateful if grip else {})
-        )
+        stateful = dict(actor=actor, qf=qf, qf_target=qf_target, log_alpha=log_alpha, rb=rb, demo=demo, person=person)
+        stateful.update(q_optimizer=q_optimizer, actor_optimizer=actor_optimizer, alpha_optimizer=alpha_optimizer)
+        stateful.update(grip.stateful if grip else {})
         (global_step, critic_updates, actor_updates, update_steps), obs = run.resume(stateful, (0, 0, 0, 0))
         update_critic, update_actor, act = sac_updates(
-            actor, qf, qf_target, log_alpha, q_optimizer, actor_optimizer, args, target_entropy
+            actor, qf, qf_target, log_alpha, q_optimizer, actor_optimizer, alpha_optimizer, args, target_entropy
         )
         if args.compile:  # the same functions, compiled (on a GPU, captured too)
             update_critic, update_actor, act = compiled([update_critic, update_actor, act], device)

@@ -300,9 +300,13 @@ def main(args: Args) -> dict:
         for target, net in ((actor_target, actor), (qf_target, qf)):
             target.load_state_dict(net.state_dict())
             target.requires_grad_(False)
+        # learning rates as tensors on the device: one changed in place (as torch's schedulers do)
+        # reaches the compiled updates with no recompile, and the captured ones at all
         fused = {"fused": True} if device.type in ("cpu", "cuda") else {}  # one Adam kernel for all tensors
-        q_optimizer = torch.optim.Adam(qf.parameters(), lr=args.learning_rate, **fused)
-        actor_optimizer = torch.optim.Adam(actor.parameters(), lr=args.learning_rate, **fused)
+        q_optimizer = torch.optim.Adam(qf.parameters(), lr=torch.tensor(args.learning_rate, device=device), **fused)
+        actor_optimizer = torch.optim.Adam(
+            actor.parameters(), lr=torch.tensor(args.learning_rate, device=device), **fused
+        )
         rb = ReplayBuffer(args.buffer_size, obs_dim, act_dim, device)
         stateful = dict(
             actor=actor,

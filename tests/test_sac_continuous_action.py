@@ -317,23 +317,22 @@ def test_stored_transitions_replay_exactly_in_a_fresh_env(in_tmp, env_id, num_en
 # --------------------------------------------------------------------------------------------------
 # --compile: THE SAME UPDATES, COMPILED
 # --------------------------------------------------------------------------------------------------
-def sac_setup(args, seed: int = 0):
-    """Networks and optimizers laid out as `main` lays them out: log alpha in the actor optimizer's
-    second group."""
+def sac_setup(args, seed: int = 0, device: str = "cpu"):
+    """Networks and optimizers laid out as `main` lays them out: fused Adams, each learning rate a
+    tensor on the device, log alpha with an Adam of its own."""
     torch.manual_seed(seed)
     envs = fake_envs([-2.0, 0.0, 10.0], [5.0, 0.5, 10.1])
-    actor = sac.Actor(envs)
-    qf, qf_target = (sac.QEnsemble(envs, args.num_critics, args.critic_layer_norm) for _ in range(2))
+    actor = sac.Actor(envs).to(device)
+    qf, qf_target = (sac.QEnsemble(envs, args.num_critics, args.critic_layer_norm).to(device) for _ in range(2))
     qf_target.load_state_dict(qf.state_dict())
     qf_target.requires_grad_(False)
-    log_alpha = torch.zeros(1, requires_grad=True)
-    q_optimizer = torch.optim.Adam(qf.parameters(), lr=args.q_lr)
-    actor_optimizer = torch.optim.Adam(actor.parameters(), lr=args.policy_lr)
-    if args.autotune:
-        actor_optimizer.add_param_group({"params": [log_alpha], "lr": args.q_lr})
-    else:
+    log_alpha = torch.zeros(1, device=device, requires_grad=True)
+    q_optimizer = torch.optim.Adam(qf.parameters(), lr=torch.tensor(args.q_lr, device=device), fused=True)
+    actor_optimizer = torch.optim.Adam(actor.parameters(), lr=torch.tensor(args.policy_lr, device=device), fused=True)
+    alpha_optimizer = torch.optim.Adam([log_alpha], lr=torch.tensor(args.q_lr, device=device), fused=True)
+    if not args.autotune:
         log_alpha.data.fill_(math.log(args.alpha))
-    return actor, qf, qf_target, log_alpha, q_optimizer, actor_optimizer
+    return actor, qf, qf_target, log_alpha, q_optimizer, actor_optimizer, alpha_optimizer
 
 
 def run_updates(update_critic, update_actor, batches):
@@ -440,23 +439,14 @@ def test_captured_updates_match_the_eager_ones_on_a_gpu(monkeypatch, case):
     for path in ("eager", "compiled", "captured"):
         monkeypatch.setattr(sac, "CUDA_GRAPHS", path == "captured")
         torch._dynamo.reset()  # closures of one code object: each path compiles anew
-        nets = [x.cuda() for x in sac_setup(args)[:3]]
-        log_alpha = torch.zeros(1, device="cuda", requires_grad=True)
-        optimizers = [
-            torch.optim.Adam(nets[1].parameters(), lr=args.q_lr, fused=True),
-            torch.optim.Adam(nets[0].parameters(), lr=args.policy_lr, fused=True),
-        ]
-        if args.autotune:
-            optimizers[1].add_param_group({"params": [log_alpha], "lr": args.q_lr})
-        else:
-            log_alpha.data.fill_(math.log(args.alpha))
-        update_critic, update_actor, act = sac.sac_updates(*nets, log_alpha, *optimizers, args, -3.0)
+        nets = sac_setup(args, device="cuda")
+        update_critic, update_actor, act = sac.sac_updates(*nets, args, -3.0)
         if path != "eager":
-            update_critic, update_actor, act = sac.compiled([update_critic, update_actor, act], log_alpha.device)
+            update_critic, update_actor, act = sac.compiled([update_critic, update_actor, act], nets[3].device)
         logged = run_updates(update_critic, update_actor, batches)
         torch.manual_seed(0)
         actions = torch.stack([act(batches[0][0]).clone() for _ in range(5)])
-        results.append((nets, logged, actions))
+        results.append((nets[:3], logged, actions))
     (eager, eager_logged, eager_actions), (compiled, compiled_logged, compiled_actions), captured = results
     assert_same_training(captured[0], compiled, captured[1], compiled_logged, rtol=0, atol=0)
     assert torch.equal(captured[2], compiled_actions)

@@ -146,11 +146,17 @@ def autograd_update(actor, actor_target, qf, qf_target, args):
     return update
 
 
+def main_adam(net, args):
+    """An optimizer as `main` makes it: fused Adam, its learning rate a tensor on the net's device."""
+    lr = torch.tensor(args.learning_rate, device=next(net.parameters()).device)
+    return torch.optim.Adam(net.parameters(), lr=lr, fused=True)
+
+
 def main_update(nets, args, compiled: bool):
-    """`update` as `main` builds it, on fused Adam optimizers: `td3_updates`'s, eager or through
-    `compiled`."""
+    """`update` as `main` builds it, on fused Adam optimizers with tensor learning rates:
+    `td3_updates`'s, eager or through `compiled`."""
     actor, actor_target, qf, qf_target = nets
-    optimizers = [torch.optim.Adam(net.parameters(), lr=args.learning_rate, fused=True) for net in (qf, actor)]
+    optimizers = [main_adam(net, args) for net in (qf, actor)]
     update = td3.td3_updates(actor, actor_target, qf, qf_target, *optimizers, args)[0]
     return td3.compiled([update], torch.device("cpu"))[0] if compiled else update
 
@@ -222,7 +228,7 @@ def test_captured_update_matches_the_eager_one_on_a_gpu(monkeypatch):
         monkeypatch.setattr(td3, "CUDA_GRAPHS", path == "captured")
         torch._dynamo.reset()  # closures of one code object: each path compiles anew
         nets = [net.cuda() for net in td3_nets()]
-        optimizers = [torch.optim.Adam(net.parameters(), lr=args.learning_rate, fused=True) for net in nets[2::-2]]
+        optimizers = [main_adam(net, args) for net in nets[2::-2]]
         update, act = td3.td3_updates(*nets, *optimizers, args)
         if path != "eager":
             update, act = td3.compiled([update, act], nets[0].fc1.weight.device)
