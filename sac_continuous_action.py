@@ -25,10 +25,9 @@ Deviations from the papers (each marked `# DEVIATION(n)` in the code):
        delay, made up for; CleanRL's schedule), not once per step as in Algorithm 1, each time on
        the states of the last critic minibatch (CleanRL's), not a fresh one.
     5. The temperature loss reuses the actor step's log pi(a|s), drawn before the actor moved, not a
-       fresh sample; its gradient step is on log alpha, by its own Adam at the critics' q_lr
-       (CleanRL's form). These are the steps log alpha takes as a parameter group of the actor's
-       Adam, bit for bit (Adam's state and step are per tensor, and J_pi and J(alpha) share no
-       parameter), but an edit of the actor's optimizer (AdamW's weight decay) leaves log alpha be.
+       fresh sample; its gradient step is on log alpha by its own Adam (CleanRL's), at q_lr: bit for
+       bit the steps of a parameter group of the actor's Adam (Adam's state is per tensor, and J_pi
+       and J(alpha) share no parameter), but an AdamW edit of the actor's optimizer leaves it be.
     6. Training starts with `learning_starts` env steps of uniformly random actions (SpinningUp,
        CleanRL).
 """
