@@ -287,10 +287,13 @@ def main(args: Args) -> dict:
         envs, T, N, space = run.envs, args.num_steps, args.num_envs, run.envs.single_action_space
         agent = Agent(envs, args.shared_network).to(device)
         params = list(agent.parameters())
+        # the learning rate a tensor on the device: --anneal-lr changes it in place, and compiled
+        # code reads the new value with no recompile
+        lr = torch.tensor(args.learning_rate, device=device)
         optimizer = (
-            torch.optim.RMSprop(params, lr=args.learning_rate, alpha=args.rms_alpha, eps=args.optimizer_eps)
+            torch.optim.RMSprop(params, lr=lr, alpha=args.rms_alpha, eps=args.optimizer_eps)
             if args.optimizer == "rmsprop"
-            else torch.optim.Adam(params, lr=args.learning_rate, eps=args.optimizer_eps)
+            else torch.optim.Adam(params, lr=lr, eps=args.optimizer_eps)
         )
         update = a2c_updates(agent, optimizer, args)
         if args.compile:  # the same function, compiled
@@ -344,7 +347,9 @@ def main(args: Args) -> dict:
 
             # UPDATE: one gradient step on the whole rollout; --anneal-lr decays the learning rate
             # linearly to 0
-            optimizer.param_groups[0]["lr"] = args.learning_rate * (1 - updates / num_updates if args.anneal_lr else 1)
+            optimizer.param_groups[0]["lr"].fill_(
+                args.learning_rate * (1 - updates / num_updates if args.anneal_lr else 1)
+            )
             metrics = update(*(x.flatten(0, 1) for x in (rollout_obs, rollout_actions, advantages, value_targets)))
             updates += 1
 
@@ -647,6 +652,8 @@ class Run:
                     obj.data.copy_(self.checkpoint[key])
                 else:
                     obj.load_state_dict(self.checkpoint[key])
+                for group in getattr(obj, "param_groups", []):  # a tensor learning rate, back on the device
+                    group.update({k: v.to(self.device) for k, v in group.items() if torch.is_tensor(v)})
             setters = torch.set_rng_state, np.random.set_state, random.setstate, torch.cuda.set_rng_state_all
             for set_state, state in zip(setters, self.checkpoint["rng"][: 3 + (self.device.type == "cuda")]):
                 set_state(state)

@@ -255,9 +255,23 @@ class SegmentBuffer:
 
 # LOSSES AND UPDATES
 # --------------------------------------------------------------------------------------------------
+@torch.compiler.disable  # eager under --compile too: how many truncations a segment holds, and where, varies
+@torch.no_grad()
+def truncation_rewards(agent: Agent, segment: dict, gamma: float):
+    """The segment's rewards r_t (T, N), with gamma * V(s') added where env n was truncated at step
+    t, s' its final observation, V(s') = sum_a pi(a|s') Q(s', a) from the network as it is now
+    (DEVIATION(2))."""
+    rewards = segment["rewards"].clone()
+    if segment["final_obs"]:
+        final_logits, final_q = agent(torch.stack(list(segment["final_obs"].values())))
+        rewards[tuple(zip(*segment["final_obs"]))] += gamma * (final_logits.softmax(-1) * final_q).sum(-1)
+    return rewards
+
+
 def acer_loss(agent: Agent, avg_agent: Agent, segment: dict, args: Args):
     """(loss, detached metrics) of one segment, on-policy or replayed with its stored mu
     [arXiv:1611.01224 Alg. 2]."""
+    rewards = truncation_rewards(agent, segment, args.gamma)
     T, N = segment["actions"].shape
     logits, q = (x.view(T + 1, N, -1) for x in agent(segment["obs"].flatten(0, 1)))
     actions = segment["actions"].unsqueeze(-1)
@@ -265,10 +279,6 @@ def acer_loss(agent: Agent, avg_agent: Agent, segment: dict, args: Args):
     pi = logits.softmax(-1)  # with the policy head's gradient, which only the loss's last line uses
     with torch.no_grad():
         values = (pi * q).sum(-1)  # V(s) = sum_a pi(a|s) Q(s, a), (T + 1, N)
-        rewards = segment["rewards"].clone()
-        if segment["final_obs"]:  # DEVIATION(2): r + gamma * V(final obs) at a truncation, V from this network
-            final_logits, final_q = agent(torch.stack(list(segment["final_obs"].values())))
-            rewards[tuple(zip(*segment["final_obs"]))] += args.gamma * (final_logits.softmax(-1) * final_q).sum(-1)
         rho_all = pi[:T] / segment["mu"].clamp(min=MU_FLOOR)  # rho(a) = pi(a|s) / mu(a|s) for every a, DEVIATION(4)
         rho = rho_all.gather(-1, actions).squeeze(-1)
         q_ret = retrace_targets(rewards, segment["dones"], q_taken, values[:T], rho.clamp(max=1), values[T], args.gamma)
@@ -332,10 +342,13 @@ def main(args: Args) -> dict:
     with Run(args, checkpoint, device, "--buffer-size, --num-envs or --num-steps", observation_wrappers) as run:
         agent, avg_agent = Agent(run.envs).to(device), Agent(run.envs).to(device).requires_grad_(False)
         avg_agent.load_state_dict(agent.state_dict())  # theta_avg, the average policy's network, starts at theta
+        # the learning rate a tensor on the device: --anneal-lr changes it in place, and compiled
+        # code reads the new value with no recompile
+        lr = torch.tensor(args.learning_rate, device=device)
         optimizer = (
-            torch.optim.RMSprop(agent.parameters(), args.learning_rate, args.rms_alpha, args.optimizer_eps)
+            torch.optim.RMSprop(agent.parameters(), lr, args.rms_alpha, args.optimizer_eps)
             if args.optimizer == "rmsprop"
-            else torch.optim.Adam(agent.parameters(), args.learning_rate, eps=args.optimizer_eps)
+            else torch.optim.Adam(agent.parameters(), lr, eps=args.optimizer_eps)
         )
         buffer = SegmentBuffer(
             args.buffer_size, T, N, run.envs.single_observation_space, int(run.envs.single_action_space.n), device
@@ -369,7 +382,7 @@ def main(args: Args) -> dict:
             # UPDATE: on-policy on this segment, then `replay_ratio` updates on replayed segments
             # [paper, Alg. 1]
             if args.anneal_lr:
-                optimizer.param_groups[0]["lr"] = args.learning_rate * (1.0 - previous_step / args.total_timesteps)
+                optimizer.param_groups[0]["lr"].fill_(args.learning_rate * (1.0 - previous_step / args.total_timesteps))
             replays = args.replay_ratio if buffer.transitions >= args.replay_start else 0
             if replays and args.replay_ratio_poisson:
                 replays = int(torch.poisson(torch.tensor(float(replays))))
@@ -692,6 +705,8 @@ class Run:
                     obj.data.copy_(self.checkpoint[key])
                 else:
                     obj.load_state_dict(self.checkpoint[key])
+                for group in getattr(obj, "param_groups", []):  # a tensor learning rate, back on the device
+                    group.update({k: v.to(self.device) for k, v in group.items() if torch.is_tensor(v)})
             setters = torch.set_rng_state, np.random.set_state, random.setstate, torch.cuda.set_rng_state_all
             for set_state, state in zip(setters, self.checkpoint["rng"][: 3 + (self.device.type == "cuda")]):
                 set_state(state)

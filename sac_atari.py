@@ -27,7 +27,10 @@ Deviations from the papers and from CleanRL (each marked `# DEVIATION(n)` in the
     7. The actor's loss takes the min of the two critics where eq. 12 has one Q (CleanRL; SAC-v2's
        actor).
     8. The temperature loss reuses the actor step's pi(a|s), computed before the actor moved
-       (CleanRL), not after its step.
+       (CleanRL), not after its step. Its step is by log alpha's own Adam (CleanRL's): the steps log
+       alpha takes as a parameter group of the actor's Adam, bit for bit (Adam's state and step are
+       per tensor, and the two losses share no parameter), but an edit of the actor's optimizer
+       (AdamW's weight decay) leaves log alpha be.
 """
 
 import ast
@@ -332,9 +335,11 @@ def compute_loss_pi(actor, qf1, qf2, obs, alpha):
     return discrete_actor_loss(probs, log_probs, q_min, alpha), probs.detach(), log_probs.detach()
 
 
-def sac_updates(actor, qf1, qf2, qf1_target, qf2_target, log_alpha, q_optimizer, actor_optimizer, args):
-    """update(batch): one critic step, then one actor and log alpha step; returns detached metrics
-    (no host sync)."""
+def sac_updates(
+    actor, qf1, qf2, qf1_target, qf2_target, log_alpha, q_optimizer, actor_optimizer, alpha_optimizer, args
+):
+    """update(batch): one critic step, one actor step, then one step of log alpha by its own
+    optimizer; returns detached metrics (no host sync)."""
     # H-bar = scale * log|A|, a fraction of the uniform policy's entropy   [arXiv:1910.07207 Sec. 4;
     # DEVIATION(2)]
     target_entropy = args.target_entropy_scale * float(np.log(actor.head.out_features))
@@ -348,12 +353,15 @@ def sac_updates(actor, qf1, qf2, qf1_target, qf2_target, log_alpha, q_optimizer,
         q_optimizer.step()
         actor_loss, probs, log_probs = compute_loss_pi(actor, qf1, qf2, batch[0], alpha)
         metrics.update(actor_loss=actor_loss.detach(), alpha=alpha[0], entropy=-(probs * log_probs).sum(1).mean())
-        if args.autotune:  # one backward for both: they share no parameter; pi from before the step (DEVIATION(8))
-            alpha_loss = discrete_alpha_loss(log_alpha, probs, log_probs, target_entropy)
-            actor_loss, metrics["alpha_loss"] = actor_loss + alpha_loss, alpha_loss.detach()
         actor_optimizer.zero_grad(set_to_none=True)
         actor_loss.backward()
         actor_optimizer.step()
+        if args.autotune:  # on pi(.|s) from before the actor's step (DEVIATION(8))
+            alpha_loss = discrete_alpha_loss(log_alpha, probs, log_probs, target_entropy)
+            alpha_optimizer.zero_grad(set_to_none=True)
+            alpha_loss.backward()
+            alpha_optimizer.step()
+            metrics["alpha_loss"] = alpha_loss.detach()
         return metrics
 
     return update
@@ -376,8 +384,7 @@ def main(args: Args) -> dict:
         actor_optimizer = torch.optim.Adam(actor.parameters(), lr=args.policy_lr, eps=args.optimizer_eps, fused=True)
         fixed_log_alpha = float(np.log(args.alpha)) if args.alpha > 0 else -math.inf  # --no-autotune
         log_alpha = torch.full((1,), 0.0 if args.autotune else fixed_log_alpha, device=device, requires_grad=True)
-        if args.autotune:  # log alpha's Adam: a parameter group of the actor's optimizer, with its own learning rate
-            actor_optimizer.add_param_group({"params": [log_alpha], "lr": args.q_lr})
+        alpha_optimizer = torch.optim.Adam([log_alpha], lr=args.q_lr, eps=args.optimizer_eps, fused=True)  # its own
         rb = ReplayBuffer(args.buffer_size, args.num_envs, run.envs.single_observation_space, device)
         stateful = dict(
             actor=actor,
@@ -387,12 +394,15 @@ def main(args: Args) -> dict:
             qf2_target=qf2_target,
             q_optimizer=q_optimizer,
             actor_optimizer=actor_optimizer,
+            alpha_optimizer=alpha_optimizer,
             log_alpha=log_alpha,
         )
         (global_step, updates), obs = run.resume(stateful | ({"rb": rb} if args.checkpoint_buffer else {}), (0, 0))
         for i in range(rb.stack) if not (run.exact and args.checkpoint_buffer) else ():  # a fresh stream: each frame
             rb.start(obs[:, : i + 1] if rb.stack > 1 else obs, first=i == 0)  # of the first stack, oldest first
-        update = sac_updates(actor, qf1, qf2, qf1_target, qf2_target, log_alpha, q_optimizer, actor_optimizer, args)
+        update = sac_updates(
+            actor, qf1, qf2, qf1_target, qf2_target, log_alpha, q_optimizer, actor_optimizer, alpha_optimizer, args
+        )
         if args.compile:  # the same function, compiled
             update = torch.compile(update)
 
@@ -740,6 +750,8 @@ class Run:
                     obj.data.copy_(self.checkpoint[key])
                 else:
                     obj.load_state_dict(self.checkpoint[key])
+                for group in getattr(obj, "param_groups", []):  # a tensor learning rate, back on the device
+                    group.update({k: v.to(self.device) for k, v in group.items() if torch.is_tensor(v)})
             setters = torch.set_rng_state, np.random.set_state, random.setstate, torch.cuda.set_rng_state_all
             for set_state, state in zip(setters, self.checkpoint["rng"][: 3 + (self.device.type == "cuda")]):
                 set_state(state)

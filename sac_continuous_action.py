@@ -25,7 +25,9 @@ Deviations from the papers (each marked `# DEVIATION(n)` in the code):
        delay, made up for; CleanRL's schedule), not once per step as in Algorithm 1, each time on
        the states of the last critic minibatch (CleanRL's), not a fresh one.
     5. The temperature loss reuses the actor step's log pi(a|s), drawn before the actor moved, not a
-       fresh sample; its gradient step is on log alpha (CleanRL's form), at the critics' q_lr.
+       fresh sample; its gradient step is on log alpha by its own Adam (CleanRL's), at q_lr: bit for
+       bit the steps of a parameter group of the actor's Adam (Adam's state is per tensor, and J_pi
+       and J(alpha) share no parameter), but an AdamW edit of the actor's optimizer leaves it be.
     6. Training starts with `learning_starts` env steps of uniformly random actions (SpinningUp,
        CleanRL).
 """
@@ -332,26 +334,13 @@ def compute_loss_alpha(log_alpha, log_prob, target_entropy: float):
     return (-log_alpha.exp() * (log_prob + target_entropy)).mean()
 
 
-def compute_loss_actor_alpha(actor, qf, obs, log_alpha, target_entropy: float, autotune: bool):
-    """J_pi, plus J(alpha) when alpha is tuned, as one loss: they share no parameter (alpha and log
-    pi enter each other's detached), so one backward pass serves both. Returns (loss, detached
-    metrics)."""
-    alpha = log_alpha.detach().exp()
-    loss, log_prob = compute_loss_pi(actor, qf, obs, alpha)
-    metrics = {"actor_loss": loss.detach(), "alpha": alpha[0], "entropy": -log_prob.mean()}
-    if autotune:
-        alpha_loss = compute_loss_alpha(log_alpha, log_prob, target_entropy)  # DEVIATION(5)
-        loss, metrics["alpha_loss"] = loss + alpha_loss, alpha_loss.detach()
-    return loss, metrics
-
-
 def polyak_update(targets: list, params: list, tau: float) -> None:
     """theta' <- tau * theta + (1 - tau) * theta'   [arXiv:1801.01290 Algorithm 1]"""
     with torch.no_grad():
         torch._foreach_lerp_(targets, params, tau)
 
 
-def optimizer_step(optimizer, loss, module, max_norm: float | None) -> None:
+def optimizer_step(optimizer, loss, module=None, max_norm: float | None = None) -> None:
     """One step of `optimizer` on `loss`, the gradient norm of `module` first clipped to max_norm
     (None: not)."""
     optimizer.zero_grad()
@@ -361,10 +350,12 @@ def optimizer_step(optimizer, loss, module, max_norm: float | None) -> None:
     optimizer.step()
 
 
-def sac_updates(actor, qf, qf_target, log_alpha, q_optimizer, actor_optimizer, args, target_entropy: float):
+def sac_updates(
+    actor, qf, qf_target, log_alpha, q_optimizer, actor_optimizer, alpha_optimizer, args, target_entropy: float
+):
     """update_critic(batch, update_target) and update_actor(obs): one gradient step each on the
-    losses above, returning detached metrics (no host sync); act(obs), a ~ pi(.|s) to collect with.
-    log alpha is a parameter group of the actor's optimizer, stepped with it."""
+    losses above (update_actor's on J_pi, then on J(alpha) by log alpha's own optimizer), returning
+    detached metrics (no host sync); act(obs), a ~ pi(.|s) to collect with."""
     num_subsample = args.num_subsample_critics or args.num_critics
     step = functools.partial(optimizer_step, max_norm=args.max_grad_norm)
     targets, online = list(qf_target.parameters()), list(qf.parameters())  # once, not at each update
@@ -380,8 +371,14 @@ def sac_updates(actor, qf, qf_target, log_alpha, q_optimizer, actor_optimizer, a
         return metrics
 
     def update_actor(obs):
-        loss, metrics = compute_loss_actor_alpha(actor, qf, obs, log_alpha, target_entropy, args.autotune)
+        alpha = log_alpha.detach().exp()
+        loss, log_prob = compute_loss_pi(actor, qf, obs, alpha)
         step(actor_optimizer, loss, actor)
+        metrics = {"actor_loss": loss.detach(), "alpha": alpha[0], "entropy": -log_prob.mean()}
+        if args.autotune:  # on the log pi(a|s) of the actor's step, drawn before it moved: DEVIATION(5)
+            alpha_loss = compute_loss_alpha(log_alpha, log_prob, target_entropy)
+            optimizer_step(alpha_optimizer, alpha_loss)
+            metrics["alpha_loss"] = alpha_loss.detach()
         return metrics
 
     @torch.no_grad()
@@ -409,13 +406,14 @@ def main(args: Args) -> dict:
         actor = Actor(run.envs).to(device)
         qf = QEnsemble(run.envs, args.num_critics, args.critic_layer_norm).to(device)
         qf_target = target_of(qf, QEnsemble(run.envs, args.num_critics, args.critic_layer_norm).to(device))
+        # learning rates as tensors on the device: one changed in place (as torch's schedulers do)
+        # reaches the compiled updates with no recompile, and the captured ones at all
         fused = {"fused": True} if device.type in ("cpu", "cuda") else {}  # one Adam kernel for all tensors
-        q_optimizer = torch.optim.Adam(qf.parameters(), lr=args.q_lr, **fused)
-        actor_optimizer = torch.optim.Adam(actor.parameters(), lr=args.policy_lr, **fused)
+        q_optimizer = torch.optim.Adam(qf.parameters(), lr=torch.tensor(args.q_lr, device=device), **fused)
+        actor_optimizer = torch.optim.Adam(actor.parameters(), lr=torch.tensor(args.policy_lr, device=device), **fused)
         log_alpha = torch.zeros(1, device=device, requires_grad=True)
-        if args.autotune:  # log alpha's Adam: a parameter group of the actor's optimizer, with its own learning rate
-            actor_optimizer.add_param_group({"params": [log_alpha], "lr": args.q_lr})
-        else:
+        alpha_optimizer = torch.optim.Adam([log_alpha], lr=torch.tensor(args.q_lr, device=device), **fused)
+        if not args.autotune:  # alpha fixed: log alpha never takes a step
             log_alpha.data.fill_(math.log(args.alpha) if args.alpha > 0 else -math.inf)
         # H-bar = -|A| (arXiv:1812.05905, Sec. 5) unless --target-entropy sets it
         target_entropy = -float(act_dim) if args.target_entropy is None else args.target_entropy
@@ -426,15 +424,17 @@ def main(args: Args) -> dict:
             qf_target=qf_target,
             q_optimizer=q_optimizer,
             actor_optimizer=actor_optimizer,
+            alpha_optimizer=alpha_optimizer,
             rb=rb,
             log_alpha=log_alpha,
         )
         (global_step, critic_updates, actor_updates, update_steps), obs = run.resume(stateful, (0, 0, 0, 0))
         update_critic, update_actor, act = sac_updates(
-            actor, qf, qf_target, log_alpha, q_optimizer, actor_optimizer, args, target_entropy
+            actor, qf, qf_target, log_alpha, q_optimizer, actor_optimizer, alpha_optimizer, args, target_entropy
         )
         if args.compile:  # the same functions, compiled (on a GPU, captured too)
-            update_critic, update_actor, act = compiled([update_critic, update_actor, act], device)
+            optimizers = [q_optimizer, actor_optimizer, alpha_optimizer]
+            update_critic, update_actor, act = compiled([update_critic, update_actor, act], device, optimizers)
 
         def policy(obs):  # the deterministic action tanh(mean) * scale + bias, for evaluation
             mean = actor(torch.as_tensor(obs, dtype=torch.float32, device=device))[0]
@@ -783,6 +783,8 @@ class Run:
                     obj.data.copy_(self.checkpoint[key])
                 else:
                     obj.load_state_dict(self.checkpoint[key])
+                for group in getattr(obj, "param_groups", []):  # a tensor learning rate, back on the device
+                    group.update({k: v.to(self.device) for k, v in group.items() if torch.is_tensor(v)})
             setters = torch.set_rng_state, np.random.set_state, random.setstate, torch.cuda.set_rng_state_all
             for set_state, state in zip(setters, self.checkpoint["rng"][: 3 + (self.device.type == "cuda")]):
                 set_state(state)
@@ -937,35 +939,47 @@ def cli(argv=None) -> dict:
 CUDA_GRAPHS = True  # on a GPU, capture the compiled functions (False: compiled only, as benchmark/speed.py times it)
 
 
-def compiled(functions: list, device) -> list:
+def compiled(functions: list, device, optimizers: list = ()) -> list:
     """Each of `functions` through torch.compile as it is (its losses, backward pass and optimizer
     step are traced from the code above at the first call, so an edit there is what runs); on a GPU,
-    each also `Captured`."""
+    each also `Captured`, with the `optimizers` it steps."""
     importlib.import_module("torch._inductor.config").fallback_random = True  # random draws as eager mode's
     functions = [torch.compile(function) for function in functions]
     if device.type == "cuda" and CUDA_GRAPHS:
-        return [Captured(function) for function in functions]
+        return [Captured(function, optimizers) for function in functions]
     return functions
 
 
 class Captured:
     """`fn` recorded as CUDA graphs and replayed. Each distinct call signature (the inputs' tree,
-    the shape, dtype, device and strides of each tensor, and the value of each other input, such as
-    a flag) has a graph of its own: its first `warmup` calls run `fn` on this wrapper's side stream,
-    as capture needs; the next records it; each call after copies the tensor inputs into the
-    recorded ones and replays it. The outputs are the recorded tensors, which the next replay of the
-    same graph overwrites: clone what you keep."""
+    the shape, dtype, device and strides of each tensor, the value of each other input, such as a
+    flag, and the settings of each parameter group of `optimizers`: a float's value, a tensor's
+    identity) has a graph of its own: its first `warmup` calls run `fn` on this wrapper's side
+    stream, as capture needs; the next records it; each call after copies the tensor inputs into the
+    recorded ones and replays it. A replay reads what a tensor holds now, but the value a float had
+    when its graph was recorded: a learning rate that changes reaches every replay as a tensor
+    changed in place (as the scripts make it, and torch's schedulers change it), and a float one
+    gets a graph per value. The outputs are the recorded tensors, which the next replay of the same
+    graph overwrites: clone what you keep."""
 
-    def __init__(self, fn, warmup: int = 3):  # warm-up calls compile `fn` and set up what CUDA makes lazily
+    def __init__(self, fn, optimizers: list = (), warmup: int = 3):
         self.fn = fn
-        self.warmup = warmup
+        self.optimizers = optimizers
+        self.warmup = warmup  # calls before the recording: they compile `fn` and set up what CUDA makes lazily
         self.graphs = {}
         self.side_stream = None  # made at the first call: a CPU-only machine can build the wrapper
 
     def __call__(self, *inputs):
         leaves, spec = torch.utils._pytree.tree_flatten(inputs)
         signature = tuple((x.shape, x.dtype, x.device, x.stride()) if torch.is_tensor(x) else x for x in leaves)
-        g = self.graphs.setdefault((spec, signature), {"calls": 0})
+        settings = tuple(
+            id(value) if torch.is_tensor(value) else value
+            for optimizer in self.optimizers
+            for group in optimizer.param_groups
+            for key, value in group.items()
+            if key not in ("params", "param_names")
+        )
+        g = self.graphs.setdefault((spec, signature, settings), {"calls": 0})
         g["calls"] += 1
         if g["calls"] <= self.warmup:
             if self.side_stream is None:

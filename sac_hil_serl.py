@@ -35,7 +35,9 @@ Deviations from the papers (each marked `# DEVIATION(n)` in the code):
        delay, made up for; CleanRL's schedule), not once per step as in Algorithm 1, each time on
        the states of the last critic minibatch (CleanRL's), not a fresh one.
     5. The temperature loss reuses the actor step's log pi(a|s), drawn before the actor moved, not a
-       fresh sample; its gradient step is on log alpha (CleanRL's form), at the critics' q_lr.
+       fresh sample; its gradient step is on log alpha by its own Adam (CleanRL's), at q_lr: bit for
+       bit the steps of a parameter group of the actor's Adam (Adam's state is per tensor, and J_pi
+       and J(alpha) share no parameter), but an AdamW edit of the actor's optimizer leaves it be.
     6. Training starts with `learning_starts` env steps of uniformly random actions (SpinningUp,
        CleanRL).
     7. With --num-discrete-actions and a shared encoder, the discrete critic reads the encoder's
@@ -334,19 +336,6 @@ def compute_loss_alpha(log_alpha, log_prob, target_entropy: float):
     return (-log_alpha.exp() * (log_prob + target_entropy)).mean()
 
 
-def compute_loss_actor_alpha(actor, qf, obs, log_alpha, target_entropy: float, autotune: bool):
-    """J_pi, plus J(alpha) when alpha is tuned, as one loss: they share no parameter (alpha and log
-    pi enter each other's detached), so one backward pass serves both. Returns (loss, detached
-    metrics)."""
-    alpha = log_alpha.detach().exp()
-    loss, log_prob = compute_loss_pi(actor, qf, obs, alpha)
-    metrics = {"actor_loss": loss.detach(), "alpha": alpha[0], "entropy": -log_prob.mean()}
-    if autotune:
-        alpha_loss = compute_loss_alpha(log_alpha, log_prob, target_entropy)  # DEVIATION(5)
-        loss, metrics["alpha_loss"] = loss + alpha_loss, alpha_loss.detach()
-    return loss, metrics
-
-
 def compute_loss_discrete_q(dq, dq_target, batch, levels, gamma: float):
     """J_d = E[(Q_d(s, g) - y)^2], g the command the env received, y `double_dqn_target`'s
     (HIL-SERL); (loss, metrics)"""
@@ -365,7 +354,7 @@ def polyak_update(targets: list, params: list, tau: float) -> None:
         torch._foreach_lerp_(targets, params, tau)
 
 
-def optimizer_step(optimizer, loss, module, max_norm: float | None) -> None:
+def optimizer_step(optimizer, loss, module=None, max_norm: float | None = None) -> None:
     """One step of `optimizer` on `loss`, the gradient norm of `module` first clipped to max_norm
     (None: not)."""
     optimizer.zero_grad()
@@ -375,10 +364,12 @@ def optimizer_step(optimizer, loss, module, max_norm: float | None) -> None:
     optimizer.step()
 
 
-def sac_updates(actor, qf, qf_target, log_alpha, q_optimizer, actor_optimizer, args, target_entropy: float):
+def sac_updates(
+    actor, qf, qf_target, log_alpha, q_optimizer, actor_optimizer, alpha_optimizer, args, target_entropy: float
+):
     """update_critic(batch, update_target) and update_actor(obs): one gradient step each on the
-    losses above, returning detached metrics (no host sync); act(obs), a ~ pi(.|s) to collect with.
-    log alpha is a parameter group of the actor's optimizer, stepped with it."""
+    losses above (update_actor's on J_pi, then on J(alpha) by log alpha's own optimizer), returning
+    detached metrics (no host sync); act(obs), a ~ pi(.|s) to collect with."""
     num_subsample = args.num_subsample_critics or args.num_critics
     step = functools.partial(optimizer_step, max_norm=args.max_grad_norm)
     targets, online = list(qf_target.parameters()), list(qf.parameters())  # once, not at each update
@@ -394,8 +385,14 @@ def sac_updates(actor, qf, qf_target, log_alpha, q_optimizer, actor_optimizer, a
         return metrics
 
     def update_actor(obs):
-        loss, metrics = compute_loss_actor_alpha(actor, qf, obs, log_alpha, target_entropy, args.autotune)
+        alpha = log_alpha.detach().exp()
+        loss, log_prob = compute_loss_pi(actor, qf, obs, alpha)
         step(actor_optimizer, loss, actor)
+        metrics = {"actor_loss": loss.detach(), "alpha": alpha[0], "entropy": -log_prob.mean()}
+        if args.autotune:  # on the log pi(a|s) of the actor's step, drawn before it moved: DEVIATION(5)
+            alpha_loss = compute_loss_alpha(log_alpha, log_prob, target_entropy)
+            optimizer_step(alpha_optimizer, alpha_loss)
+            metrics["alpha_loss"] = alpha_loss.detach()
         return metrics
 
     @torch.no_grad()
@@ -986,14 +983,17 @@ class Learner:
         self.args, self.metrics = args, {}
         self.actor, self.qf, self.qf_target, self.grip = networks(args, envs, device)
         act_dim = self.actor.action_scale.shape[0]  # |A|: the arm's dimensions, without a gripper's
+        # learning rates as tensors on the device: one changed in place (as torch's schedulers do)
+        # reaches the compiled updates with no recompile, and the captured ones at all
         fused = {"fused": True} if device.type in ("cpu", "cuda") else {}  # one Adam kernel for all tensors
-        q_optimizer = torch.optim.Adam(self.qf.parameters(), lr=args.q_lr, **fused)
-        actor_optimizer = torch.optim.Adam(self.actor.parameters(), lr=args.policy_lr, **fused)
+        lr = functools.partial(torch.tensor, device=device)
+        q_optimizer = torch.optim.Adam(self.qf.parameters(), lr=lr(args.q_lr), **fused)
+        actor_optimizer = torch.optim.Adam(self.actor.parameters(), lr=lr(args.policy_lr), **fused)
         self.log_alpha = torch.zeros(1, device=device, requires_grad=True)
-        if args.autotune:  # log alpha's Adam: a parameter group of the actor's optimizer, with its own learning rate
-            actor_optimizer.add_param_group({"params": [self.log_alpha], "lr": args.q_lr})
-        else:
+        alpha_optimizer = torch.optim.Adam([self.log_alpha], lr=lr(args.q_lr), **fused)
+        if not args.autotune:  # alpha fixed: log alpha never takes a step
             self.log_alpha.data.fill_(math.log(args.alpha) if args.alpha > 0 else -math.inf)
+        self.optimizers = [q_optimizer, actor_optimizer, alpha_optimizer]
         # H-bar = -|A| (arXiv:1812.05905, Sec. 5) unless --target-entropy sets it
         target_entropy = -float(act_dim) if args.target_entropy is None else args.target_entropy  # DEVIATION(10)
         encoder = self.qf.encoder
@@ -1002,9 +1002,10 @@ class Learner:
         self.replay = MixedReplay(self.rb, self.demo, args.offline_ratio)  # RLPD's batches, once demos hold a share
         self.stateful = dict(actor=self.actor, qf=self.qf, qf_target=self.qf_target, q_optimizer=q_optimizer)
         self.stateful.update(log_alpha=self.log_alpha, actor_optimizer=actor_optimizer, rb=self.rb, demo=self.demo)
+        self.stateful.update(alpha_optimizer=alpha_optimizer)
         self.stateful.update(self.grip.stateful if self.grip else {})
         self.update_critic, self.update_actor, self.act = sac_updates(
-            self.actor, self.qf, self.qf_target, self.log_alpha, q_optimizer, actor_optimizer, args, target_entropy
+            self.actor, self.qf, self.qf_target, self.log_alpha, *self.optimizers, args, target_entropy
         )
         self.critic_updates, self.actor_updates, self.update_steps = 0, 0, 0
 
@@ -1067,9 +1068,8 @@ def main(args: Args) -> dict:
         global_step, learner.critic_updates, learner.actor_updates, learner.update_steps = counts
         act = learner.act
         if args.compile:  # the same functions, compiled (on a GPU, captured too)
-            learner.update_critic, learner.update_actor, act = compiled(
-                [learner.update_critic, learner.update_actor, act], device
-            )
+            functions = [learner.update_critic, learner.update_actor, act]
+            learner.update_critic, learner.update_actor, act = compiled(functions, device, learner.optimizers)
         counters = lambda: (global_step, learner.critic_updates, learner.actor_updates, learner.update_steps)  # noqa: E731
         policy = greedy_policy(actor, grip, device)  # for evaluation
         metrics = learner.metrics
@@ -1833,6 +1833,8 @@ class Run:
                     obj.data.copy_(self.checkpoint[key])
                 else:
                     obj.load_state_dict(self.checkpoint[key])
+                for group in getattr(obj, "param_groups", []):  # a tensor learning rate, back on the device
+                    group.update({k: v.to(self.device) for k, v in group.items() if torch.is_tensor(v)})
             setters = torch.set_rng_state, np.random.set_state, random.setstate, torch.cuda.set_rng_state_all
             for set_state, state in zip(setters, self.checkpoint["rng"][: 3 + (self.device.type == "cuda")]):
                 set_state(state)
@@ -1987,35 +1989,47 @@ def cli(argv=None) -> dict:
 CUDA_GRAPHS = True  # on a GPU, capture the compiled functions (False: compiled only, as benchmark/speed.py times it)
 
 
-def compiled(functions: list, device) -> list:
+def compiled(functions: list, device, optimizers: list = ()) -> list:
     """Each of `functions` through torch.compile as it is (its losses, backward pass and optimizer
     step are traced from the code above at the first call, so an edit there is what runs); on a GPU,
-    each also `Captured`."""
+    each also `Captured`, with the `optimizers` it steps."""
     importlib.import_module("torch._inductor.config").fallback_random = True  # random draws as eager mode's
     functions = [torch.compile(function) for function in functions]
     if device.type == "cuda" and CUDA_GRAPHS:
-        return [Captured(function) for function in functions]
+        return [Captured(function, optimizers) for function in functions]
     return functions
 
 
 class Captured:
     """`fn` recorded as CUDA graphs and replayed. Each distinct call signature (the inputs' tree,
-    the shape, dtype, device and strides of each tensor, and the value of each other input, such as
-    a flag) has a graph of its own: its first `warmup` calls run `fn` on this wrapper's side stream,
-    as capture needs; the next records it; each call after copies the tensor inputs into the
-    recorded ones and replays it. The outputs are the recorded tensors, which the next replay of the
-    same graph overwrites: clone what you keep."""
+    the shape, dtype, device and strides of each tensor, the value of each other input, such as a
+    flag, and the settings of each parameter group of `optimizers`: a float's value, a tensor's
+    identity) has a graph of its own: its first `warmup` calls run `fn` on this wrapper's side
+    stream, as capture needs; the next records it; each call after copies the tensor inputs into the
+    recorded ones and replays it. A replay reads what a tensor holds now, but the value a float had
+    when its graph was recorded: a learning rate that changes reaches every replay as a tensor
+    changed in place (as the scripts make it, and torch's schedulers change it), and a float one
+    gets a graph per value. The outputs are the recorded tensors, which the next replay of the same
+    graph overwrites: clone what you keep."""
 
-    def __init__(self, fn, warmup: int = 3):  # warm-up calls compile `fn` and set up what CUDA makes lazily
+    def __init__(self, fn, optimizers: list = (), warmup: int = 3):
         self.fn = fn
-        self.warmup = warmup
+        self.optimizers = optimizers
+        self.warmup = warmup  # calls before the recording: they compile `fn` and set up what CUDA makes lazily
         self.graphs = {}
         self.side_stream = None  # made at the first call: a CPU-only machine can build the wrapper
 
     def __call__(self, *inputs):
         leaves, spec = torch.utils._pytree.tree_flatten(inputs)
         signature = tuple((x.shape, x.dtype, x.device, x.stride()) if torch.is_tensor(x) else x for x in leaves)
-        g = self.graphs.setdefault((spec, signature), {"calls": 0})
+        settings = tuple(
+            id(value) if torch.is_tensor(value) else value
+            for optimizer in self.optimizers
+            for group in optimizer.param_groups
+            for key, value in group.items()
+            if key not in ("params", "param_names")
+        )
+        g = self.graphs.setdefault((spec, signature, settings), {"calls": 0})
         g["calls"] += 1
         if g["calls"] <= self.warmup:
             if self.side_stream is None:
@@ -2277,9 +2291,8 @@ def serve(args, checkpoint, device, zmq) -> dict:
         counts, _ = run.resume({**learner.stateful, "actors": actors}, (0, 0, 0, 0))
         global_step, learner.critic_updates, learner.actor_updates, learner.update_steps = counts
         if args.compile:
-            learner.update_critic, learner.update_actor = compiled(
-                [learner.update_critic, learner.update_actor], device
-            )
+            functions = [learner.update_critic, learner.update_actor]
+            learner.update_critic, learner.update_actor = compiled(functions, device, learner.optimizers)
         counters = lambda: (global_step, learner.critic_updates, learner.actor_updates, learner.update_steps)  # noqa: E731
         policy = greedy_policy(learner.actor, learner.grip, device)
         offline_phase(run, learner.update, learner.demo, learner.metrics, counters, args)

@@ -300,9 +300,13 @@ def main(args: Args) -> dict:
         for target, net in ((actor_target, actor), (qf_target, qf)):
             target.load_state_dict(net.state_dict())
             target.requires_grad_(False)
+        # learning rates as tensors on the device: one changed in place (as torch's schedulers do)
+        # reaches the compiled updates with no recompile, and the captured ones at all
         fused = {"fused": True} if device.type in ("cpu", "cuda") else {}  # one Adam kernel for all tensors
-        q_optimizer = torch.optim.Adam(qf.parameters(), lr=args.learning_rate, **fused)
-        actor_optimizer = torch.optim.Adam(actor.parameters(), lr=args.learning_rate, **fused)
+        q_optimizer = torch.optim.Adam(qf.parameters(), lr=torch.tensor(args.learning_rate, device=device), **fused)
+        actor_optimizer = torch.optim.Adam(
+            actor.parameters(), lr=torch.tensor(args.learning_rate, device=device), **fused
+        )
         rb = ReplayBuffer(args.buffer_size, obs_dim, act_dim, device)
         stateful = dict(
             actor=actor,
@@ -317,7 +321,7 @@ def main(args: Args) -> dict:
         global_step, critic_updates, actor_updates = counters
         update, act = td3_updates(actor, actor_target, qf, qf_target, q_optimizer, actor_optimizer, args)
         if args.compile:  # the same functions, compiled (on a GPU, captured too)
-            update, act = compiled([update, act], device)
+            update, act = compiled([update, act], device, [q_optimizer, actor_optimizer])
 
         def policy(obs):  # the actor's action mu(s), without exploration noise, for evaluation
             return actor(torch.as_tensor(obs, dtype=torch.float32, device=device)).cpu().numpy()
@@ -642,6 +646,8 @@ class Run:
                     obj.data.copy_(self.checkpoint[key])
                 else:
                     obj.load_state_dict(self.checkpoint[key])
+                for group in getattr(obj, "param_groups", []):  # a tensor learning rate, back on the device
+                    group.update({k: v.to(self.device) for k, v in group.items() if torch.is_tensor(v)})
             setters = torch.set_rng_state, np.random.set_state, random.setstate, torch.cuda.set_rng_state_all
             for set_state, state in zip(setters, self.checkpoint["rng"][: 3 + (self.device.type == "cuda")]):
                 set_state(state)
@@ -796,35 +802,47 @@ def cli(argv=None) -> dict:
 CUDA_GRAPHS = True  # on a GPU, capture the compiled functions (False: compiled only, as benchmark/speed.py times it)
 
 
-def compiled(functions: list, device) -> list:
+def compiled(functions: list, device, optimizers: list = ()) -> list:
     """Each of `functions` through torch.compile as it is (its losses, backward pass and optimizer
     step are traced from the code above at the first call, so an edit there is what runs); on a GPU,
-    each also `Captured`."""
+    each also `Captured`, with the `optimizers` it steps."""
     importlib.import_module("torch._inductor.config").fallback_random = True  # random draws as eager mode's
     functions = [torch.compile(function) for function in functions]
     if device.type == "cuda" and CUDA_GRAPHS:
-        return [Captured(function) for function in functions]
+        return [Captured(function, optimizers) for function in functions]
     return functions
 
 
 class Captured:
     """`fn` recorded as CUDA graphs and replayed. Each distinct call signature (the inputs' tree,
-    the shape, dtype, device and strides of each tensor, and the value of each other input, such as
-    a flag) has a graph of its own: its first `warmup` calls run `fn` on this wrapper's side stream,
-    as capture needs; the next records it; each call after copies the tensor inputs into the
-    recorded ones and replays it. The outputs are the recorded tensors, which the next replay of the
-    same graph overwrites: clone what you keep."""
+    the shape, dtype, device and strides of each tensor, the value of each other input, such as a
+    flag, and the settings of each parameter group of `optimizers`: a float's value, a tensor's
+    identity) has a graph of its own: its first `warmup` calls run `fn` on this wrapper's side
+    stream, as capture needs; the next records it; each call after copies the tensor inputs into the
+    recorded ones and replays it. A replay reads what a tensor holds now, but the value a float had
+    when its graph was recorded: a learning rate that changes reaches every replay as a tensor
+    changed in place (as the scripts make it, and torch's schedulers change it), and a float one
+    gets a graph per value. The outputs are the recorded tensors, which the next replay of the same
+    graph overwrites: clone what you keep."""
 
-    def __init__(self, fn, warmup: int = 3):  # warm-up calls compile `fn` and set up what CUDA makes lazily
+    def __init__(self, fn, optimizers: list = (), warmup: int = 3):
         self.fn = fn
-        self.warmup = warmup
+        self.optimizers = optimizers
+        self.warmup = warmup  # calls before the recording: they compile `fn` and set up what CUDA makes lazily
         self.graphs = {}
         self.side_stream = None  # made at the first call: a CPU-only machine can build the wrapper
 
     def __call__(self, *inputs):
         leaves, spec = torch.utils._pytree.tree_flatten(inputs)
         signature = tuple((x.shape, x.dtype, x.device, x.stride()) if torch.is_tensor(x) else x for x in leaves)
-        g = self.graphs.setdefault((spec, signature), {"calls": 0})
+        settings = tuple(
+            id(value) if torch.is_tensor(value) else value
+            for optimizer in self.optimizers
+            for group in optimizer.param_groups
+            for key, value in group.items()
+            if key not in ("params", "param_names")
+        )
+        g = self.graphs.setdefault((spec, signature, settings), {"calls": 0})
         g["calls"] += 1
         if g["calls"] <= self.warmup:
             if self.side_stream is None:

@@ -1,16 +1,19 @@
 """--compile runs the update a reader edits: each edit a researcher is likely to make (another
-optimizer or its settings, a new network method, a new loss term, a new trainable tensor) trains the
-same compiled as eager. The edits are applied here to the scripts' own functions and classes, as a
-researcher would make them in the file."""
+optimizer or its settings, a learning-rate schedule, a new network method, a new loss term, a new
+trainable tensor) trains the same compiled as eager. The edits are applied here to the scripts' own
+functions and classes, as a researcher would make them in the file. Each compiled run is counted
+(`Compilations`): torch.compile built graphs, built them all in the first updates (no recompile
+per update) and every update ran through them, so these tests fail where nothing compiles."""
 
 import importlib
 import inspect
+import re
 from dataclasses import replace
 
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import SCRIPTS, fake_cuda_graphs, fake_envs
+from conftest import SCRIPTS, TINY_CONTINUOUS, fake_cuda_graphs, fake_envs, scalars
 
 import sac_continuous_action as sac
 import td3_continuous_action as td3
@@ -18,13 +21,59 @@ import td3_continuous_action as td3
 LOW, HIGH = [-2.0, 0.0, 10.0], [5.0, 0.5, 10.1]
 UPDATES = 100
 EDITS = [
-    "AdamW with weight decay, Adam with amsgrad",
+    "AdamW with weight decay for every optimizer, amsgrad for the actor's",
     "a new actor method calling a layer",
     "behaviour cloning",
     "a Lagrange multiplier in the actor's optimizer",
     "SGD with momentum",
     "a second parameter group",
+    "a learning-rate schedule",
 ]
+
+
+class Compilations:
+    """torch.compile, counted, as the scripts call it (whatever torch.compile is when this is made):
+    `graphs`, the graphs dynamo hands to inductor, torch.compile's default backend (one per stretch
+    of a function between graph breaks, and one more per recompilation); `runs`, the runs of those
+    graphs; `calls`, (graphs, runs) at the end of each call of a compiled function."""
+
+    def __init__(self, monkeypatch):
+        self.graphs, self.runs, self.calls = 0, 0, []
+        compile_fn, inductor = torch.compile, torch._dynamo.lookup_backend("inductor")
+
+        def backend(graph_module, example_inputs):
+            self.graphs += 1
+            compiled_graph = inductor(graph_module, example_inputs)
+
+            def run(*inputs):
+                self.runs += 1
+                return compiled_graph(*inputs)
+
+            return run
+
+        def counted(fn, **settings):
+            compiled_fn = compile_fn(fn, backend=backend, **settings)
+
+            def call(*args, **kwargs):
+                out = compiled_fn(*args, **kwargs)
+                self.calls.append((self.graphs, self.runs))
+                return out
+
+            return call
+
+        torch._dynamo.reset()  # each test's functions compile anew, through this backend
+        monkeypatch.setattr(torch, "compile", counted)
+
+    def check(self, calls: int, settled_by: int) -> None:
+        """Assert that compiled functions were called `calls` times, that graphs were built, all of
+        them by the end of call `settled_by` (each flag value and the optimizers' first steps have
+        their own), and that every call ran at least one of them."""
+        assert len(self.calls) == calls, len(self.calls)
+        assert self.graphs > 0, "torch.compile built no graph"
+        built = [graphs for graphs, _ in self.calls]
+        assert built[settled_by - 1] == self.graphs, f"graphs built at each call: {built}"
+        runs = [0] + [runs for _, runs in self.calls]
+        assert all(after > before for before, after in zip(runs, runs[1:])), f"graph runs at each call: {runs[1:]}"
 
 
 def edited(module, name: str, *replacements):
@@ -58,21 +107,37 @@ def random_batches(n: int, size: int = 32):
     ]
 
 
-def optimizers(edit: str, critic, actor, lr: float):
-    """The critics' and the actor's optimizers: Adam as `main` makes them, or as the edit makes
-    them."""
+def optimizers(edit: str, critic, actor, others: list, lr: float) -> list:
+    """The critics' and the actor's optimizers, then one for each tensor of `others` (SAC's log
+    alpha): as `main` makes them (fused Adam, each learning rate a tensor of its own), or as the
+    edit makes them."""
+
+    def adam(params, **settings):
+        return torch.optim.Adam(params, lr=torch.tensor(lr), fused=True, **settings)
+
+    def adamw(params, **settings):
+        return torch.optim.AdamW(params, lr=torch.tensor(lr), weight_decay=0.1, fused=True, **settings)
+
     if edit == EDITS[0]:
-        return torch.optim.AdamW(critic.parameters(), lr=lr, weight_decay=0.1), torch.optim.Adam(
-            actor.parameters(), lr=lr, amsgrad=True
-        )
-    if edit == EDITS[4]:
-        return torch.optim.SGD(critic.parameters(), lr=lr, momentum=0.9), torch.optim.Adam(actor.parameters(), lr=lr)
-    if edit == EDITS[5]:
+        return [adamw(critic.parameters()), adamw(actor.parameters(), amsgrad=True), *(adamw([x]) for x in others)]
+    actor_params = actor.parameters()
+    if edit == EDITS[5]:  # the output layers at three times the body's learning rate, with other betas
         body = [p for name, p in actor.named_parameters() if name.startswith(("fc1", "fc2"))]
         heads = [p for name, p in actor.named_parameters() if not name.startswith(("fc1", "fc2"))]
-        groups = [{"params": body}, {"params": heads, "lr": 3 * lr, "betas": (0.8, 0.99)}]
-        return torch.optim.Adam(critic.parameters(), lr=lr, fused=True), torch.optim.Adam(groups, lr=lr)
-    return (torch.optim.Adam(net.parameters(), lr=lr, fused=True) for net in (critic, actor))
+        actor_params = [{"params": body}, {"params": heads, "lr": torch.tensor(3 * lr), "betas": (0.8, 0.99)}]
+    critic_optimizer = adam(critic.parameters())
+    if edit == EDITS[4]:
+        critic_optimizer = torch.optim.SGD(critic.parameters(), lr=torch.tensor(lr), momentum=0.9)
+    return [critic_optimizer, adam(actor_params), *(adam([x]) for x in others)]
+
+
+def schedules(edit: str, optimizers: list) -> list:
+    """The learning-rate schedules of the edit that adds them, each stepped every other update:
+    each learning rate decayed linearly to 0 over the UPDATES updates (torch's LambdaLR, which
+    changes a tensor learning rate in place)."""
+    if edit != EDITS[6]:
+        return []
+    return [torch.optim.lr_scheduler.LambdaLR(optimizer, lambda k: 1 - 2 * k / UPDATES) for optimizer in optimizers]
 
 
 def sac_training(edit: str, compiled: bool, monkeypatch) -> dict:
@@ -83,9 +148,9 @@ def sac_training(edit: str, compiled: bool, monkeypatch) -> dict:
     envs = fake_envs(LOW, HIGH)
     actor, qf = sac.Actor(envs), sac.QEnsemble(envs)
     qf_target = sac.target_of(qf, sac.QEnsemble(envs))
-    q_optimizer, actor_optimizer = optimizers(edit, qf, actor, 3e-3)
     log_alpha = torch.zeros(1, requires_grad=True)
-    actor_optimizer.add_param_group({"params": [log_alpha], "lr": args.q_lr})
+    q_optimizer, actor_optimizer, alpha_optimizer = optimizers(edit, qf, actor, [log_alpha], 3e-3)
+    lr_schedules = schedules(edit, [q_optimizer, actor_optimizer, alpha_optimizer])
     trained = {**named(qf=qf, qf_target=qf_target, actor=actor), "log_alpha": log_alpha}
     loss_pi = sac.compute_loss_pi
     if edit == EDITS[1]:  # a method that calls the layers itself, and an L2 penalty on the mean action through it
@@ -122,7 +187,9 @@ def sac_training(edit: str, compiled: bool, monkeypatch) -> dict:
             ),
         )
     initial = {name: p.detach().clone() for name, p in trained.items()}
-    update_critic, update_actor, _ = updates(actor, qf, qf_target, log_alpha, q_optimizer, actor_optimizer, args, -3.0)
+    update_critic, update_actor, _ = updates(
+        actor, qf, qf_target, log_alpha, q_optimizer, actor_optimizer, alpha_optimizer, args, -3.0
+    )
     if compiled:
         update_critic, update_actor = sac.compiled([update_critic, update_actor], torch.device("cpu"))
     for i, batch in enumerate(random_batches(UPDATES)):
@@ -130,6 +197,8 @@ def sac_training(edit: str, compiled: bool, monkeypatch) -> dict:
         update_critic(batch, i % 2 == 0)
         if i % 2 == 1:
             update_actor(*batch[:2]) if edit == EDITS[2] else update_actor(batch[0])
+            for schedule in lr_schedules:
+                schedule.step()
     return {name: (initial[name], p.detach()) for name, p in trained.items()}
 
 
@@ -144,7 +213,8 @@ def td3_training(edit: str, compiled: bool, monkeypatch) -> dict:
     for target, net in ((actor_target, actor), (qf_target, qf)):
         target.load_state_dict(net.state_dict())
         target.requires_grad_(False)
-    q_optimizer, actor_optimizer = optimizers(edit, qf, actor, args.learning_rate)
+    q_optimizer, actor_optimizer = optimizers(edit, qf, actor, [], args.learning_rate)
+    lr_schedules = schedules(edit, [q_optimizer, actor_optimizer])
     trained = named(qf=qf, qf_target=qf_target, actor=actor, actor_target=actor_target)
     loss_pi = td3.compute_loss_pi
     if edit == EDITS[1]:  # a method that calls the layers itself, and a penalty on the pre-tanh action through it
@@ -185,6 +255,8 @@ def td3_training(edit: str, compiled: bool, monkeypatch) -> dict:
     for i, batch in enumerate(random_batches(UPDATES)):
         torch.manual_seed(100 + i)
         update(batch, i % 2 == 1)
+        for schedule in lr_schedules if i % 2 == 1 else []:
+            schedule.step()
     return {name: (initial[name], p.detach()) for name, p in trained.items()}
 
 
@@ -206,14 +278,20 @@ def trained(training, edit: str, compiled: bool) -> dict:
 
 @pytest.mark.parametrize("edit", EDITS)
 @pytest.mark.parametrize("training", [sac_training, td3_training], ids=["sac", "td3"])
-def test_an_edit_trains_the_same_compiled_as_eager(training, edit):
+def test_an_edit_trains_the_same_compiled_as_eager(monkeypatch, training, edit):
     """After 100 updates from the same networks and batches, every trained tensor (networks,
     targets, log alpha, a new multiplier) ends where eager training ends it, to float rounding,
-    while leaving the edit out would not. Measured (relative_distance): compiled from eager 1.6e-6
-    to 4.5e-3 over the twelve cases; without the edit, 0.13 to 26."""
-    torch._dynamo.reset()  # the edited functions share code objects with earlier tests' compilations
+    while leaving the edit out would not; the compiled updates ran through graphs torch.compile
+    built in the first two updates of each kind (a schedule's new learning rates recompile
+    nothing). Measured (relative_distance): compiled from eager 1.6e-6 to 4.5e-3 over the
+    fourteen cases; without the edit, 0.13 to 26."""
+    compilations = Compilations(monkeypatch)
     eager = trained(training, edit, False)
     compiled = trained(training, edit, True)
+    if training is sac_training:  # the critic's two flag values and the actor's first updates, then their second
+        compilations.check(calls=UPDATES * 3 // 2, settled_by=4)
+    else:  # the first update without the actor, then the first with it
+        compilations.check(calls=UPDATES, settled_by=2)
     assert compiled.keys() == eager.keys()
     assert relative_distance(compiled, eager) < 0.03
     assert relative_distance(trained(training, "none", False), eager) > 0.1  # the edit changes training
@@ -231,6 +309,7 @@ def a_second_group(original):  # the output layers at three times the body's lea
     return make
 
 
+UPDATE_CALLS = {"sac_atari": 301, "a2c": 20, "acer": 20 + 4 * 16}  # the updates of those runs of 400 steps
 OTHER_SCRIPTS = {  # script: (the optimizer torch.optim names, its edit, flags of a run that reaches its updates)
     "sac_atari": (
         "Adam",
@@ -255,18 +334,53 @@ def saved_model(module, args) -> torch.Tensor:
 
 @pytest.mark.parametrize("name", list(OTHER_SCRIPTS))
 def test_an_edited_optimizer_trains_the_same_compiled_as_eager_in_the_other_scripts(in_tmp, monkeypatch, name):
-    """sac_atari.py (AdamW with weight decay), a2c.py (SGD with momentum) and acer.py (a second
-    parameter group): the model of a compiled run of 400 steps ends where the eager one does, to
-    float rounding, and the edit moved it."""
+    """sac_atari.py (AdamW with weight decay for all three optimizers, the temperature's too),
+    a2c.py (SGD with momentum) and acer.py (a second parameter group): the model of a compiled run
+    of 400 steps ends where the eager one does, to float rounding, and the edit moved it; every
+    update ran through graphs built at the first two."""
     module = importlib.import_module(name)
     optimizer, edit, flags = OTHER_SCRIPTS[name]
     args = module.Args(**flags, total_timesteps=400, eval_freq=0, eval_episodes=1, cuda=False, save_model=True)
     plain = saved_model(module, replace(args, exp_name="plain"))
     monkeypatch.setattr(torch.optim, optimizer, edit(getattr(torch.optim, optimizer)))
-    torch._dynamo.reset()
     eager = saved_model(module, replace(args, exp_name="eager"))
+    compilations = Compilations(monkeypatch)
     compiled = saved_model(module, replace(args, exp_name="compiled", compile=True))
+    compilations.check(calls=UPDATE_CALLS[name], settled_by=2)
     assert float((compiled - eager).norm() / (eager - plain).norm()) < 0.03
+
+
+SCHEDULES = {  # script: flags of a run of 100 updates or more, its learning rate annealed
+    "a2c": dict(env_id="CartPole-v1", num_envs=4, num_steps=5, total_timesteps=2_000),
+    "acer": dict(env_id="CartPole-v1", num_envs=4, num_steps=5, total_timesteps=500, buffer_size=400, replay_start=100),
+}
+
+
+@pytest.mark.parametrize("name", list(SCHEDULES))
+def test_an_annealed_learning_rate_compiles_once_and_trains_as_eager(in_tmp, monkeypatch, capfd, name):
+    """`--compile --anneal-lr` end to end: the compiled update's graphs are all built at its first
+    two calls and every update runs through them, each with its own learning rate (a tensor the
+    graphs read, which --anneal-lr changes in place; a float would recompile RMSprop.step at each
+    new value until dynamo's limit, and warn), with no warning from dynamo; the losses logged at
+    every update are eager's to float rounding."""
+    module = importlib.import_module(name)
+    args = module.Args(**SCHEDULES[name], anneal_lr=True, log_freq=20, eval_freq=0, eval_episodes=1, cuda=False)
+    eager = scalars(module.main(replace(args, exp_name="eager"))["run_dir"])
+    compilations = Compilations(monkeypatch)
+    capfd.readouterr()
+    summary = module.main(replace(args, exp_name="compiled", compile=True))
+    err = capfd.readouterr().err
+    compiled = scalars(summary["run_dir"])
+    updates = summary.get("updates", summary.get("iterations", 0) + summary.get("replay_updates", 0))
+    assert updates >= 100
+    compilations.check(calls=updates, settled_by=2)
+    assert not re.search(r"^W\d{4} |recompile", err, re.M), err
+    learning_rates = [value for _, value in compiled["charts/learning_rate"]]
+    assert learning_rates == sorted(learning_rates, reverse=True) and learning_rates[-1] < 0.1 * args.learning_rate
+    for tag in ("losses/policy_loss", "losses/entropy", "charts/learning_rate"):
+        assert len(compiled[tag]) == len(eager[tag]) == summary["global_step"] // 20, tag
+        for (step, value), (eager_step, eager_value) in zip(compiled[tag], eager[tag]):
+            assert step == eager_step and value == pytest.approx(eager_value, rel=1e-3, abs=1e-5), (tag, step)
 
 
 @pytest.mark.parametrize("script", [sac, td3], ids=["sac", "td3"])
@@ -295,12 +409,57 @@ def test_captured_records_a_graph_per_call_signature_and_replays_on_copies(monke
     assert len(captured.graphs) == 5 and len(replays) == 6  # each a graph of its own, warming up: no replay yet
 
 
-def test_compile_is_off_unless_asked(monkeypatch):
-    """Every script runs the functions as written unless --compile is given, on the CPU and on a GPU
-    alike."""
-    for name in SCRIPTS:
-        module = importlib.import_module(name)
-        assert module.Args().compile is False and not hasattr(module, "COMPILE_MIN_STEPS")
+@pytest.mark.parametrize("script", [sac, td3], ids=["sac", "td3"])
+def test_captured_replays_a_learning_rate_changed_in_place_and_records_a_float_s_values(monkeypatch, script):
+    """`Captured` with the optimizer its function steps: a learning rate that is a tensor, changed
+    in place (as main makes it and torch's schedulers change it), keeps its one graph, whose replays
+    read the tensor; set to a float, or to another tensor, it is baked into a graph of its own,
+    recorded anew, never a replay of a graph recorded with the value before."""
+    replays = fake_cuda_graphs(monkeypatch)
+    x = torch.zeros(3, requires_grad=True)
+    optimizer = torch.optim.SGD([x], lr=torch.tensor(0.1))
+
+    def step(batch):
+        optimizer.zero_grad()
+        (x * batch).sum().backward()
+        optimizer.step()
+        return x.detach()
+
+    captured = script.Captured(step, [optimizer])
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda k: 1 / (k + 1))
+    for _ in range(6):
+        captured(torch.ones(3))
+        schedule.step()
+    assert len(captured.graphs) == 1 and len(replays) == 3  # 3 warm-up calls, then a replay at each call
+    for lr in (0.05, torch.tensor(0.05), 0.02):
+        optimizer.param_groups[0]["lr"] = lr
+        for _ in range(5):
+            captured(torch.ones(3))
+    assert len(captured.graphs) == 4 and len(replays) == 3 + 3 * 2  # each value 3 warm-up calls of its own
+
+
+DEFAULT_RUNS = {  # script: flags of a short run that reaches its updates
+    **dict.fromkeys(["sac_continuous_action", "sac_hil_serl", "td3_continuous_action"], TINY_CONTINUOUS),
+    **{
+        name: dict(flags, total_timesteps=400, eval_freq=0, eval_episodes=1, cuda=False)
+        for name, (*_, flags) in OTHER_SCRIPTS.items()
+    },
+}
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_compile_is_off_unless_asked(in_tmp, monkeypatch, name):
+    """Every script runs the functions as written unless --compile is given: the flag is off by
+    default, and a run with it off that reaches the updates compiles nothing."""
+    module = importlib.import_module(name)
+    assert module.Args().compile is False
+    compilations = Compilations(monkeypatch)
+    summary = module.main(module.Args(**DEFAULT_RUNS[name]))
+    assert summary.get("critic_updates", summary.get("updates", summary.get("iterations"))) > 0
+    assert compilations.calls == [] and compilations.graphs == 0
+
+
+def test_compile_stays_off_on_a_gpu(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     args, _, device = sac.setup(sac.Args(env_id="Pendulum-v1"))
     assert device.type == "cuda" and args.compile is False

@@ -3,8 +3,11 @@ its compiled updates against the eager ones, smoke runs of its flags that reach 
 input, and a short learning run. The common block (episode ends, resume, bad input, ...) is
 specified in test_common_block.py."""
 
+import importlib
+import inspect
 import math
 import os
+import re
 
 import gymnasium as gym
 import numpy as np
@@ -188,9 +191,74 @@ def test_alpha_rises_when_entropy_is_below_target():
 
 
 # --------------------------------------------------------------------------------------------------
+# THE TEMPERATURE'S OWN OPTIMIZER, in the three SAC scripts
+# --------------------------------------------------------------------------------------------------
+TEMPERATURE_RUNS = {  # script: flags of a run of 200 or more temperature steps
+    "sac_continuous_action": TINY_CONTINUOUS,
+    "sac_hil_serl": TINY_CONTINUOUS,
+    "sac_atari": dict(TINY_CONTINUOUS, env_id="CartPole-v1", update_frequency=1),
+}
+
+
+def adamw_main(module, temperature_too: bool):
+    """`module.main` with each `torch.optim.Adam(...)` made `torch.optim.AdamW(...,
+    weight_decay=0.01)`, the temperature's (`[log_alpha]`) too or not, and log alpha started at -5;
+    (main, what it records: log alpha and the gradient of each of its steps)."""
+    source, swapped, edited_lines = inspect.getsource(module.main), 0, []
+    for line in source.splitlines(keepends=True):
+        if "torch.optim.Adam(" in line and (temperature_too or "[log_alpha]" not in line):
+            line, n = re.subn(r"torch\.optim\.Adam\((.*)\)", r"torch.optim.AdamW(\1, weight_decay=0.01)", line)
+            swapped += n
+        edited_lines.append(line)
+    assert swapped == 2 + temperature_too, swapped  # the critics', the actor's, and maybe the temperature's
+    namespace, seen = dict(vars(module)), {"grads": []}
+
+    def recording_updates(*args, **kwargs):  # main's call of `sac_updates`: log alpha is its one plain tensor
+        seen["log_alpha"] = next(x for x in args if isinstance(x, torch.Tensor))
+        seen["log_alpha"].data.fill_(-5.0)
+        seen["log_alpha"].register_hook(lambda grad: seen["grads"].append(grad.detach().clone()))
+        return module.sac_updates(*args, **kwargs)
+
+    namespace["sac_updates"] = recording_updates
+    exec(compile("".join(edited_lines), module.__file__, "exec"), namespace)
+    return namespace["main"], seen
+
+
+@pytest.mark.parametrize("temperature_too", [False, True], ids=["temperature Adam", "temperature AdamW"])
+@pytest.mark.parametrize("name", list(TEMPERATURE_RUNS))
+def test_adamw_for_adam_decays_log_alpha_only_where_its_own_optimizer_is_swapped(in_tmp, name, temperature_too):
+    """A researcher swaps `torch.optim.Adam` for `AdamW(weight_decay=0.01)` in main: the critics'
+    and the actor's optimizers, and the temperature's too or not. Log alpha, started at -5, moves by
+    its own loss alone, through its own optimizer: it ends where a fresh Adam (or AdamW with that
+    decay) replaying the gradients of its steps from -5 ends. Where the temperature keeps Adam it
+    does not decay (measured: the AdamW replay ends 0.003 to 0.01 away, weight decay pulling -5
+    toward 0 by 5 * lr * 0.01 a step, as the actor's AdamW would if log alpha were one of its
+    parameter groups; the Adam replay ends where log alpha does, to all printed digits)."""
+    module = importlib.import_module(name)
+    args = module.Args(**TEMPERATURE_RUNS[name])
+    main, seen = adamw_main(module, temperature_too)
+    summary = main(args)
+    assert len(seen["grads"]) == summary["actor_updates"] >= 200
+    ends = {}
+    for optimizer in (torch.optim.Adam, torch.optim.AdamW):
+        x = torch.full((1,), -5.0, requires_grad=True)
+        settings = dict(lr=args.q_lr, eps=getattr(args, "optimizer_eps", 1e-8))
+        replay = optimizer([x], **settings, **({"weight_decay": 0.01} if optimizer is torch.optim.AdamW else {}))
+        for grad in seen["grads"]:
+            x.grad = grad
+            replay.step()
+        ends[optimizer.__name__] = float(x)
+    final = float(seen["log_alpha"])
+    asked, other = ("AdamW", "Adam") if temperature_too else ("Adam", "AdamW")
+    assert final == pytest.approx(ends[asked], abs=1e-4) and abs(final - ends[other]) > 2e-3, (final, ends)
+
+
+# --------------------------------------------------------------------------------------------------
 # SMOKE: every boolean flag in both states reaches gradient updates
 # --------------------------------------------------------------------------------------------------
-BOOLEAN_FLAGS = ["autotune", "backup_entropy", "cuda", "save_model", "critic_layer_norm"]
+# --cuda: --no-cuda is every other test's, --cuda the GPU test's below (on a CPU-only machine it is
+# the --no-cuda run again)
+BOOLEAN_FLAGS = ["autotune", "backup_entropy", "save_model", "critic_layer_norm"]
 
 
 @pytest.mark.parametrize("value", [True, False])
@@ -221,6 +289,16 @@ def test_smoke_boolean_flags_reach_updates(in_tmp, flag, value):
     else:
         assert alphas[-1] != alphas[0]  # tuned
     assert os.path.exists(f"{summary['run_dir']}/model.pt") == (flag == "save_model" and value)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_smoke_reaches_updates_on_a_gpu(in_tmp):
+    """--cuda, the default, trains on the GPU where there is one: the updates run and the networks
+    they trained are there."""
+    summary = sac.main(tiny(cuda=True, save_model=True))
+    assert summary["critic_updates"] == 201 and summary["actor_updates"] == 200
+    model = torch.load(f"{summary['run_dir']}/model.pt", weights_only=False)
+    assert all(x.is_cuda for net in ("actor", "qf") for x in model[net].values())
 
 
 def test_smoke_ensemble_options_count_updates(in_tmp):
@@ -317,23 +395,22 @@ def test_stored_transitions_replay_exactly_in_a_fresh_env(in_tmp, env_id, num_en
 # --------------------------------------------------------------------------------------------------
 # --compile: THE SAME UPDATES, COMPILED
 # --------------------------------------------------------------------------------------------------
-def sac_setup(args, seed: int = 0):
-    """Networks and optimizers laid out as `main` lays them out: log alpha in the actor optimizer's
-    second group."""
+def sac_setup(args, seed: int = 0, device: str = "cpu"):
+    """Networks and optimizers laid out as `main` lays them out: fused Adams, each learning rate a
+    tensor on the device, log alpha with an Adam of its own."""
     torch.manual_seed(seed)
     envs = fake_envs([-2.0, 0.0, 10.0], [5.0, 0.5, 10.1])
-    actor = sac.Actor(envs)
-    qf, qf_target = (sac.QEnsemble(envs, args.num_critics, args.critic_layer_norm) for _ in range(2))
+    actor = sac.Actor(envs).to(device)
+    qf, qf_target = (sac.QEnsemble(envs, args.num_critics, args.critic_layer_norm).to(device) for _ in range(2))
     qf_target.load_state_dict(qf.state_dict())
     qf_target.requires_grad_(False)
-    log_alpha = torch.zeros(1, requires_grad=True)
-    q_optimizer = torch.optim.Adam(qf.parameters(), lr=args.q_lr)
-    actor_optimizer = torch.optim.Adam(actor.parameters(), lr=args.policy_lr)
-    if args.autotune:
-        actor_optimizer.add_param_group({"params": [log_alpha], "lr": args.q_lr})
-    else:
+    log_alpha = torch.zeros(1, device=device, requires_grad=True)
+    q_optimizer = torch.optim.Adam(qf.parameters(), lr=torch.tensor(args.q_lr, device=device), fused=True)
+    actor_optimizer = torch.optim.Adam(actor.parameters(), lr=torch.tensor(args.policy_lr, device=device), fused=True)
+    alpha_optimizer = torch.optim.Adam([log_alpha], lr=torch.tensor(args.q_lr, device=device), fused=True)
+    if not args.autotune:
         log_alpha.data.fill_(math.log(args.alpha))
-    return actor, qf, qf_target, log_alpha, q_optimizer, actor_optimizer
+    return actor, qf, qf_target, log_alpha, q_optimizer, actor_optimizer, alpha_optimizer
 
 
 def run_updates(update_critic, update_actor, batches):
@@ -440,23 +517,14 @@ def test_captured_updates_match_the_eager_ones_on_a_gpu(monkeypatch, case):
     for path in ("eager", "compiled", "captured"):
         monkeypatch.setattr(sac, "CUDA_GRAPHS", path == "captured")
         torch._dynamo.reset()  # closures of one code object: each path compiles anew
-        nets = [x.cuda() for x in sac_setup(args)[:3]]
-        log_alpha = torch.zeros(1, device="cuda", requires_grad=True)
-        optimizers = [
-            torch.optim.Adam(nets[1].parameters(), lr=args.q_lr, fused=True),
-            torch.optim.Adam(nets[0].parameters(), lr=args.policy_lr, fused=True),
-        ]
-        if args.autotune:
-            optimizers[1].add_param_group({"params": [log_alpha], "lr": args.q_lr})
-        else:
-            log_alpha.data.fill_(math.log(args.alpha))
-        update_critic, update_actor, act = sac.sac_updates(*nets, log_alpha, *optimizers, args, -3.0)
+        nets = sac_setup(args, device="cuda")
+        update_critic, update_actor, act = sac.sac_updates(*nets, args, -3.0)
         if path != "eager":
-            update_critic, update_actor, act = sac.compiled([update_critic, update_actor, act], log_alpha.device)
+            update_critic, update_actor, act = sac.compiled([update_critic, update_actor, act], nets[3].device)
         logged = run_updates(update_critic, update_actor, batches)
         torch.manual_seed(0)
         actions = torch.stack([act(batches[0][0]).clone() for _ in range(5)])
-        results.append((nets, logged, actions))
+        results.append((nets[:3], logged, actions))
     (eager, eager_logged, eager_actions), (compiled, compiled_logged, compiled_actions), captured = results
     assert_same_training(captured[0], compiled, captured[1], compiled_logged, rtol=0, atol=0)
     assert torch.equal(captured[2], compiled_actions)

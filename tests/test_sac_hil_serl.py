@@ -44,7 +44,6 @@ SHARED = [
     "subsample_critics",
     "compute_loss_pi",
     "compute_loss_alpha",
-    "compute_loss_actor_alpha",
     "polyak_update",
     "optimizer_step",
     "sac_updates",

@@ -146,11 +146,18 @@ def autograd_update(actor, actor_target, qf, qf_target, args):
     return update
 
 
+def main_adam(net, args):
+    """An optimizer as `main` makes it: fused Adam, its learning rate a tensor on the net's
+    device."""
+    lr = torch.tensor(args.learning_rate, device=next(net.parameters()).device)
+    return torch.optim.Adam(net.parameters(), lr=lr, fused=True)
+
+
 def main_update(nets, args, compiled: bool):
-    """`update` as `main` builds it, on fused Adam optimizers: `td3_updates`'s, eager or through
-    `compiled`."""
+    """`update` as `main` builds it, on fused Adam optimizers with tensor learning rates:
+    `td3_updates`'s, eager or through `compiled`."""
     actor, actor_target, qf, qf_target = nets
-    optimizers = [torch.optim.Adam(net.parameters(), lr=args.learning_rate, fused=True) for net in (qf, actor)]
+    optimizers = [main_adam(net, args) for net in (qf, actor)]
     update = td3.td3_updates(actor, actor_target, qf, qf_target, *optimizers, args)[0]
     return td3.compiled([update], torch.device("cpu"))[0] if compiled else update
 
@@ -222,7 +229,7 @@ def test_captured_update_matches_the_eager_one_on_a_gpu(monkeypatch):
         monkeypatch.setattr(td3, "CUDA_GRAPHS", path == "captured")
         torch._dynamo.reset()  # closures of one code object: each path compiles anew
         nets = [net.cuda() for net in td3_nets()]
-        optimizers = [torch.optim.Adam(net.parameters(), lr=args.learning_rate, fused=True) for net in nets[2::-2]]
+        optimizers = [main_adam(net, args) for net in nets[2::-2]]
         update, act = td3.td3_updates(*nets, *optimizers, args)
         if path != "eager":
             update, act = td3.compiled([update, act], nets[0].fc1.weight.device)
@@ -272,7 +279,7 @@ def test_bad_input_one_line_exit_2_nothing_written(in_tmp, capsys, case):
 # SMOKE: every boolean flag in both states reaches both updates
 # --------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("value", [True, False])
-@pytest.mark.parametrize("flag", ["cuda", "save_model"])
+@pytest.mark.parametrize("flag", ["save_model"])  # --cuda: --no-cuda is every other test's, --cuda the GPU test's
 def test_smoke_boolean_flags_reach_updates(in_tmp, flag, value):
     summary = td3.main(tiny(**{flag: value}))
     # steps 100..300 bring 201 critic updates; every second one an actor update and the target
@@ -294,6 +301,16 @@ def test_smoke_boolean_flags_reach_updates(in_tmp, flag, value):
         assert tag in logged, tag
     assert [step for step, _ in logged["losses/qf_loss"]] == [100, 150, 200, 250, 300]  # every --log-freq env steps
     assert os.path.exists(f"{summary['run_dir']}/model.pt") == (flag == "save_model" and value)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_smoke_reaches_updates_on_a_gpu(in_tmp):
+    """--cuda, the default, trains on the GPU where there is one: the updates run and the networks
+    they trained are there."""
+    summary = td3.main(tiny(cuda=True, save_model=True))
+    assert summary["critic_updates"] == 201 and summary["actor_updates"] == 100
+    model = torch.load(f"{summary['run_dir']}/model.pt", weights_only=False)
+    assert all(x.is_cuda for net in ("actor", "qf") for x in model[net].values())
 
 
 def test_smoke_vector_envs_and_policy_frequency(in_tmp):
