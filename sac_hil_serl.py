@@ -1698,7 +1698,7 @@ def pickle_envs(envs: list) -> bytes:
 
 
 def setup(args, check_args, check_spaces, wrap=None):
-    """Before anything is written: --resume's checkpoint (whose flags win, but RESUMABLE's), the
+    """Before anything is written: --resume's checkpoint (its flags, but RESUMABLE's, win), the
     checks, a trial env (reset, checked, stepped), the seeds and the device."""
     checkpoint = None
     if args.resume:
@@ -1717,13 +1717,13 @@ def setup(args, check_args, check_spaces, wrap=None):
                 f"--resume: that run {open(finished).read().strip()}; to run it on, dropping what it "
                 "logged after this checkpoint, add --resume-anyway"
             )
-        defaults = asdict(type(args)())
-        given = {key: value for key, value in asdict(args).items() if value != defaults[key]}
+        saved = checkpoint["args"]
+        given = {key: value for key, value in asdict(args).items() if value != saved.get(key)}
         ignored = ["--" + key.replace("_", "-") for key in given if key not in RESUMABLE]
         if ignored:
             print(f"--resume: {', '.join(ignored)} ignored: a resumed run keeps its checkpoint's")
         resumable = {key: value for key, value in given.items() if key in RESUMABLE}
-        args = type(args)(**{**checkpoint["args"], **resumable})
+        args = type(args)(**{**saved, **resumable})
     for key, value in asdict(args).items():
         check([(isinstance(value, float) and not math.isfinite(value), f"--{key.replace('_', '-')} must be finite")])
     for key, least in LEAST.items():
@@ -1970,6 +1970,9 @@ def cli(argv=None) -> dict:
     """Command line: what tyro cannot parse gets tyro's message, other bad input one line, both exit
     code 2; a stop by a signal exits with 128 + signum."""
     args = tyro.cli(Args, args=argv, description=__doc__.split("\n\n")[0])
+    with contextlib.suppress(Exception):  # --resume: a flag not given is the checkpoint's, one given differs
+        saved = torch.load(args.resume, map_location="cpu", weights_only=False, mmap=True)["args"]
+        args = tyro.cli(Args, args=argv, default=Args(**saved))
     try:
         summary = main(args)
     except ConfigError as e:

@@ -170,6 +170,7 @@ def test_checkpointed_envs_continue_exactly(in_tmp):
         restored_run.__exit__(None, None, None)
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_a_checkpoint_written_on_the_cpu_resumes_on_a_gpu(in_tmp, script):
     """A CPU run's checkpoint holds an empty list of CUDA RNG states; resuming it where CUDA is
     present restores the rest and sets no CUDA state (the device is only named here: the restore is
@@ -504,9 +505,13 @@ def test_compile_without_a_cpp_compiler_is_one_line_from_the_shell(tmp_path, scr
 # IMPORT, --help, SAVED MODELS, VIDEO
 # --------------------------------------------------------------------------------------------------
 def test_import_does_nothing(tmp_path, script):
-    code = f"import sys; sys.path.insert(0, sys.argv[1]); import {script.__name__}; print('wandb' in sys.modules)"
+    """Importing a script prints and writes nothing and loads none of what only a run needs: ALE,
+    MuJoCo, the video encoder, the actor-learner messaging."""
+    optional = ["ale_py", "mujoco", "moviepy", "zmq"]
+    loaded = f"[m for m in {optional} if m in sys.modules]"
+    code = f"import sys; sys.path.insert(0, sys.argv[1]); import {script.__name__}; print({loaded})"
     result = subprocess.run([sys.executable, "-c", code, str(ROOT)], cwd=tmp_path, capture_output=True, text=True)
-    assert result.returncode == 0 and result.stdout.strip() == "False" and result.stderr == ""
+    assert result.returncode == 0 and result.stdout.strip() == "[]" and result.stderr == "", result
     assert os.listdir(tmp_path) == []
 
 
@@ -1074,5 +1079,5 @@ def test_flags_beside_resume_apply_where_safe_and_the_others_are_named_as_ignore
     resumed = sac.cli([*argv, "--learning-starts", "7"])
     out = capsys.readouterr().out
     assert "--resume: --env-id, --learning-starts ignored" in out, out
-    assert resumed["global_step"] == 500 and resumed["run_dir"] == summary["run_dir"]
+    assert resumed["global_step"] == 500 and resumed["run_dir"] == os.path.abspath(summary["run_dir"])
     assert torch.load(path, weights_only=False)["args"]["env_id"] == "Pendulum-v1"

@@ -461,5 +461,5 @@ def test_compile_is_off_unless_asked(in_tmp, monkeypatch, name):
 
 def test_compile_stays_off_on_a_gpu(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    args, _, device = sac.setup(sac.Args(env_id="Pendulum-v1"))
+    args, _, device = sac.setup(sac.Args(env_id="Pendulum-v1"), sac.check_args, sac.check_spaces)
     assert device.type == "cuda" and args.compile is False

@@ -2,6 +2,7 @@
 replay buffer against what the env returned, the Atari wrappers and the ALE snapshot of a
 checkpoint, smoke runs that reach updates, and a short CartPole learning run."""
 
+import functools
 import glob
 import os
 
@@ -254,8 +255,9 @@ def test_atari_pipeline_and_v5_settings():
 def test_ale_snapshot_restores_the_game_exactly(in_tmp):
     """A checkpoint's Breakout sub-envs, put back by --resume, step exactly as the ones it was
     written from."""
-    args, _, device = sa.setup(
-        sa.Args(env_id="BreakoutNoFrameskip-v4", num_envs=2, cuda=False), sa.observation_wrappers
+    setup = functools.partial(sa.setup, check_args=sa.check_args, check_spaces=sa.check_spaces)
+    args, _, device = setup(
+        sa.Args(env_id="BreakoutNoFrameskip-v4", num_envs=2, cuda=False), wrap=sa.observation_wrappers
     )
     run = sa.Run(args, None, device, "--batch-size", sa.observation_wrappers)
     _, obs = run.resume({}, (0,))
@@ -267,7 +269,7 @@ def test_ale_snapshot_restores_the_game_exactly(in_tmp):
     original = [run.envs.step(a)[:2] for a in actions]
     run.__exit__(None, None, None)
     restored_run = sa.Run(
-        *sa.setup(sa.Args(resume=path), sa.observation_wrappers), "--batch-size", sa.observation_wrappers
+        *setup(sa.Args(resume=path), wrap=sa.observation_wrappers), "--batch-size", sa.observation_wrappers
     )
     restored = [restored_run.envs.step(a)[:2] for a in actions]
     restored_run.__exit__(None, None, None)
