@@ -63,9 +63,9 @@ class Args:
     cuda: bool = True
     """train on a CUDA GPU when one is present, else on the CPU (--no-cuda: always on the CPU)"""
     compile: bool = False
-    """torch.compile the update functions as written (on a GPU, also captured as CUDA graphs)"""
+    """torch.compile the updates as written (on a GPU, SAC, TD3 and HIL-SERL also capture them)"""
     capture_video: bool = False
-    """record each evaluation's first episode to runs/<run_name>/videos/ (needs moviepy)"""
+    """record each evaluation's first 1,000 steps to runs/<run_name>/videos/ (the `video` extra)"""
     save_model: bool = False
     """save the trained networks to runs/<run_name>/model.pt when the run ends"""
     eval_episodes: int = 10
@@ -73,7 +73,7 @@ class Args:
     checkpoint_freq: int = 0
     """write runs/<run_name>/checkpoint.pt every this many env steps (0: on Ctrl-C or SIGTERM)"""
     resume: str | None = None
-    """continue the run of this checkpoint.pt with its flags (others but --resume-anyway ignored)"""
+    """continue the run of this checkpoint.pt with its flags; it takes or names those given"""
     resume_anyway: bool = False
     """let --resume continue a finished run, dropping what it logged after that checkpoint"""
     env_kwargs: tuple[str, ...] = ()
@@ -432,9 +432,10 @@ def observation_wrappers(args, make):
 # may stop here =====
 EVAL_SEED_OFFSET = 1_000_000  # evaluation episode k is reset with seed + EVAL_SEED_OFFSET + k
 VIDEO_STEPS = 1_000  # --capture-video records at most this many steps of each evaluation
-LEAST = dict(seed=0, total_timesteps=0, num_envs=1, eval_episodes=1, log_freq=1, eval_freq=0, checkpoint_freq=0)
-RESUMABLE = ["total_timesteps", "eval_freq", "eval_episodes", "log_freq", "checkpoint_freq", "save_model"]
-RESUMABLE += ["capture_video", "cuda", "compile", "resume", "resume_anyway"]  # flags a resumed run takes
+LEAST = dict(seed=0, total_timesteps=0, num_envs=1, eval_episodes=1, log_freq=1)
+LEAST.update(eval_freq=0, checkpoint_freq=0)  # the least value of each common count
+RESUMABLE = ["total_timesteps", "eval_freq", "eval_episodes", "log_freq", "checkpoint_freq"]
+RESUMABLE += ["save_model", "capture_video", "cuda", "compile"]  # what --resume may change
 
 
 class ConfigError(Exception):
@@ -458,9 +459,10 @@ def make_env(args, wrap=None, video_dir: str | None = None):
     `wrap(args, make)`, and given a video_dir a recorder at the agent's step rate."""
 
     def make(**kwargs):
-        kwargs.update({"render_mode": "rgb_array"} if video_dir is not None else {})
-        env = gym.make(args.env_id, **{**parse_env_kwargs(args.env_kwargs), **kwargs})
-        return gym.wrappers.RecordEpisodeStatistics(env)
+        kwargs = {**parse_env_kwargs(args.env_kwargs), **kwargs}
+        if video_dir is not None:
+            kwargs["render_mode"] = "rgb_array"
+        return gym.wrappers.RecordEpisodeStatistics(gym.make(args.env_id, **kwargs))
 
     def thunk():
         env = wrap(args, make) if wrap else make()
@@ -480,8 +482,9 @@ def parse_env_kwargs(pairs: tuple) -> dict:
         check([(not (colon and key.isidentifier()), f"--env-kwargs {pair}: write KEY:VALUE")])
         try:
             kwargs[key] = ast.literal_eval(value)
-        except (ValueError, SyntaxError):  # a word, unless a mistyped literal
-            check([(value[:1] in "[({'\"0123456789-+.", f"--env-kwargs {pair}: a broken literal")])
+        except (ValueError, SyntaxError):  # a word, unless a literal mistyped
+            broken = value[:1] in "[({'\"0123456789-+."
+            check([(broken, f"--env-kwargs {pair}: a broken literal")])
             kwargs[key] = value
     return kwargs
 
@@ -503,182 +506,223 @@ def remade(env) -> bool:
         return True
 
 
+def simulator_state(env):
+    """An EzPickle base env's state outside Python: ALE's emulator or MuJoCo's data."""
+    if hasattr(env, "ale"):
+        return env.ale.cloneState(include_rng=True)
+    if isinstance(env, gym.utils.EzPickle):
+        return getattr(env, "data", None)
+    return None
+
+
 def pickle_envs(envs: list) -> bytes:
-    """The sub-envs, wrappers and all, each beside its base env's RNG and simulator state (ALE's
-    emulator, or an EzPickle env's MuJoCo data)."""
+    """The sub-envs, wrappers and all, each beside its base env's RNG and simulator state."""
     out = io.BytesIO()
     pickler = pickle.Pickler(out)
     pickler.persistent_id = lambda x: "env" if x is getattr(x, "unwrapped", 0) and remade(x) else None
-    bases = [env.unwrapped for env in envs]
-    states = [getattr(b, "data", None) if isinstance(b, gym.utils.EzPickle) else None for b in bases]
-    states = [b.ale.cloneState(include_rng=True) if hasattr(b, "ale") else s for b, s in zip(bases, states)]
-    pickler.dump([(env, b.np_random, state) for env, b, state in zip(envs, bases, states)])
+    saved = [(env, env.unwrapped.np_random, simulator_state(env.unwrapped)) for env in envs]
+    pickler.dump(saved)
     return out.getvalue()
 
 
 def setup(args, check_args, check_spaces, wrap=None):
-    """Before anything is written: --resume's checkpoint (its flags, but RESUMABLE's, win), the
+    """Before anything is written: --resume's checkpoint (its flags win, but RESUMABLE's), the
     checks, a trial env (reset, checked, stepped), the seeds and the device."""
     checkpoint = None
     if args.resume:
-        try:  # weights_only=False: pickled envs; resume only from checkpoints you wrote
-            damaged = zipfile.ZipFile(args.resume).testzip()  # the CRC-32s torch wrote
-            checkpoint = torch.load(args.resume, map_location="cpu", weights_only=False)
-            script = checkpoint.get("script") if "counters" in checkpoint else "--save-model"
-        except Exception as e:
-            damaged = f"{type(e).__name__}: {e}"
-        check([(damaged, f"--resume {args.resume}: unreadable or damaged ({damaged})")])
-        own = os.path.basename(__file__)
-        check([(script != own, f"--resume {args.resume}: a file of {script}, not a checkpoint of {own}")])
-        finished = os.path.join(os.path.dirname(args.resume), "finished")  # written by Run.finish
-        if os.path.isfile(finished) and not args.resume_anyway:
-            raise ConfigError(
-                f"--resume: that run {open(finished).read().strip()}; to run it on, dropping what it "
-                "logged after this checkpoint, add --resume-anyway"
-            )
-        saved = checkpoint["args"]
-        given = {key: value for key, value in asdict(args).items() if value != saved.get(key)}
-        ignored = ["--" + key.replace("_", "-") for key in given if key not in RESUMABLE]
-        if ignored:
-            print(f"--resume: {', '.join(ignored)} ignored: a resumed run keeps its checkpoint's")
-        resumable = {key: value for key, value in given.items() if key in RESUMABLE}
-        args = type(args)(**{**saved, **resumable})
+        args, checkpoint = load_checkpoint(args)
     for key, value in asdict(args).items():
-        check([(isinstance(value, float) and not math.isfinite(value), f"--{key.replace('_', '-')} must be finite")])
-    for key, least in LEAST.items():
-        check([(getattr(args, key) < least, f"--{key.replace('_', '-')} must be at least {least}")])
-    check([(not args.seed < 2**32, "--seed must lie in [0, 2**32 - 1]")])
-    check([(0 < args.total_timesteps < args.num_envs, "--total-timesteps must be 0 or at least --num-envs")])
-    check([(args.capture_video and not importlib.util.find_spec("moviepy"), "--capture-video needs moviepy")])
+        flag = "--" + key.replace("_", "-")
+        check([(isinstance(value, float) and not math.isfinite(value), f"{flag} must be finite")])
+        least = LEAST.get(key, -math.inf)
+        check([(isinstance(value, int) and value < least, f"{flag} must be at least {least}")])
+    check([(args.seed >= 2**32, "--seed must lie in [0, 2**32 - 1]")])
+    too_few = 0 < args.total_timesteps < args.num_envs
+    check([(too_few, "--total-timesteps must be 0 or at least --num-envs")])
+    no_moviepy = args.capture_video and not importlib.util.find_spec("moviepy")
+    check([(no_moviepy, "--capture-video needs moviepy (the `video` extra)")])
     check_args(args)
     if args.capture_video:
-        os.environ.setdefault("MUJOCO_GL", "egl")  # headless MuJoCo; read when mujoco is first imported
-        __import__("torch._dynamo")  # CUDA wheels' triton segfaults when first loaded after MuJoCo's EGL
+        os.environ.setdefault("MUJOCO_GL", "egl")  # headless MuJoCo, read at its first import
+        __import__("torch._dynamo")  # CUDA wheels' triton segfaults if loaded after MuJoCo's EGL
     try:  # a trial env, reset, stepped and for --capture-video rendered: bad input fails here
-        with warnings.catch_warnings():  # a library's warnings would come before the error's line
+        with warnings.catch_warnings():  # a library's warning would precede the error's line
             warnings.simplefilter("ignore")
             env = make_env(args, wrap, "" if args.capture_video else None)()
             env.reset(seed=0)
-            check_spaces(args.env_id, env.observation_space, env.action_space)
             env.step(env.action_space.sample())
-            check([(args.capture_video and env.render() is None, f"--capture-video: {args.env_id} renders nothing")])
+            frame = env.render() if args.capture_video else None
             env.close()
-    except ConfigError:
-        raise
-    except Exception as e:  # whatever the library raised: its message says what to install, where that is it
+    except Exception as e:  # whatever the library raised: it says what to install, where it is that
+        what = f"{type(e).__name__}: {e}"
         raise ConfigError(
-            f"--env-id {args.env_id} cannot be made and stepped ({type(e).__name__}: {e}): an unknown env id "
-            "(gymnasium.pprint_registry() lists them), a bad --env-kwargs value or a package to install?"
+            f"--env-id {args.env_id} cannot be made and stepped ({what}): an unknown env id "
+            "(gymnasium.pprint_registry()), a bad --env-kwargs value or a package to install?"
         ) from None
+    check_spaces(args.env_id, env.observation_space, env.action_space)
+    check([(args.capture_video and frame is None, f"--capture-video: {args.env_id} renders nothing")])
     for seed in (random.seed, np.random.seed, torch.manual_seed):
         seed(args.seed)
     torch.backends.cudnn.deterministic = True
-    device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
-    compiler = device.type != "cpu" or shutil.which(os.environ.get("CXX", "g++"))  # torch.compile's on the CPU
-    check([(args.compile and not compiler, "--compile needs a C++ compiler (g++, or $CXX): install one")])
+    cuda = torch.cuda.is_available() and args.cuda
+    device = torch.device("cuda" if cuda else "cpu")
+    compiler = cuda or shutil.which(os.environ.get("CXX", "g++"))  # torch.compile's on the CPU
+    check([(args.compile and not compiler, "--compile needs a C++ compiler (g++, or $CXX)")])
     notes = {  # torch's notes under --compile, which ask nothing of the user
-        "torch._dynamo.variables.ctx_manager": "Profiler record function",  # the optimizer's profiling
-        "torch.utils.cpp_extension": "No CUDA runtime is found",  # a CUDA build of torch on a CPU machine
+        "torch._dynamo.variables.ctx_manager": "Profiler record function",  # the optimizer's
+        "torch.utils.cpp_extension": "No CUDA runtime is found",  # a CUDA torch without a GPU
     }
     for logger, note in notes.items() if args.compile else []:
         logging.getLogger(logger).addFilter(lambda record, note=note: note not in record.getMessage())
     return args, checkpoint, device
 
 
+def load_checkpoint(args) -> tuple:
+    """(args, checkpoint): --resume's checkpoint, checked, and its flags, but for RESUMABLE's
+    given, which are taken, and the others given, which are named as ignored."""
+    try:  # weights_only=False: pickled envs; resume only from checkpoints you wrote
+        damaged = zipfile.ZipFile(args.resume).testzip()  # the CRC-32s torch wrote
+        checkpoint = torch.load(args.resume, map_location="cpu", weights_only=False)
+        script = checkpoint.get("script") if "counters" in checkpoint else "--save-model"
+    except Exception as e:
+        damaged = f"{type(e).__name__}: {e}"
+    check([(damaged, f"--resume {args.resume}: unreadable or damaged ({damaged})")])
+    own = os.path.basename(__file__)
+    check([(script != own, f"--resume {args.resume}: a file of {script}, not of {own}")])
+    finished = os.path.join(os.path.dirname(args.resume), "finished")  # by Run.finish
+    if os.path.isfile(finished) and not args.resume_anyway:
+        raise ConfigError(
+            f"--resume: that run {open(finished).read().strip()}; to run it on, dropping "
+            "what it logged after this checkpoint, add --resume-anyway"
+        )
+    saved = {**checkpoint["args"], "resume": args.resume, "resume_anyway": args.resume_anyway}
+    given = [key for key, value in asdict(args).items() if value != saved.get(key)]
+    ignored = ["--" + key.replace("_", "-") for key in given if key not in RESUMABLE]
+    if ignored:
+        print(f"--resume: {', '.join(ignored)} ignored: a resumed run keeps its checkpoint's")
+    saved.update({key: getattr(args, key) for key in given if key in RESUMABLE})
+    return type(args)(**saved), checkpoint
+
+
 class Run:
     """A run's envs, directory, TensorBoard writer, signals, progress line, evaluations and
-    checkpoints; `memory_flags` name what to lower where memory runs out; `at(args, counters)`
-    says where the run stands."""
+    checkpoints; `memory_flags` name what to lower where memory runs out; `at(args,
+    counters)` says where the run stands."""
 
-    def __init__(self, args, checkpoint: dict | None, device, memory_flags: str, wrap=None, at=None):
+    def __init__(self, args, checkpoint, device, memory_flags: str, wrap=None, at=None):
         self.args = args
         self.checkpoint = checkpoint
         self.device = device
         self.memory_flags = memory_flags
         self.wrap = wrap
         self.at = at or (lambda args, counters: f"at step {counters[0]:,}")
-        safe = re.sub(r"[^\w.+-]", "-", f"{args.env_id}__{args.exp_name}", flags=re.ASCII)
-        self.name = checkpoint["run_name"] if checkpoint else f"{safe}__{args.seed}__{int(time.time())}"
-        self.dir = os.path.dirname(os.path.abspath(args.resume)) if checkpoint else f"runs/{self.name}"
-        check([(len(self.name.encode()) > 255, "the run name is over 255 bytes: shorten --exp-name")])
-        self.exact = False  # a checkpoint's envs, each restored, go on from where they were
-        if not checkpoint:
-            envs = [make_env(args, wrap)() for _ in range(args.num_envs)]
+        name = f"{args.env_id}__{args.exp_name}"
+        name = re.sub(r"[^\w.+-]", "-", name, flags=re.ASCII)  # a file name anywhere
+        self.name = f"{name}__{args.seed}__{int(time.time())}"
+        self.dir = f"runs/{self.name}"
+        self.exact = False  # a checkpoint's envs, each restored, go on where they were
+        if checkpoint:
+            self.name = checkpoint["run_name"]
+            self.dir = os.path.dirname(os.path.abspath(args.resume))
+            envs, self.exact = self.restored_envs(checkpoint["envs"])
         else:
-            unpickler = pickle.Unpickler(io.BytesIO(checkpoint["envs"]))
-            unpickler.persistent_load = lambda _: make_env(args, wrap)().unwrapped
-            saved = unpickler.load()
-            for env, np_random, state in saved:
-                env.unwrapped.np_random = np_random
-                if hasattr(env.unwrapped, "ale"):
-                    env.unwrapped.ale.restoreState(state)
-                elif state is not None:
-                    __import__("mujoco").mj_copyData(env.unwrapped.data, env.unwrapped.model, state)
-            self.exact = all(state is not None or not remade(env.unwrapped) for env, _, state in saved)
-            envs = [env for env, _, _ in saved]
-        # SAME_STEP autoreset: a step that ends an episode returns the reset observation; the final
-        # one is in infos
+            envs = [make_env(args, wrap)() for _ in range(args.num_envs)]
+        too_long = len(self.name.encode()) > 255
+        check([(too_long, "the run name is over 255 bytes: shorten --exp-name")])
+        # SAME_STEP autoreset: a step that ends an episode returns the reset observation;
+        # the final one is in infos
         thunks = [lambda env=env: env for env in envs]
-        self.envs = gym.vector.SyncVectorEnv(thunks, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+        same_step = gym.vector.AutoresetMode.SAME_STEP
+        self.envs = gym.vector.SyncVectorEnv(thunks, autoreset_mode=same_step)
         self.last_return = checkpoint["last_return"] if checkpoint else None
         self.eval_return = None
         self.eval_step = None
         self.stop_signal = []
-        self.progress = False  # a progress line is on the terminal, not yet ended by a newline
-        self.handlers = {sig: signal.signal(sig, self.on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+        self.progress = False  # a progress line is on the terminal, not ended by a newline
+        signals = (signal.SIGINT, signal.SIGTERM)
+        self.handlers = {sig: signal.signal(sig, self.on_signal) for sig in signals}
+
+    def restored_envs(self, data: bytes) -> tuple:
+        """(envs, exact): pickle_envs' sub-envs, a remade base env given its RNG and state
+        back; exact unless one had no state (its episode starts anew)."""
+        unpickler = pickle.Unpickler(io.BytesIO(data))
+        unpickler.persistent_load = lambda _: make_env(self.args, self.wrap)().unwrapped
+        saved = unpickler.load()
+        for env, np_random, state in saved:
+            base = env.unwrapped
+            base.np_random = np_random
+            if hasattr(base, "ale"):
+                base.ale.restoreState(state)
+            elif state is not None:
+                __import__("mujoco").mj_copyData(base.data, base.model, state)
+        exact = all(state is not None or not remade(env.unwrapped) for env, _, state in saved)
+        return [env for env, _, _ in saved], exact
 
     def on_signal(self, signum, frame) -> None:
         self.stop_signal.append(signum)
-        with contextlib.suppress(RuntimeError):  # a print the signal interrupted
-            print(f"\nsignal {signum}: the run stops after this step, with a checkpoint", flush=True)
+        with contextlib.suppress(RuntimeError):  # a print that the signal interrupted
+            print(f"\nsignal {signum}: the run stops after this step", flush=True)
 
     def resume(self, stateful: dict, counters: tuple):
-        """(counters, obs): these and a first obs, or the checkpoint's, its `stateful` loaded."""
+        """(counters, obs): these and a first obs, or the checkpoint's, `stateful` loaded."""
         self.stateful = stateful
-        try:  # the run directory, made once main() has built all: a failure before leaves nothing
+        try:  # the run directory, once main() has built all: a failure before leaves nothing
             os.makedirs(self.dir, exist_ok=True)
             with contextlib.suppress(FileNotFoundError):
                 os.remove(f"{self.dir}/finished")  # a finished run resumed with --resume-anyway
         except OSError as e:
             raise ConfigError(f"cannot make {self.dir} ({e.strerror}): nothing is written") from None
-        # purge_step drops what a killed run logged after its last checkpoint
-        purge_step = self.checkpoint["counters"][0] + 1 if self.checkpoint else None
+        purge_step = None  # what a killed run logged after its last checkpoint is dropped
+        if self.checkpoint:
+            counters = self.checkpoint["counters"]
+            purge_step = counters[0] + 1
         self.writer = SummaryWriter(self.dir, purge_step=purge_step)
-        self.writer.add_text("hyperparameters", "\n".join(f"|{k}|{v}|" for k, v in asdict(self.args).items()))
+        table = "\n".join(f"|{key}|{value}|" for key, value in asdict(self.args).items())
+        self.writer.add_text("hyperparameters", table)
         obs = None
         if self.checkpoint:
-            for key, obj in stateful.items():
-                if isinstance(obj, torch.Tensor):
-                    obj.data.copy_(self.checkpoint[key])
-                else:
-                    obj.load_state_dict(self.checkpoint[key])
-                for group in getattr(obj, "param_groups", []):  # a tensor learning rate, back on the device
-                    group.update({k: v.to(self.device) for k, v in group.items() if torch.is_tensor(v)})
-            setters = torch.set_rng_state, np.random.set_state, random.setstate, torch.cuda.set_rng_state_all
-            for set_state, state in zip(setters, self.checkpoint["rng"][: 3 + (self.device.type == "cuda")]):
-                set_state(state)
-            counters = self.checkpoint["counters"]
             obs = self.checkpoint["obs"] if self.exact else None
-            print(f"resumed {self.dir} {self.at(self.args, counters)}" + ("" if self.exact else "; new episodes start"))
+            self.load(stateful)
+            where = self.at(self.args, counters)
+            print(f"resumed {self.dir} {where}" + ("" if self.exact else "; new episodes start"))
         self.last_log = time.time(), counters[0]
-        return counters, self.envs.reset(seed=self.args.seed + counters[0])[0] if obs is None else obs
+        if obs is None:
+            obs = self.envs.reset(seed=self.args.seed + counters[0])[0]
+        return counters, obs
+
+    def load(self, stateful: dict) -> None:
+        """`stateful` and the RNGs as the checkpoint holds them."""
+        for key, obj in stateful.items():
+            if isinstance(obj, torch.Tensor):
+                obj.data.copy_(self.checkpoint[key])
+                continue
+            obj.load_state_dict(self.checkpoint[key])
+            for group in getattr(obj, "param_groups", []):  # a tensor learning rate
+                group.update({k: v.to(self.device) for k, v in group.items() if torch.is_tensor(v)})
+        rng = self.checkpoint["rng"][: 3 + (self.device.type == "cuda")]
+        setters = [torch.set_rng_state, np.random.set_state, random.setstate]
+        for set_state, state in zip([*setters, torch.cuda.set_rng_state_all], rng):
+            set_state(state)
 
     def save_checkpoint(self, counters: tuple, obs) -> str:
-        """runs/<run_name>/checkpoint.pt: `stateful`, the RNGs and the sub-envs, written durably."""
-        state = {k: v.detach().cpu() if torch.is_tensor(v) else v.state_dict() for k, v in self.stateful.items()}
+        """runs/<run_name>/checkpoint.pt: `stateful`, RNGs and sub-envs, written durably."""
+        state = {key: obj.state_dict() for key, obj in self.stateful.items() if hasattr(obj, "state_dict")}
+        state.update({k: v.detach().cpu() for k, v in self.stateful.items() if torch.is_tensor(v)})
         rng = [torch.get_rng_state(), np.random.get_state(), random.getstate()]
         rng.append(torch.cuda.get_rng_state_all() if self.device.type == "cuda" else [])
-        state.update(script=os.path.basename(__file__), args=asdict(self.args), run_name=self.name, rng=rng)
-        state.update(counters=counters, obs=obs, last_return=self.last_return)
+        state.update(script=os.path.basename(__file__), args=asdict(self.args), rng=rng)
+        state.update(run_name=self.name, counters=counters, obs=obs, last_return=self.last_return)
         state.update(envs=pickle_envs(self.envs.envs))
-        return self.save(state, "checkpoint.pt", counters[0], "the previous checkpoint, if any, is kept")
+        kept = "the previous checkpoint, if any, is kept"
+        return self.save(state, "checkpoint.pt", counters[0], kept)
 
     def save(self, obj, name: str, global_step: int, kept: str) -> str:
-        """`obj` (by torch.save, or a function that writes a file) to runs/<run_name>/<name> by a
-        temporary file fsynced and renamed; refused where the NaN guard finds non-finite values."""
-        nets = [(key, net) for key, net in self.stateful.items() if isinstance(net, nn.Module)]
+        """`obj` (by torch.save, or a function that writes a file) to runs/<run_name>/<name>, by
+        a temporary file fsynced and renamed; not where the NaN guard finds non-finite values."""
+        nets = [(key, obj) for key, obj in self.stateful.items() if isinstance(obj, nn.Module)]
         bad = [key for key, net in nets if not all(p.isfinite().all() for p in net.parameters())]
-        check([(bad, f"step {global_step:,}: the run diverged in {', '.join(bad)}; {kept}: lower the rates")])
+        diverged = f"step {global_step:,}: the run diverged in {', '.join(bad)}; {kept}"
+        check([(bad, f"{diverged}: lower the rates")])
         path = os.path.join(self.dir, name)
         try:
             with open(f"{path}.tmp", "wb") as f:
@@ -692,39 +736,45 @@ class Run:
             raise ConfigError(f"cannot write {path} ({type(e).__name__}: {e}); {kept}") from None
         return path
 
-    def log(self, infos: dict, metrics: dict | None, previous_step: int, global_step: int) -> None:
+    def log(self, infos: dict, metrics: dict | None, previous_step: int, global_step: int):
         """Ended episodes; every --log-freq steps `metrics` (0-d tensors), SPS and progress."""
         ended = infos.get("final_info", {})
         for i in np.flatnonzero(ended.get("_episode", [])):
             self.last_return = float(ended["episode"]["r"][i])
             self.writer.add_scalar("charts/episodic_return", self.last_return, global_step)
-            self.writer.add_scalar("charts/episodic_length", int(ended["episode"]["l"][i]), global_step)
+            length = int(ended["episode"]["l"][i])
+            self.writer.add_scalar("charts/episodic_length", length, global_step)
         if not (metrics and crossed(previous_step, global_step, self.args.log_freq)):
             return
-        values = dict(zip(metrics, torch.stack([v.float() for v in metrics.values()]).tolist()))  # one sync
-        bad = [f"{key} is {value}" for key, value in values.items() if not math.isfinite(value)]
+        stacked = torch.stack([v.float() for v in metrics.values()]).tolist()  # one sync
+        bad = [f"{key} is {value}" for key, value in zip(metrics, stacked) if not math.isfinite(value)]
         check([(bad, f"step {global_step:,}: the run diverged, {', '.join(bad)}: lower the rates")])
-        for key, value in values.items():
+        for key, value in zip(metrics, stacked):
             self.writer.add_scalar(f"losses/{key}", value, global_step)
         then, step = self.last_log
         self.last_log = time.time(), global_step
-        sps = int((global_step - step) / max(self.last_log[0] - then, 1e-6))  # since the last write
+        sps = int((global_step - step) / max(self.last_log[0] - then, 1e-6))  # since the last
         self.writer.add_scalar("charts/SPS", sps, global_step)
         last = "-" if self.last_return is None else f"{self.last_return:.2f}"
         line = f"step {global_step:,}  SPS {sps}  last return {last}"
-        self.progress = sys.stdout.isatty()  # on a terminal the line overwrites itself; else a line each
-        print(f"\r{line}".ljust(60) if self.progress else line, end="" if self.progress else "\n", flush=True)
+        self.progress = sys.stdout.isatty()  # a terminal's line overwrites itself
+        if self.progress:
+            line = f"\r{line}".ljust(60)
+        print(line, end="" if self.progress else "\n", flush=True)
 
     def evaluate(self, policy, global_step: int, final: bool = False) -> None:
-        """eval/episodic_return: the mean return of `policy` (batched numpy in and out) over whole
-        episodes; a signal ends it unlogged, but for the final one."""
-        video_dir = f"{self.dir}/videos/step_{global_step}" if self.args.capture_video else None
-        envs = gym.vector.SyncVectorEnv([make_env(self.args, self.wrap, video_dir)], autoreset_mode="SameStep")
+        """eval/episodic_return: the mean return of `policy` (batched numpy in and out) over
+        whole episodes; a signal ends it unlogged, but for the final one."""
+        video_dir = None
+        if self.args.capture_video:
+            video_dir = f"{self.dir}/videos/step_{global_step}"
+        env = make_env(self.args, self.wrap, video_dir)
+        envs = gym.vector.SyncVectorEnv([env], autoreset_mode="SameStep")
         returns = []
         try:
             for k in range(self.args.eval_episodes):
                 obs, infos = envs.reset(seed=self.args.seed + EVAL_SEED_OFFSET + k)
-                while "episode" not in infos.get("final_info", {}):  # a life lost under EpisodicLife plays on
+                while "episode" not in infos.get("final_info", {}):  # a lost life plays on
                     if self.stop_signal and not final:
                         return
                     with torch.no_grad():
@@ -734,7 +784,7 @@ class Run:
             try:
                 envs.close()  # writes the video
             except Exception:
-                if not self.stop_signal:  # a Ctrl-C reaches the video's encoder too: the video is lost
+                if not self.stop_signal:  # a Ctrl-C reaches the video's encoder too
                     raise
         self.eval_return = float(np.mean(returns))
         self.eval_step = global_step
@@ -750,24 +800,28 @@ class Run:
             self.save_checkpoint(counters, obs)
 
     def finish(self, counters: tuple, obs, policy, model: dict) -> dict:
-        """On a signal a checkpoint and the command to continue; else the final evaluation (a signal
-        in it comes too late), --save-model and `finished`."""
+        """On a signal a checkpoint and the command to continue; else the final evaluation (a
+        signal in it comes too late), --save-model and `finished`."""
+        step = counters[0]
         stopped = self.stop_signal[0] if self.stop_signal else None
         if stopped:
             path = self.save_checkpoint(counters, obs)
-            command = shlex.join(["python", os.path.abspath(__file__), "--resume", os.path.abspath(path)])
-            print(f"\nstopped by signal {stopped} {self.at(self.args, counters)}; checkpoint written to {path}")
-            print(f"continue with:\n{command}")
+            where = self.at(self.args, counters)
+            print(f"\nstopped by signal {stopped} {where}; checkpoint written to {path}")
+            here = os.path.abspath(__file__)
+            print("continue with:\n" + shlex.join(["python", here, "--resume", os.path.abspath(path)]))
         else:
-            if self.eval_step != counters[0]:
-                self.evaluate(policy, counters[0], final=True)
-            print(f"step {counters[0]:,}: final eval/episodic_return {self.eval_return:.2f}")
+            if self.eval_step != step:
+                self.evaluate(policy, step, final=True)
+            print(f"step {step:,}: final eval/episodic_return {self.eval_return:.2f}")
             if self.args.save_model:
-                self.save({**model, "args": asdict(self.args)}, "model.pt", counters[0], "no model.pt is written")
+                model = {**model, "args": asdict(self.args)}
+                self.save(model, "model.pt", step, "no model.pt is written")
                 print(f"model saved to {self.dir}/model.pt")
-            done = f"finished at step {counters[0]:,}\n".encode()
-            self.save(lambda f: f.write(done), "finished", counters[0], "its checkpoint is kept")
-        return {"run_dir": self.dir, "global_step": counters[0], "eval_return": self.eval_return, "stopped_by": stopped}
+            done = f"finished at step {step:,}\n".encode()
+            self.save(lambda f: f.write(done), "finished", step, "its checkpoint is kept")
+        summary = dict(run_dir=self.dir, global_step=step, eval_return=self.eval_return)
+        return {**summary, "stopped_by": stopped}
 
     def __enter__(self):
         return self
@@ -777,21 +831,22 @@ class Run:
         for sig, handler in self.handlers.items():
             signal.signal(sig, handler)
         self.envs.close()
-        if hasattr(self, "writer"):  # none where main() failed before resume(): nothing was written
+        if hasattr(self, "writer"):  # none where main() failed before resume(): nothing written
             self.writer.close()
         if error is not None and self.progress:  # the error's line starts a line of its own
             print(flush=True)
         if isinstance(error, (MemoryError, RuntimeError)) and "alloc" in str(error):
-            raise ConfigError(f"out of memory ({str(error).splitlines()[0]}): lower {self.memory_flags}") from None
+            first = str(error).splitlines()[0]
+            raise ConfigError(f"out of memory ({first}): lower {self.memory_flags}") from None
 
 
 def cli(argv=None) -> dict:
-    """Command line: what tyro cannot parse gets tyro's message, other bad input one line, both exit
-    code 2; a stop by a signal exits with 128 + signum."""
+    """Command line: what tyro cannot parse gets tyro's message, other bad input one line,
+    both exit code 2; a stop by a signal exits with 128 + signum."""
     args = tyro.cli(Args, args=argv, description=__doc__.split("\n\n")[0])
-    with contextlib.suppress(Exception):  # --resume: a flag not given is the checkpoint's, one given differs
-        saved = torch.load(args.resume, map_location="cpu", weights_only=False, mmap=True)["args"]
-        args = tyro.cli(Args, args=argv, default=Args(**saved))
+    with contextlib.suppress(Exception):  # --resume: the flags not given are the checkpoint's
+        saved = torch.load(args.resume, map_location="cpu", weights_only=False, mmap=True)
+        args = tyro.cli(Args, args=argv, default=Args(**saved["args"]))
     try:
         summary = main(args)
     except ConfigError as e:
