@@ -204,11 +204,9 @@ class Args:
     """share of each batch drawn from the demo buffer once it holds that many; unset: 0.5, RLPD's
     symmetric sampling"""
     offline_steps: int = 0
-    """update steps on --offline-data alone before the first env step (HIL-SERL's offline
-    learner)"""
+    """update steps on --offline-data alone before the first env step (HIL-SERL's offline phase)"""
     num_discrete_actions: int = 0
-    """make the last action dimension a gripper of K commands, chosen by a discrete critic; 0: off
-    (HIL-SERL)"""
+    """K gripper commands in the last action dimension, by a discrete critic (HIL-SERL); 0: off"""
     gripper_epsilon: float = 0.1
     """chance of a random gripper command in training (epsilon-greedy; DQN's final epsilon, Nature
     2015)"""

@@ -1081,3 +1081,54 @@ def test_flags_beside_resume_apply_where_safe_and_the_others_are_named_as_ignore
     assert "--resume: --env-id, --learning-starts ignored" in out, out
     assert resumed["global_step"] == 500 and resumed["run_dir"] == os.path.abspath(summary["run_dir"])
     assert torch.load(path, weights_only=False)["args"]["env_id"] == "Pendulum-v1"
+
+
+# --------------------------------------------------------------------------------------------------
+# VIDEO ABOVE THE FRAME SKIP, SIGNALS DURING AN EVALUATION
+# --------------------------------------------------------------------------------------------------
+def test_an_atari_video_holds_a_frame_per_agent_step_and_at_most_video_steps(tmp_path, monkeypatch):
+    """The recorder sits above the script's wrappers: one frame per agent step (not one per
+    emulator frame, 4 times as many), and never more than VIDEO_STEPS frames held for encoding."""
+    import sac_atari
+
+    monkeypatch.setattr(sac_atari, "VIDEO_STEPS", 30)
+    args = sac_atari.Args(env_id="ALE/Breakout-v5")
+    env = sac_atari.make_env(args, sac_atari.observation_wrappers, str(tmp_path / "videos"))()
+    env.reset(seed=0)
+    held = []
+    for _ in range(20):
+        env.step(1)
+        held.append(len(env.get_wrapper_attr("recorded_frames")))
+    assert held == list(range(2, 22)), held  # the reset's frame, then one a step
+    for _ in range(20):
+        env.step(1)
+    assert not env.get_wrapper_attr("recording") and len(glob.glob(f"{tmp_path}/videos/*.mp4")) == 1
+    env.close()
+
+
+def test_a_signal_during_an_evaluation_is_acknowledged_at_once_and_ends_it_with_a_checkpoint(
+    in_tmp, capsys, monkeypatch
+):
+    """SIGTERM while a long evaluation plays: a line at once, no further evaluation step, nothing
+    logged of it, and the run stops with a checkpoint and the command to continue."""
+    import td3_continuous_action as td3
+
+    evaluate = td3.Run.evaluate
+    steps = []
+
+    def signalled(run, policy, global_step, **kwargs):
+        def policy_that_signals(obs):
+            steps.append(global_step)
+            if len(steps) == 50:
+                os.kill(os.getpid(), signal.SIGTERM)
+            return policy(obs)
+
+        evaluate(run, policy_that_signals, global_step, **kwargs)
+
+    monkeypatch.setattr(td3.Run, "evaluate", signalled)
+    summary = td3.main(tiny(td3, total_timesteps=1000, eval_freq=200, eval_episodes=300))
+    out = capsys.readouterr().out
+    assert len(steps) == 50 and summary["stopped_by"] == signal.SIGTERM and summary["global_step"] == 200
+    assert "signal 15: the run stops after this step" in out and "continue with:" in out, out
+    assert os.path.isfile(f"{summary['run_dir']}/checkpoint.pt")
+    assert "eval/episodic_return" not in scalars(summary["run_dir"])

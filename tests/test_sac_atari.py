@@ -352,7 +352,7 @@ def run_then_resume_longer(args: dict, steps: int, longer: int) -> dict:
     saved = torch.load(checkpoint, weights_only=False)
     saved["args"]["total_timesteps"] = longer
     torch.save(saved, checkpoint)
-    return sa.main(sa.Args(resume=checkpoint, resume_anyway=True))
+    return sa.cli(["--resume", checkpoint, "--resume-anyway"])
 
 
 def test_an_exact_resume_without_the_buffer_stores_the_true_frame_stacks(in_tmp, monkeypatch):

@@ -452,7 +452,7 @@ def test_the_offline_phase_logs_its_own_steps_and_a_stop_in_it_resumes_there(in_
     checkpoint = f"{stopped['run_dir']}/checkpoint.pt"
     assert torch.load(checkpoint, weights_only=False)["counters"] == (0, 100, 100, 100)
     monkeypatch.setattr(sac.Run, "log", log)
-    resumed = sac.main(sac.Args(resume=checkpoint))
+    resumed = sac.cli(["--resume", checkpoint])
     out = capsys.readouterr().out
     assert (
         f"resumed {os.path.abspath(stopped['run_dir'])} in the offline phase after offline update 100 of 200\n" in out
@@ -731,7 +731,7 @@ def test_a_frozen_resnet_is_stored_once_and_a_checkpoint_holding_it_twice_resume
     cnn_bytes = sum(saved["qf"][key].nbytes for key in cnn)
     assert os.path.getsize(twice) - os.path.getsize(checkpoint) == pytest.approx(cnn_bytes, rel=0.01)
     for path in (checkpoint, twice):
-        resumed = sac.main(sac.Args(resume=path))
+        resumed = sac.cli(["--resume", path])
         assert resumed["critic_updates"] == whole["critic_updates"]
         models = [torch.load(f"{run['run_dir']}/model.pt", weights_only=False) for run in (whole, resumed)]
         for key in ("actor", "qf"):
