@@ -606,6 +606,8 @@ def setup(args, check_args, check_spaces, wrap=None):
             env.step(env.action_space.sample())
             frame = env.render() if args.capture_video else None
             env.close()
+    except ConfigError:  # a script's wrapper refusing a flag
+        raise
     except Exception as e:  # whatever the library raised: it says what to install, where it is that
         what = f"{type(e).__name__}: {e}"
         raise ConfigError(

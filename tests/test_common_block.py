@@ -867,9 +867,9 @@ def test_resuming_another_script_s_checkpoint_or_a_model_says_what_the_file_is(i
     del unnamed["script"]
     torch.save(unnamed, in_tmp / "unnamed.pt")
     for argv, needle in (
-        (["--resume", checkpoint], "a file of sac_atari.py, not a checkpoint of td3_continuous_action.py"),
-        (["--resume", model], "a file of --save-model, not a checkpoint"),
-        (["--resume", str(in_tmp / "unnamed.pt"), "--resume-anyway"], "a file of None, not a checkpoint of td3"),
+        (["--resume", checkpoint], "a file of sac_atari.py, not of td3_continuous_action.py"),
+        (["--resume", model], "a file of --save-model, not of td3_continuous_action.py"),
+        (["--resume", str(in_tmp / "unnamed.pt"), "--resume-anyway"], "a file of None, not of td3"),
     ):
         with pytest.raises(SystemExit) as exit_info:
             td3.cli(argv)

@@ -204,12 +204,16 @@ def adamw_main(module, temperature_too: bool):
     """`module.main` with each `torch.optim.Adam(...)` made `torch.optim.AdamW(...,
     weight_decay=0.01)`, the temperature's (`[log_alpha]`) too or not, and log alpha started at -5;
     (main, what it records: log alpha and the gradient of each of its steps)."""
-    source, swapped, edited_lines = inspect.getsource(module.main), 0, []
-    for line in source.splitlines(keepends=True):
-        if "torch.optim.Adam(" in line and (temperature_too or "[log_alpha]" not in line):
-            line, n = re.subn(r"torch\.optim\.Adam\((.*)\)", r"torch.optim.AdamW(\1, weight_decay=0.01)", line)
-            swapped += n
-        edited_lines.append(line)
+    built_in = [module.main, *([module.Learner] if hasattr(module, "Learner") else [])]  # where the Adams are
+    swapped, edited = 0, []
+    for source in map(inspect.getsource, built_in):
+        edited_lines = []
+        for line in source.splitlines(keepends=True):
+            if "torch.optim.Adam(" in line and (temperature_too or "log_alpha]" not in line):
+                line, n = re.subn(r"torch\.optim\.Adam\((.*)\)", r"torch.optim.AdamW(\1, weight_decay=0.01)", line)
+                swapped += n
+            edited_lines.append(line)
+        edited.append("".join(edited_lines))
     assert swapped == 2 + temperature_too, swapped  # the critics', the actor's, and maybe the temperature's
     namespace, seen = dict(vars(module)), {"grads": []}
 
@@ -220,7 +224,8 @@ def adamw_main(module, temperature_too: bool):
         return module.sac_updates(*args, **kwargs)
 
     namespace["sac_updates"] = recording_updates
-    exec(compile("".join(edited_lines), module.__file__, "exec"), namespace)
+    for source in edited:
+        exec(compile(source, module.__file__, "exec"), namespace)
     return namespace["main"], seen
 
 
