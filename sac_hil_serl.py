@@ -1068,7 +1068,10 @@ def main(args: Args) -> dict:
         if args.compile:  # the same functions, compiled (on a GPU, captured too)
             functions = [learner.update_critic, learner.update_actor, act]
             learner.update_critic, learner.update_actor, act = compiled(functions, device, learner.optimizers)
-        counters = lambda: (global_step, learner.critic_updates, learner.actor_updates, learner.update_steps)  # noqa: E731
+
+        def counters():  # where the run stands: its env steps, then the learner's update counts
+            return global_step, learner.critic_updates, learner.actor_updates, learner.update_steps
+
         policy = greedy_policy(actor, grip, device)  # for evaluation
         metrics = learner.metrics
         offline_phase(run, learner.update, demo, metrics, counters, args)  # --offline-steps on the offline data alone
@@ -2351,7 +2354,10 @@ def serve(args, checkpoint, device, zmq) -> dict:
         if args.compile:
             functions = [learner.update_critic, learner.update_actor]
             learner.update_critic, learner.update_actor = compiled(functions, device, learner.optimizers)
-        counters = lambda: (global_step, learner.critic_updates, learner.actor_updates, learner.update_steps)  # noqa: E731
+
+        def counters():  # where the run stands: its env steps, then the learner's update counts
+            return global_step, learner.critic_updates, learner.actor_updates, learner.update_steps
+
         policy = greedy_policy(learner.actor, learner.grip, device)
         offline_phase(run, learner.update, learner.demo, learner.metrics, counters, args)
         print(f"learner at {args.learner_address}, waiting for actors", flush=True)
