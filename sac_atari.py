@@ -529,7 +529,7 @@ def observation_wrappers(args, make):
 # COMMON BLOCK: the same text in all six scripts (tests/test_common_block.py compares it); a reader
 # may stop here =====
 EVAL_SEED_OFFSET = 1_000_000  # evaluation episode k is reset with seed + EVAL_SEED_OFFSET + k
-VIDEO_STEPS = 1_000  # --capture-video records at most this many steps of each evaluation
+VIDEO_STEPS = 1_000  # --capture-video records at most this many frames of each evaluation
 LEAST = dict(seed=0, total_timesteps=0, num_envs=1, eval_episodes=1, log_freq=1)
 LEAST.update(eval_freq=0, checkpoint_freq=0)  # the least value of each common count
 RESUMABLE = ["total_timesteps", "eval_freq", "eval_episodes", "log_freq", "checkpoint_freq"]
@@ -564,12 +564,51 @@ def make_env(args, wrap=None, video_dir: str | None = None):
 
     def thunk():
         env = wrap(args, make) if wrap else make()
-        if not video_dir:
-            return env
-        first = dict(episode_trigger=lambda k: k == 0, video_length=VIDEO_STEPS)
-        return gym.wrappers.RecordVideo(env, video_dir, **first, disable_logger=True)
+        return VideoWriter(env, f"{video_dir}/evaluation.mp4") if video_dir else env
 
     return thunk
+
+
+class VideoWriter(gym.Wrapper):
+    """The env's frames from its first reset, VIDEO_STEPS at most, to an mp4 at `path`, each
+    handed to the encoder (moviepy's ffmpeg writer) as it comes: none is held."""
+
+    def __init__(self, env, path: str):
+        super().__init__(env)
+        self.path = path
+        self.frames = 0
+        self.writer = None
+
+    def reset(self, **kwargs):
+        obs, info = self.env.reset(**kwargs)
+        self.record()
+        return obs, info
+
+    def step(self, action):
+        step = self.env.step(action)
+        self.record()
+        return step
+
+    def record(self) -> None:
+        if self.frames >= VIDEO_STEPS:
+            return
+        frame = self.env.render()
+        if self.writer is None:
+            ffmpeg = importlib.import_module("moviepy.video.io.ffmpeg_writer")
+            os.makedirs(os.path.dirname(self.path), exist_ok=True)
+            fps = self.env.metadata.get("render_fps", 30)
+            self.writer = ffmpeg.FFMPEG_VideoWriter(self.path, frame.shape[1::-1], fps)
+        try:
+            self.writer.write_frame(frame)
+            self.frames += 1
+        except OSError:  # the encoder is gone (a Ctrl-C reaches it too): the video ends here
+            self.frames = VIDEO_STEPS
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            if self.writer is not None:
+                self.writer.close()
+        super().close()
 
 
 def parse_env_kwargs(pairs: tuple) -> dict:
@@ -881,11 +920,7 @@ class Run:
                         obs, _, _, _, infos = envs.step(policy(obs))
                 returns.append(float(infos["final_info"]["episode"]["r"][0]))
         finally:
-            try:
-                envs.close()  # writes the video
-            except Exception:
-                if not self.stop_signal:  # a Ctrl-C reaches the video's encoder too
-                    raise
+            envs.close()
         self.eval_return = float(np.mean(returns))
         self.eval_step = global_step
         self.writer.add_scalar("eval/episodic_return", self.eval_return, global_step)
