@@ -69,6 +69,7 @@ import shlex
 import shutil
 import signal
 import sys
+import threading
 import time
 import warnings
 import zipfile
@@ -215,8 +216,8 @@ class Args:
     demo_buffer_size: int = 100_000
     """transitions the demo buffer holds: --offline-data's, then each step a person drove
     (LeRobot's offline_buffer_capacity)"""
-    role: Literal["local", "learner", "actor"] = "local"
-    """local: collect and train in one loop; learner and actor: apart, over --learner-address"""
+    role: Literal["local", "learner", "actor", "both"] = "local"
+    """local: one loop; learner, actor: apart (--learner-address); both: learner and child actor"""
     learner_address: str = "tcp://127.0.0.1:5555"
     """ZeroMQ address the learner binds and its actors connect to (between machines, tunnel it)"""
     actor_id: int = 0
@@ -2152,7 +2153,7 @@ class Captured:
 
 
 # ==================================================================================================
-# THE ACTOR AND THE LEARNER APART (--role actor, --role learner): actors step their envs at the
+# THE ACTOR AND THE LEARNER APART (--role actor, learner or both): actors step their envs at the
 # control rate and send each transition; a learner trains on them and sends back the policy's
 # parameters. A reader of the algorithm may stop above this banner.
 # ==================================================================================================
@@ -2164,14 +2165,14 @@ POLL_MS = 50  # how long a learner that is not updating yet waits for a message
 
 
 def split(args, checkpoint, device) -> dict:
-    """--role learner or actor, over pyzmq, imported here only."""
+    """--role learner, actor or both, over pyzmq, imported here only."""
     try:
         zmq = importlib.import_module("zmq")
     except ImportError:
         raise ConfigError(f"--role {args.role} needs pyzmq: pip install pyzmq (in the hil extra)") from None
     if checkpoint is None:  # a run directory of each process's own, though they start in one second
         args = replace(args, exp_name=f"{args.exp_name}-{args.role}{args.actor_id if args.role == 'actor' else ''}")
-    return (serve if args.role == "learner" else act_for_learner)(args, checkpoint, device, zmq)
+    return (act_for_learner if args.role == "actor" else serve)(args, checkpoint, device, zmq)
 
 
 def pack(header: dict, arrays: dict | None = None, blob: bytes | None = None) -> list:
@@ -2303,8 +2304,9 @@ class Actors:
             if header["spaces"] != self.spaces:
                 theirs, mine = "; ".join(map(str, header["spaces"])), "; ".join(self.spaces)
                 return self.refuse(socket, peer, f"actor {actor}'s spaces {theirs} are not the learner's {mine}")
+            if self.peers.get(actor) != peer:  # not a hello sent again, unanswered for RESEND seconds
+                print(f"\nactor {actor} joined at row {self.expected.get(actor, 0):,}", flush=True)
             self.peers[actor] = peer  # a replacement takes its id over
-            print(f"\nactor {actor} joined at row {self.expected.get(actor, 0):,}", flush=True)
         elif self.peers.get(actor) != peer:  # replaced: refused; unknown since this learner started: greet
             if actor in self.peers:
                 return self.refuse(socket, peer, f"actor {actor} was replaced by another with its id")
@@ -2366,7 +2368,8 @@ class Actors:
 
 def serve(args, checkpoint, device, zmq) -> dict:
     """--role learner: binds --learner-address, stores what actors send and, once learning_starts
-    rows arrived, updates flat out, an update step between messages; checkpoints count rows."""
+    rows arrived, updates flat out, an update step between messages; checkpoints count rows. --role
+    both: the same, with an actor as its child process (`actor_child`), which must not end first."""
     memory_flags = "--batch-size (with images, also --image-size)"
     with contextlib.ExitStack() as stack:
         context = zmq.Context()
@@ -2395,7 +2398,12 @@ def serve(args, checkpoint, device, zmq) -> dict:
 
         policy = greedy_policy(learner.actor, learner.grip, device)
         offline_phase(run, learner.update, learner.demo, learner.metrics, counters, args)
-        print(f"learner at {args.learner_address}, waiting for actors", flush=True)
+        address = socket.getsockopt_string(zmq.LAST_ENDPOINT)  # the port chosen where --learner-address has *
+        child = None
+        if args.role == "both":
+            child = stack.enter_context(actor_child(args, address, lambda: global_step >= args.total_timesteps))
+        where = f"learner at {address}, waiting for actors"
+        print(where + (f"; its actor is process {child.pid}" if child else ""), flush=True)
         updates = learner.update_steps, time.monotonic()
         with data_kept(run, counters, learner, args):
             while global_step < args.total_timesteps and not run.stop_signal:
@@ -2407,10 +2415,14 @@ def serve(args, checkpoint, device, zmq) -> dict:
                 if learning:
                     learner.update(learner.replay)
                 actors.silent()
+                if child is not None and child.exitcode is not None:
+                    raise ConfigError(f"--role both: its actor ended (exit code {child.exitcode}) before the run's end")
                 run.log({}, learner.metrics, previous_step, global_step)
                 if crossed(previous_step, global_step, args.log_freq):
                     rate = (learner.update_steps - updates[0]) / max(time.monotonic() - updates[1], 1e-6)
                     run.writer.add_scalar("charts/updates_per_second", rate, global_step)
+                    utd = learner.critic_updates / max(global_step - args.learning_starts, 1)
+                    run.writer.add_scalar("charts/utd_ratio", utd, global_step)
                     updates = learner.update_steps, time.monotonic()
                 run.after_step(previous_step, counters(), None, policy)
                 if crossed(previous_step, global_step, args.checkpoint_freq):
@@ -2614,6 +2626,44 @@ def act_for_learner(args, checkpoint, device, zmq) -> dict:
         )
         summary = run.finish((global_step, 0, 0, 0), obs, policy, {})
     return {**summary, "rate": rate, "p99_period": p99, "overruns": outbox.overruns, "rows": outbox.next}
+
+
+# ONE MACHINE (--role both): A LEARNER AND ITS ACTOR, A CHILD PROCESS
+# --------------------------------------------------------------------------------------------------
+@contextlib.contextmanager
+def actor_child(args, address: str, finished):
+    """--role both's actor: `args` as --role actor at the learner's `address`, in a child process
+    (spawned: a fresh interpreter). At the learner's end, where `finished()`, it has
+    --network-timeout to end as the last acknowledgement tells it; else, or after that, it is
+    killed, losing only the steps the learner had not received, as any actor killed does."""
+    child_args = replace(args, role="actor", learner_address=address, resume=None, resume_anyway=False)
+    process = torch.multiprocessing.get_context("spawn").Process(target=child_main, args=(child_args,))
+    process.start()
+    try:
+        yield process
+    finally:
+        process.join(args.network_timeout if finished() else 0)
+        process.kill()  # nothing where it ended
+        process.join()
+
+
+def child_main(args) -> None:
+    """The child's `cli`: main(args), bad input in one line and exit code 2. In a process group of
+    its own, so that a terminal's Ctrl-C stops the learner alone, which then ends it; it ends at
+    once where the learner dies."""
+    os.setpgrp()
+    threading.Thread(target=end_with_parent, daemon=True).start()
+    try:
+        main(args)
+    except ConfigError as e:
+        print("error: " + " ".join(str(e).split()), file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+def end_with_parent() -> None:
+    torch.multiprocessing.parent_process().join()  # returns once the learner's process is gone (kill -9 too)
+    print("\nthe learner is gone: its actor ends", flush=True)
+    os._exit(1)
 
 
 if __name__ == "__main__":
