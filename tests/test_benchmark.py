@@ -95,7 +95,7 @@ def test_a_run_its_script_refused_at_once_does_not_pin_the_grid_s_flags(tmp_path
     assert (recorded.parent / "DONE").exists()
 
 
-@pytest.mark.parametrize("script", ["run.py", "report.py"])
+@pytest.mark.parametrize("script", ["run.py", "report.py", "hil_split.py"])
 def test_help_prints_the_whole_description(script):
     """--help ends no sentence of the module docstring midway: the whole of it is there."""
     import ast
