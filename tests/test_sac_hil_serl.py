@@ -1401,6 +1401,46 @@ def test_role_both_s_learner_and_actor_child_end_together(in_tmp, end):
         assert "checkpoint written to" in out
 
 
+def test_gym_hil_s_pick_cube_runs_as_a_learner_and_an_actor_where_gym_hil_is_installed(in_tmp):
+    """PandaPickCube-v0 (state and gripper) as a learner and an actor, each a process: every actor
+    step is in the learner's replay once and updates ran; skipped where gym-hil is not installed."""
+    pytest.importorskip("gym_hil")
+    address = free_address()
+    command = [
+        sys.executable,
+        str(ROOT / "sac_hil_serl.py"),
+        "--env-id",
+        *GYM_HIL["the gripper"],
+        "--learner-address",
+        address,
+    ]
+    command += [
+        "--total-timesteps",
+        "300",
+        "--learning-starts",
+        "100",
+        "--batch-size",
+        "16",
+        "--checkpoint-freq",
+        "100",
+    ]
+    command += ["--eval-episodes", "1", "--no-cuda"]
+    processes = [
+        subprocess.Popen(
+            [*command, "--role", role], cwd=in_tmp, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+        for role in ("learner", "actor")
+    ]
+    for process in reversed(processes):
+        finish(process)
+    (checkpoint,) = glob.glob(str(in_tmp / "runs" / "*learner*" / "checkpoint.pt"))
+    state = torch.load(checkpoint, weights_only=False)
+    assert state["rb"]["size"] == 300
+    origins = state["actors"]["origins"][:300].numpy()
+    np.testing.assert_array_equal(np.sort(origins[:, 1]), np.arange(300))  # every actor step once
+    assert scalars(os.path.dirname(checkpoint))["losses/qf_loss"]
+
+
 # An env that sleeps 10 ms a step, 40 critic updates of batch 64 per update step
 RATE_FLAGS = ["--env-kwargs", "sleep:0.01", "--learning-starts", "64", "--batch-size", "64", "--utd-ratio", "40"]
 
