@@ -1199,6 +1199,10 @@ def check_args(args: Args) -> None:
                 "and --network-timeout positive",
             ),
             (
+                args.role == "both" and args.outbox_size < args.checkpoint_freq,
+                "--role both: --outbox-size must be at least --checkpoint-freq (the actor keeps a checkpoint's rows)",
+            ),
+            (
                 args.save_replay
                 and args.offline_data
                 and os.path.abspath(args.save_replay) == os.path.abspath(args.offline_data),
@@ -2304,6 +2308,11 @@ class Actors:
             if header["spaces"] != self.spaces:
                 theirs, mine = "; ".join(map(str, header["spaces"])), "; ".join(self.spaces)
                 return self.refuse(socket, peer, f"actor {actor}'s spaces {theirs} are not the learner's {mine}")
+            if header.get("outbox", 0) < self.args.checkpoint_freq:  # it would fill before a checkpoint held it
+                size = header.get("outbox", 0)
+                every = self.args.checkpoint_freq
+                reason = f"actor {actor}'s --outbox-size {size:,} is below the learner's --checkpoint-freq {every:,}"
+                return self.refuse(socket, peer, f"{reason}: raise it to {every:,} or more")
             if self.peers.get(actor) != peer:  # not a hello sent again, unanswered for RESEND seconds
                 print(f"\nactor {actor} joined at row {self.expected.get(actor, 0):,}", flush=True)
             self.peers[actor] = peer  # a replacement takes its id over
@@ -2460,13 +2469,17 @@ class Outbox:
         self.sent, self.in_flight = time.monotonic(), True
         return True
 
+    def greet(self) -> None:
+        """A hello: this actor's spaces and outbox size, for the learner to check."""
+        self.send({"kind": "hello", "spaces": self.spaces, "outbox": self.args.outbox_size})
+
     def hello(self) -> None:
         """Greet the learner with this actor's spaces and take its count and parameters; a deadline
         of --network-timeout, then one line."""
         deadline = time.monotonic() + self.args.network_timeout
         while time.monotonic() < deadline:
             if time.monotonic() - self.sent > RESEND:
-                self.send({"kind": "hello", "spaces": self.spaces})
+                self.greet()
             if self.socket.poll(100) and self.receive() == "ack":
                 self.next = self.expected
                 return
@@ -2491,7 +2504,7 @@ class Outbox:
         if header["kind"] == "refused":
             raise ConfigError(f"the learner refused this actor: {header['reason']}")
         if header["kind"] == "hello":  # a restarted learner: greet it again
-            self.send({"kind": "hello", "spaces": self.spaces})
+            self.greet()
             return "hello"
         self.expected, self.step, self.done = header["expected"], header["step"], header["done"]
         self.rows = [(number, row) for number, row in self.rows if number >= header["saved"]]

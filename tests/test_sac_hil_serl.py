@@ -1315,6 +1315,31 @@ def test_an_actor_whose_spaces_differ_from_the_learner_s_is_refused_in_one_line(
     assert "refused an actor" in out
 
 
+def test_an_actor_whose_outbox_a_checkpoint_could_never_empty_is_refused_in_one_line(in_tmp, capsys):
+    """An outbox smaller than the learner's --checkpoint-freq would fill before any checkpoint held
+    its rows, and the actor would wait for ever: refused at its hello."""
+    address = free_address()
+    learner = start("learner", address, "--total-timesteps", "300", "--checkpoint-freq", "100", cwd=in_tmp)
+    try:
+        with pytest.raises(SystemExit) as stop:
+            sac.cli([*SPLIT, "--role", "actor", "--learner-address", address, "--outbox-size", "50"])
+    finally:
+        learner.kill()
+        out = learner.communicate()[0]
+    err = capsys.readouterr().err
+    refused = "actor 0's --outbox-size 50 is below the learner's --checkpoint-freq 100: raise it to 100 or more"
+    assert stop.value.code == 2 and err.count("\n") == 1 and refused in err, err
+    assert "refused an actor" in out
+
+
+def test_role_both_with_an_outbox_below_the_checkpoint_interval_is_refused_before_anything_is_written(in_tmp, capsys):
+    with pytest.raises(SystemExit) as stop:
+        sac.cli([*SPLIT, "--role", "both", "--checkpoint-freq", "100", "--outbox-size", "50"])
+    refused = "--role both: --outbox-size must be at least --checkpoint-freq (the actor keeps a checkpoint's rows)"
+    assert stop.value.code == 2 and capsys.readouterr().err == f"error: {refused}\n"
+    assert not (in_tmp / "runs").exists()
+
+
 def test_two_actors_one_replaced_mid_run_end_with_each_row_once(in_tmp):
     """Two actors feed one learner; actor 1 is killed (kill -9) and a replacement with its id joins:
     it goes on from the learner's count for that id, so each actor's rows 0 to 199 are in the replay
