@@ -384,8 +384,9 @@ def sac_updates(
         # gradient of its own loss bit for bit, as two passes do: J_pi takes alpha detached and
         # J(alpha) log pi detached, so they share no tensor that needs a gradient. Only the actor's
         # gradient is clipped.
+        loss = loss + alpha_loss
         alpha_optimizer.zero_grad()
-        step(actor_optimizer, loss + alpha_loss, actor)
+        step(actor_optimizer, loss, actor)
         alpha_optimizer.step()
         return metrics
 
