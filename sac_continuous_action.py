@@ -354,7 +354,7 @@ def sac_updates(
     actor, qf, qf_target, log_alpha, q_optimizer, actor_optimizer, alpha_optimizer, args, target_entropy: float
 ):
     """update_critic(batch, update_target) and update_actor(obs): one gradient step each on the
-    losses above (update_actor's on J_pi, then on J(alpha) by log alpha's own optimizer), returning
+    losses above (update_actor's on J_pi and J(alpha), log alpha by its own optimizer), returning
     detached metrics (no host sync); act(obs), a ~ pi(.|s) to collect with."""
     num_subsample = args.num_subsample_critics or args.num_critics
     step = functools.partial(optimizer_step, max_norm=args.max_grad_norm)
@@ -373,12 +373,21 @@ def sac_updates(
     def update_actor(obs):
         alpha = log_alpha.detach().exp()
         loss, log_prob = compute_loss_pi(actor, qf, obs, alpha)
-        step(actor_optimizer, loss, actor)
         metrics = {"actor_loss": loss.detach(), "alpha": alpha[0], "entropy": -log_prob.mean()}
-        if args.autotune:  # on the log pi(a|s) of the actor's step, drawn before it moved: DEVIATION(5)
-            alpha_loss = compute_loss_alpha(log_alpha, log_prob, target_entropy)
-            optimizer_step(alpha_optimizer, alpha_loss)
-            metrics["alpha_loss"] = alpha_loss.detach()
+        if not args.autotune:
+            step(actor_optimizer, loss, actor)
+            return metrics
+        alpha_loss = compute_loss_alpha(log_alpha, log_prob, target_entropy)  # on the actor step's log pi: DEVIATION(5)
+        metrics["alpha_loss"] = alpha_loss.detach()
+        # phi <- phi - lambda_pi grad J_pi(phi); log alpha <- log alpha - lambda grad J(alpha)
+        # [arXiv:1812.05905 Algorithm 1]. One backward pass of J_pi + J(alpha) gives each the
+        # gradient of its own loss bit for bit, as two passes do: J_pi takes alpha detached and
+        # J(alpha) log pi detached, so they share no tensor that needs a gradient. Only the actor's
+        # gradient is clipped.
+        loss = loss + alpha_loss
+        alpha_optimizer.zero_grad()
+        step(actor_optimizer, loss, actor)
+        alpha_optimizer.step()
         return metrics
 
     @torch.no_grad()

@@ -181,9 +181,9 @@ def sac_training(edit: str, compiled: bool, monkeypatch) -> dict:
             "sac_updates",
             ("def update_actor(obs):", "def update_actor(obs, actions):"),
             (
-                "        step(actor_optimizer, loss, actor)\n",
-                "        loss = loss + 2.5 * (actor.get_action(obs)[2] - actions).pow(2).mean()\n"
-                "        step(actor_optimizer, loss, actor)\n",
+                "        loss, log_prob = compute_loss_pi(actor, qf, obs, alpha)\n",
+                "        loss, log_prob = compute_loss_pi(actor, qf, obs, alpha)\n"
+                "        loss = loss + 2.5 * (actor.get_action(obs)[2] - actions).pow(2).mean()\n",
             ),
         )
     initial = {name: p.detach().clone() for name, p in trained.items()}
