@@ -1301,33 +1301,35 @@ def test_a_second_learner_on_one_address_ends_in_one_line(in_tmp, capsys):
     assert not (in_tmp / "runs").exists()
 
 
-def test_an_actor_whose_spaces_differ_from_the_learner_s_is_refused_in_one_line(in_tmp, capsys):
+REFUSED_ACTORS = {
+    "spaces that differ": (
+        [],
+        ["--env-id", "hil_env:PointReach-v0"],
+        "the learner refused this actor: actor 0's spaces",
+    ),
+    # an outbox below the learner's --checkpoint-freq would fill before any checkpoint held its
+    # rows, and the actor would wait for ever
+    "an outbox a checkpoint could never empty": (
+        ["--checkpoint-freq", "100"],
+        ["--outbox-size", "50"],
+        "actor 0's --outbox-size 50 is below the learner's --checkpoint-freq 100: raise it to 100 or more",
+    ),
+}
+
+
+@pytest.mark.parametrize("learner_flags, actor_flags, refused", REFUSED_ACTORS.values(), ids=REFUSED_ACTORS.keys())
+def test_an_actor_the_learner_cannot_take_is_refused_at_its_hello_in_one_line(
+    in_tmp, capsys, learner_flags, actor_flags, refused
+):
     address = free_address()
-    learner = start("learner", address, "--total-timesteps", "100", cwd=in_tmp)
+    learner = start("learner", address, "--total-timesteps", "300", *learner_flags, cwd=in_tmp)
     try:
         with pytest.raises(SystemExit) as stop:
-            sac.cli([*SPLIT, "--role", "actor", "--learner-address", address, "--env-id", "hil_env:PointReach-v0"])
+            sac.cli([*SPLIT, "--role", "actor", "--learner-address", address, *actor_flags])
     finally:
         learner.kill()
         out = learner.communicate()[0]
     err = capsys.readouterr().err
-    assert stop.value.code == 2 and err.count("\n") == 1 and "the learner refused this actor: actor 0's spaces" in err
-    assert "refused an actor" in out
-
-
-def test_an_actor_whose_outbox_a_checkpoint_could_never_empty_is_refused_in_one_line(in_tmp, capsys):
-    """An outbox smaller than the learner's --checkpoint-freq would fill before any checkpoint held
-    its rows, and the actor would wait for ever: refused at its hello."""
-    address = free_address()
-    learner = start("learner", address, "--total-timesteps", "300", "--checkpoint-freq", "100", cwd=in_tmp)
-    try:
-        with pytest.raises(SystemExit) as stop:
-            sac.cli([*SPLIT, "--role", "actor", "--learner-address", address, "--outbox-size", "50"])
-    finally:
-        learner.kill()
-        out = learner.communicate()[0]
-    err = capsys.readouterr().err
-    refused = "actor 0's --outbox-size 50 is below the learner's --checkpoint-freq 100: raise it to 100 or more"
     assert stop.value.code == 2 and err.count("\n") == 1 and refused in err, err
     assert "refused an actor" in out
 
