@@ -9,8 +9,10 @@ settings.
     python benchmark/speed.py --pairs sac td3 --steps 12001 --interleave 500 --before REV
     # update time against the arithmetic floor
     python benchmark/speed.py --pairs sac td3 --steps 6000 --floor
-    # on a CUDA GPU: eager, compiled, captured and SB3, Hopper-v5
+    # on a CUDA GPU: eager, compiled, captured and SB3, Hopper-v5 (or --env-id HalfCheetah-v4)
     python benchmark/speed.py --gpu --repeats 1
+    # on a CUDA GPU: 1, 4, 8 and 12 captured SAC runs at once, a process each
+    python benchmark/speed.py --gpu --pairs sac --concurrent 1 4 8 12
 
 Each run is a fresh process pinned to --threads torch/OpenMP/MKL threads. Env steps are timed from
 the first update (after LEARNING_STARTS random steps; A2C and ACER from the first step) to the last;
@@ -22,7 +24,9 @@ processes taking turns of TURN env steps, so a slow spell of the machine hits bo
 compiled, against their matmul FLOPs (torch's FlopCounterMode, in a third run) at this machine's 256
 x 256 matmul rate. --gpu runs ours eagerly (--no-compile), compiled (--compile with CUDA_GRAPHS off)
 and captured (--compile), and SB3, on the GPU, each timed from --warmup env steps after learning
-starts, past compilation and capture. Prints Markdown.
+starts, past compilation and capture; with --concurrent N..., N captured runs of ours at once
+instead, one thread each, for each N: their mean and total SPS. --env-id puts sac and td3 (both
+sides) on another MuJoCo env. Prints Markdown.
 """
 
 import argparse
@@ -303,6 +307,7 @@ def run_children(sides: list, pair: str, steps: int, seeds: list, args, batons: 
         cmd += [f"--baton={','.join(map(str, batons[k]))}"] if batons else []
         cmd += [f"--measure={args.measure}"] if args.measure else []
         cmd += ["--warmup", str(args.warmup)] + ["--gpu"] * args.gpu + ["--no-graphs"] * args.no_graphs
+        cmd += ["--env-id", args.env_id] if args.env_id else []
         procs.append(
             subprocess.Popen(
                 cmd, env=env, stdout=log, stderr=subprocess.STDOUT, text=True, pass_fds=batons[k][:2] if batons else ()
@@ -435,6 +440,30 @@ def gpu_markdown(args, command: str) -> str:
     return text()
 
 
+def concurrent_markdown(args, command: str) -> str:
+    """--gpu --concurrent N...: for each N, N captured runs of ours (seeds --seed to --seed + N - 1)
+    at once on the one GPU, a process of one thread each; a row per N: the runs' mean, slowest and
+    total SPS (the sum of each run's SPS over its own timed stretch; the stretches overlap but for
+    their ends)."""
+    import torch
+
+    pair = args.pairs[0]
+    env_id, steps = PAIRS[pair][0], args.steps or PAIRS[pair][5]
+    rows = ["| runs at once | mean SPS a run | slowest run | total SPS |", "|---|---|---|---|"]
+    pinned = argparse.Namespace(
+        **{**vars(args), "threads": args.threads or 1, "ours_flags": f"--compile {args.ours_flags}".strip()}
+    )
+    for n in args.concurrent:
+        sps = [r["sps"] for r in run_children(["ours"] * n, pair, steps, [args.seed + k for k in range(n)], pinned)]
+        rows.append(f"| {n} | {statistics.mean(sps):,.1f} | {min(sps):,.1f} | {sum(sps):,.1f} |")
+        print(rows[-1], file=sys.stderr, flush=True)
+    timed_from = LEARNING_STARTS + args.warmup
+    setup = f"`{PAIRS[pair][1]}` captured on {env_id}, runs of {steps:,} env steps timed from {timed_from:,}"
+    setup += f", {pinned.threads} thread(s) a run."
+    gpu = f"Machine: {machine()}; GPU: {torch.cuda.get_device_name()}."
+    return "\n".join([f"`{command}`", "", gpu, "", setup, "", *rows]) + "\n"
+
+
 def machine() -> str:
     """The CPU model (Linux's /proc/cpuinfo), logical CPUs, memory and the versions that set the
     speed."""
@@ -484,6 +513,12 @@ def check(args) -> str | None:
             "--gpu works for --pairs sac sac_hil_serl td3 only, without --interleave, --before or --floor",
         ),
         (args.gpu and not cuda_available(), "--gpu needs a CUDA GPU that torch sees"),
+        (args.concurrent and not (args.gpu and len(args.pairs) == 1), "--concurrent needs --gpu and one of --pairs"),
+        (args.concurrent and min(args.concurrent) < 1, "--concurrent takes run counts of at least 1"),
+        (
+            args.env_id and set(args.pairs) - {"sac", "sac_hil_serl", "td3"},
+            "--env-id works for --pairs sac sac_hil_serl td3 only",
+        ),
         (
             args.warmup < 0 or args.steps is not None and args.steps <= LEARNING_STARTS + args.warmup and off_policy,
             f"--warmup must be non-negative and --steps above {LEARNING_STARTS:,} + --warmup",
@@ -540,8 +575,12 @@ def main() -> None:
     parser.add_argument("--gpu", action="store_true", help="sac, td3 on a CUDA GPU: eager, compiled, captured and SB3")
     parser.add_argument("--warmup", type=int, default=0, help="env steps after learning starts left out of the timing")
     parser.add_argument("--no-graphs", action="store_true", help=argparse.SUPPRESS)  # --gpu's compiled path
+    parser.add_argument("--concurrent", type=int, nargs="+", metavar="N", help="--gpu: N captured runs at once")
+    parser.add_argument("--env-id", help="sac, sac_hil_serl, td3: this MuJoCo env in place of Hopper-v5")
     parser.add_argument("--baton", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    for pair in args.pairs if args.env_id else []:  # both sides, in this process and in its children
+        PAIRS[pair] = (args.env_id, *PAIRS[pair][1:])
     if args.child:
         return child(args)
     if problem := check(args):
@@ -549,7 +588,8 @@ def main() -> None:
     if args.out:  # its folder made now, not after the measurements
         os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     command = shlex.join(["python", "benchmark/speed.py", *sys.argv[1:]])
-    text = (floor_markdown if args.floor else gpu_markdown if args.gpu else pairs_markdown)(args, command)
+    report = concurrent_markdown if args.concurrent else gpu_markdown if args.gpu else pairs_markdown
+    text = (floor_markdown if args.floor else report)(args, command)
     print(text)
     if args.out:
         with open(args.out, "w") as f:

@@ -608,6 +608,8 @@ def test_speed_interleaved_reports_a_ratio_per_round(tmp_path):
         (["--pairs", "sac_atari", "--steps", "2000"], "sac_atari need --steps above their learning starts (2,000)"),
         (["--pairs", "a2c", "--gpu"], "--gpu works for --pairs sac sac_hil_serl td3 only"),
         (["--pairs", "td3", "--warmup", "500", "--steps", "2500"], "--steps above 2,000 + --warmup"),
+        (["--pairs", "sac", "--concurrent", "4"], "--concurrent needs --gpu and one of --pairs"),
+        (["--pairs", "a2c", "--env-id", "Hopper-v4"], "--env-id works for --pairs sac sac_hil_serl td3 only"),
         pytest.param(
             ["--pairs", "td3", "--gpu"],
             "--gpu needs a CUDA GPU that torch sees",
@@ -649,6 +651,29 @@ def test_speed_gpu_runs_each_path_with_its_flags_and_leaves_sb3_out_under_ours_f
     runs.clear()
     text = speed.gpu_markdown(argparse.Namespace(**{**vars(args), "ours_flags": "--batch-size 512"}), "cmd")
     assert [side for side, *_ in runs] == ["ours"] * 3 and "| SB3 |" not in text and "| captured | 400.0 | - |" in text
+
+
+def test_speed_gpu_concurrent_runs_n_captured_runs_at_once_and_sums_them(monkeypatch):
+    """--gpu --concurrent 1 3: for each N, N runs of ours at once (one call, seeds from --seed),
+    captured (--compile, graphs on), one thread each; a row of their mean, slowest and total SPS."""
+    sys.path.insert(0, str(ROOT / "benchmark"))
+    import speed
+
+    calls = []
+
+    def run_children(sides, pair, steps, seeds, args, batons=()):
+        calls.append((sides, seeds, args.ours_flags, args.threads, args.no_graphs))
+        return [{"sps": 100.0 * (k + 1), "peak_mb": 1.0} for k in range(len(sides))]
+
+    monkeypatch.setattr(speed, "run_children", run_children)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda: "a GPU")
+    args = argparse.Namespace(
+        pairs=["sac"], steps=4800, warmup=300, seed=5, threads=None, ours_flags="", no_graphs=False, concurrent=[1, 3]
+    )
+    text = speed.concurrent_markdown(args, "cmd")
+    assert calls == [(["ours"], [5], "--compile", 1, False), (["ours"] * 3, [5, 6, 7], "--compile", 1, False)]
+    assert "| 1 | 100.0 | 100.0 | 100.0 |" in text and "| 3 | 200.0 | 100.0 | 600.0 |" in text
+    assert "on Hopper-v5, runs of 4,800 env steps timed from 2,300, 1 thread(s) a run." in text
 
 
 def test_speed_gpu_keeps_the_rows_of_the_paths_that_ran(monkeypatch, tmp_path):

@@ -92,31 +92,34 @@ def named(**nets) -> dict:
     return {f"{key}.{name}": p for key, net in nets.items() for name, p in net.named_parameters()}
 
 
-def random_batches(n: int, size: int = 32):
+def random_batches(n: int, size: int = 32, device: str = "cpu"):
     generator = torch.Generator().manual_seed(7)
     low, high = torch.tensor(LOW), torch.tensor(HIGH)
     return [
-        (
-            torch.randn(size, 3, generator=generator),
-            low + (high - low) * torch.rand(size, 3, generator=generator),
-            torch.randn(size, generator=generator),
-            torch.randn(size, 3, generator=generator),
-            (torch.rand(size, generator=generator) < 0.1).float(),
+        tuple(
+            x.to(device)
+            for x in (
+                torch.randn(size, 3, generator=generator),
+                low + (high - low) * torch.rand(size, 3, generator=generator),
+                torch.randn(size, generator=generator),
+                torch.randn(size, 3, generator=generator),
+                (torch.rand(size, generator=generator) < 0.1).float(),
+            )
         )
         for _ in range(n)
     ]
 
 
-def optimizers(edit: str, critic, actor, others: list, lr: float) -> list:
+def optimizers(edit: str, critic, actor, others: list, lr: float, device: str = "cpu") -> list:
     """The critics' and the actor's optimizers, then one for each tensor of `others` (SAC's log
     alpha): as `main` makes them (fused Adam, each learning rate a tensor of its own), or as the
     edit makes them."""
 
     def adam(params, **settings):
-        return torch.optim.Adam(params, lr=torch.tensor(lr), fused=True, **settings)
+        return torch.optim.Adam(params, lr=torch.tensor(lr, device=device), fused=True, **settings)
 
     def adamw(params, **settings):
-        return torch.optim.AdamW(params, lr=torch.tensor(lr), weight_decay=0.1, fused=True, **settings)
+        return torch.optim.AdamW(params, lr=torch.tensor(lr, device=device), weight_decay=0.1, fused=True, **settings)
 
     if edit == EDITS[0]:
         return [adamw(critic.parameters()), adamw(actor.parameters(), amsgrad=True), *(adamw([x]) for x in others)]
@@ -124,10 +127,11 @@ def optimizers(edit: str, critic, actor, others: list, lr: float) -> list:
     if edit == EDITS[5]:  # the output layers at three times the body's learning rate, with other betas
         body = [p for name, p in actor.named_parameters() if name.startswith(("fc1", "fc2"))]
         heads = [p for name, p in actor.named_parameters() if not name.startswith(("fc1", "fc2"))]
-        actor_params = [{"params": body}, {"params": heads, "lr": torch.tensor(3 * lr), "betas": (0.8, 0.99)}]
+        heads = {"params": heads, "lr": torch.tensor(3 * lr, device=device), "betas": (0.8, 0.99)}
+        actor_params = [{"params": body}, heads]
     critic_optimizer = adam(critic.parameters())
     if edit == EDITS[4]:
-        critic_optimizer = torch.optim.SGD(critic.parameters(), lr=torch.tensor(lr), momentum=0.9)
+        critic_optimizer = torch.optim.SGD(critic.parameters(), lr=torch.tensor(lr, device=device), momentum=0.9)
     return [critic_optimizer, adam(actor_params), *(adam([x]) for x in others)]
 
 
@@ -140,16 +144,17 @@ def schedules(edit: str, optimizers: list) -> list:
     return [torch.optim.lr_scheduler.LambdaLR(optimizer, lambda k: 1 - 2 * k / UPDATES) for optimizer in optimizers]
 
 
-def sac_training(edit: str, compiled: bool, monkeypatch) -> dict:
+def sac_training(edit: str, path: str, monkeypatch, device: str = "cpu") -> dict:
     """UPDATES critic updates (the target every other one) and an actor update every other one, on
-    `edit`, eager or through `compiled`; {name: (initial, final)} of every trained tensor."""
+    `edit`, on `path` (eager, compiled, or on a GPU captured: compiled, then CUDA graphs); {name:
+    (initial, final)} of every trained tensor."""
     torch.manual_seed(0)
     args = sac.Args(q_lr=3e-3, policy_lr=3e-3)
     envs = fake_envs(LOW, HIGH)
-    actor, qf = sac.Actor(envs), sac.QEnsemble(envs)
-    qf_target = sac.target_of(qf, sac.QEnsemble(envs))
-    log_alpha = torch.zeros(1, requires_grad=True)
-    q_optimizer, actor_optimizer, alpha_optimizer = optimizers(edit, qf, actor, [log_alpha], 3e-3)
+    actor, qf = sac.Actor(envs).to(device), sac.QEnsemble(envs).to(device)
+    qf_target = sac.target_of(qf, sac.QEnsemble(envs).to(device))
+    log_alpha = torch.zeros(1, device=device, requires_grad=True)
+    q_optimizer, actor_optimizer, alpha_optimizer = optimizers(edit, qf, actor, [log_alpha], 3e-3, device)
     lr_schedules = schedules(edit, [q_optimizer, actor_optimizer, alpha_optimizer])
     trained = {**named(qf=qf, qf_target=qf_target, actor=actor), "log_alpha": log_alpha}
     loss_pi = sac.compute_loss_pi
@@ -165,7 +170,7 @@ def sac_training(edit: str, compiled: bool, monkeypatch) -> dict:
         monkeypatch.setattr(sac.Actor, "mean_action", mean_action, raising=False)
         monkeypatch.setattr(sac, "compute_loss_pi", penalised)
     if edit == EDITS[3]:  # a multiplier trained by the actor's optimizer, on a bound on the mean action's size
-        lagrange = torch.zeros((), requires_grad=True)
+        lagrange = torch.zeros((), device=device, requires_grad=True)
         actor_optimizer.add_param_group({"params": [lagrange], "lr": 1e-2})
         trained["lagrange"] = lagrange
 
@@ -190,30 +195,43 @@ def sac_training(edit: str, compiled: bool, monkeypatch) -> dict:
     update_critic, update_actor, _ = updates(
         actor, qf, qf_target, log_alpha, q_optimizer, actor_optimizer, alpha_optimizer, args, -3.0
     )
-    if compiled:
-        update_critic, update_actor = sac.compiled([update_critic, update_actor], torch.device("cpu"))
-    for i, batch in enumerate(random_batches(UPDATES)):
+    if path != "eager":
+        monkeypatch.setattr(sac, "CUDA_GRAPHS", path == "captured")
+        optimizers_stepped = [q_optimizer, actor_optimizer, alpha_optimizer]
+        update_critic, update_actor = sac.compiled(
+            [update_critic, update_actor], torch.device(device), optimizers_stepped
+        )
+    for i, batch in enumerate(random_batches(UPDATES, device=device)):
         torch.manual_seed(100 + i)
         update_critic(batch, i % 2 == 0)
         if i % 2 == 1:
             update_actor(*batch[:2]) if edit == EDITS[2] else update_actor(batch[0])
             for schedule in lr_schedules:
                 schedule.step()
+    assert_captured(path, [update_critic, update_actor])
     return {name: (initial[name], p.detach()) for name, p in trained.items()}
 
 
-def td3_training(edit: str, compiled: bool, monkeypatch) -> dict:
-    """UPDATES updates, the actor's and the targets' every other one, on `edit`; {name: (initial,
-    final)}."""
+def assert_captured(path: str, functions: list) -> None:
+    """On the captured path, each function recorded its CUDA graphs and replayed them."""
+    for function in functions if path == "captured" else []:
+        assert isinstance(function, sac.Captured | td3.Captured) and function.graphs, "nothing was captured"
+        for graph in function.graphs.values():
+            assert "graph" in graph and graph["calls"] > function.warmup, "a graph was never recorded and replayed"
+
+
+def td3_training(edit: str, path: str, monkeypatch, device: str = "cpu") -> dict:
+    """UPDATES updates, the actor's and the targets' every other one, on `edit`, on `path`;
+    {name: (initial, final)}."""
     torch.manual_seed(0)
     args = td3.Args(learning_rate=3e-3)
     envs = fake_envs(LOW, HIGH)
-    actor, qf = td3.Actor(envs), td3.QEnsemble(envs)
-    actor_target, qf_target = td3.Actor(envs), td3.QEnsemble(envs)
+    actor, qf = td3.Actor(envs).to(device), td3.QEnsemble(envs).to(device)
+    actor_target, qf_target = td3.Actor(envs).to(device), td3.QEnsemble(envs).to(device)
     for target, net in ((actor_target, actor), (qf_target, qf)):
         target.load_state_dict(net.state_dict())
         target.requires_grad_(False)
-    q_optimizer, actor_optimizer = optimizers(edit, qf, actor, [], args.learning_rate)
+    q_optimizer, actor_optimizer = optimizers(edit, qf, actor, [], args.learning_rate, device)
     lr_schedules = schedules(edit, [q_optimizer, actor_optimizer])
     trained = named(qf=qf, qf_target=qf_target, actor=actor, actor_target=actor_target)
     loss_pi = td3.compute_loss_pi
@@ -229,7 +247,7 @@ def td3_training(edit: str, compiled: bool, monkeypatch) -> dict:
             lambda actor, qf, obs: loss_pi(actor, qf, obs) + 0.1 * actor.pre_tanh(obs).pow(2).mean(),
         )
     if edit == EDITS[3]:  # a multiplier trained by the actor's optimizer toward a bound on the action's size
-        lagrange = torch.zeros((), requires_grad=True)
+        lagrange = torch.zeros((), device=device, requires_grad=True)
         actor_optimizer.add_param_group({"params": [lagrange], "lr": 1e-2})
         trained["lagrange"] = lagrange
         monkeypatch.setattr(
@@ -250,13 +268,15 @@ def td3_training(edit: str, compiled: bool, monkeypatch) -> dict:
         )
     initial = {name: p.detach().clone() for name, p in trained.items()}
     update, _ = update_fn(actor, actor_target, qf, qf_target, q_optimizer, actor_optimizer, args)
-    if compiled:
-        (update,) = td3.compiled([update], torch.device("cpu"))
-    for i, batch in enumerate(random_batches(UPDATES)):
+    if path != "eager":
+        monkeypatch.setattr(td3, "CUDA_GRAPHS", path == "captured")
+        (update,) = td3.compiled([update], torch.device(device), [q_optimizer, actor_optimizer])
+    for i, batch in enumerate(random_batches(UPDATES, device=device)):
         torch.manual_seed(100 + i)
         update(batch, i % 2 == 1)
         for schedule in lr_schedules if i % 2 == 1 else []:
             schedule.step()
+    assert_captured(path, [update])
     return {name: (initial[name], p.detach()) for name, p in trained.items()}
 
 
@@ -271,9 +291,9 @@ def relative_distance(run: dict, other: dict) -> float:
     )
 
 
-def trained(training, edit: str, compiled: bool) -> dict:
+def trained(training, edit: str, path: str, device: str = "cpu") -> dict:
     with pytest.MonkeyPatch.context() as monkeypatch:  # each run patches the module anew
-        return training(edit, compiled, monkeypatch)
+        return training(edit, path, monkeypatch, device)
 
 
 @pytest.mark.parametrize("edit", EDITS)
@@ -286,15 +306,30 @@ def test_an_edit_trains_the_same_compiled_as_eager(monkeypatch, training, edit):
     nothing). Measured (relative_distance): compiled from eager 1.6e-6 to 4.5e-3 over the
     fourteen cases; without the edit, 0.13 to 26."""
     compilations = Compilations(monkeypatch)
-    eager = trained(training, edit, False)
-    compiled = trained(training, edit, True)
+    eager = trained(training, edit, "eager")
+    compiled = trained(training, edit, "compiled")
     if training is sac_training:  # the critic's two flag values and the actor's first updates, then their second
         compilations.check(calls=UPDATES * 3 // 2, settled_by=4)
     else:  # the first update without the actor, then the first with it
         compilations.check(calls=UPDATES, settled_by=2)
     assert compiled.keys() == eager.keys()
     assert relative_distance(compiled, eager) < 0.03
-    assert relative_distance(trained(training, "none", False), eager) > 0.1  # the edit changes training
+    assert relative_distance(trained(training, "none", "eager"), eager) > 0.1  # the edit changes training
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("edit", EDITS)
+@pytest.mark.parametrize("training", [sac_training, td3_training], ids=["sac", "td3"])
+def test_an_edit_trains_the_same_compiled_and_captured_as_eager_on_a_gpu(training, edit):
+    """On a GPU, the same 100 updates of each edit: compiled, and captured (the compiled functions
+    recorded as CUDA graphs and replayed, which `assert_captured` checks), each end where eager
+    training ends, to float rounding."""
+    eager = trained(training, edit, "eager", "cuda")
+    for path in ("compiled", "captured"):
+        torch._dynamo.reset()
+        run = trained(training, edit, path, "cuda")
+        assert run.keys() == eager.keys()
+        assert relative_distance(run, eager) < 0.03, path
 
 
 def sgd_with_momentum(original):
