@@ -297,6 +297,7 @@ def main(args: Args) -> dict:
         )
         update = a2c_updates(agent, optimizer, args)
         if args.compile:  # the same function, compiled
+            warnings.filterwarnings("ignore", "TensorFloat32")  # inductor on a GPU: float32 matmuls kept
             update = torch.compile(update)
         low, high = (0, space.n - 1) if agent.discrete else (space.low, space.high)  # np.clip leaves Discrete as it is
 

@@ -357,6 +357,7 @@ def main(args: Args) -> dict:
         (global_step, replay_updates), obs = run.resume(stateful, (0, 0))
         update = acer_updates(agent, avg_agent, optimizer, args)
         if args.compile:  # the same function, compiled
+            warnings.filterwarnings("ignore", "TensorFloat32")  # inductor on a GPU: float32 matmuls kept
             update = torch.compile(update)
 
         def policy(obs):  # the greedy action argmax_a pi(a|s), for evaluation

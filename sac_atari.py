@@ -404,6 +404,7 @@ def main(args: Args) -> dict:
             actor, qf1, qf2, qf1_target, qf2_target, log_alpha, q_optimizer, actor_optimizer, alpha_optimizer, args
         )
         if args.compile:  # the same function, compiled
+            warnings.filterwarnings("ignore", "TensorFloat32")  # inductor on a GPU: float32 matmuls kept
             update = torch.compile(update)
 
         def policy(obs):  # the greedy action argmax_a pi(a|s), for evaluation

@@ -902,6 +902,7 @@ def compiled(functions: list, device, optimizers: list = ()) -> list:
     step are traced from the code above at the first call, so an edit there is what runs); on a GPU,
     each also `Captured`, with the `optimizers` it steps."""
     importlib.import_module("torch._inductor.config").fallback_random = True  # random draws as eager mode's
+    warnings.filterwarnings("ignore", "TensorFloat32")  # inductor on a GPU: float32 matmuls kept
     functions = [torch.compile(function) for function in functions]
     if device.type == "cuda" and CUDA_GRAPHS:
         return [Captured(function, optimizers) for function in functions]

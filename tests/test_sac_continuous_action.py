@@ -515,14 +515,18 @@ def test_compiled_updates_match_the_eager_ones(case):
 @pytest.mark.parametrize("case", list(CASES))
 def test_captured_updates_match_the_eager_ones_on_a_gpu(monkeypatch, case):
     """On a GPU, from the same networks and batches, 100 updates: captured (compiled, then CUDA
-    graphs) equal to the compiled functions uncaptured, and to the eager updates to float tolerance;
-    acting too."""
+    graphs) equal to the compiled functions uncaptured, and to the eager updates to float tolerance:
+    the same metrics over the first 20 updates, then networks that end under 5% of how far they
+    moved apart, and actions within 1e-3. The kernels' different rounding grows over the updates
+    (measured on an H200: qf2_values 3.3e-3 apart at update 26 with 3 critics subsampled to 2; with
+    LayerNorm, actions up to 1.2e-4 apart after 100 updates)."""
     args, batches = sac.Args(**CASES[case]), [tuple(x.cuda() for x in b) for b in random_batches(100, size=256)]
     results = []
     for path in ("eager", "compiled", "captured"):
         monkeypatch.setattr(sac, "CUDA_GRAPHS", path == "captured")
         torch._dynamo.reset()  # closures of one code object: each path compiles anew
         nets = sac_setup(args, device="cuda")
+        initial = flat(nets[:3])
         update_critic, update_actor, act = sac.sac_updates(*nets, args, -3.0)
         if path != "eager":
             update_critic, update_actor, act = sac.compiled([update_critic, update_actor, act], nets[3].device)
@@ -533,8 +537,9 @@ def test_captured_updates_match_the_eager_ones_on_a_gpu(monkeypatch, case):
     (eager, eager_logged, eager_actions), (compiled, compiled_logged, compiled_actions), captured = results
     assert_same_training(captured[0], compiled, captured[1], compiled_logged, rtol=0, atol=0)
     assert torch.equal(captured[2], compiled_actions)
-    assert_same_training(captured[0], eager, captured[1], eager_logged, rtol=1e-3, atol=1e-4)
-    torch.testing.assert_close(captured[2], eager_actions, rtol=1e-4, atol=1e-5)
+    assert_same_training([], [], captured[1][:20], eager_logged[:20], rtol=1e-3, atol=1e-4)
+    assert (flat(captured[0]) - flat(eager)).norm() < 0.05 * (flat(eager) - initial).norm()
+    torch.testing.assert_close(captured[2], eager_actions, rtol=1e-2, atol=1e-3)
 
 
 BAD_INPUT = {  # this script's flags; the common ones are in test_common_block.py
