@@ -676,6 +676,42 @@ def test_speed_gpu_concurrent_runs_n_captured_runs_at_once_and_sums_them(monkeyp
     assert "on Hopper-v5, runs of 4,800 env steps timed from 2,300, 1 thread(s) a run." in text
 
 
+def test_speed_env_id_reaches_both_sides_in_the_children(monkeypatch):
+    """--env-id puts the chosen pairs (ours and SB3, which read PAIRS) on that env in the parent and
+    in each child, whose command line carries the flag; the other pairs keep theirs."""
+    sys.path.insert(0, str(ROOT / "benchmark"))
+    import speed
+
+    for pair in ("sac", "td3"):
+        monkeypatch.setitem(speed.PAIRS, pair, speed.PAIRS[pair])  # restored after the test
+    seen, commands = [], []
+    monkeypatch.setattr(speed, "child", lambda args: seen.append((speed.PAIRS["td3"][0], speed.PAIRS["sac"][0])))
+    monkeypatch.setattr(sys, "argv", ["speed.py", "--child", "ours", "--pairs", "td3", "--env-id", "Walker2d-v4"])
+    speed.main()
+    assert seen == [("Walker2d-v4", "Hopper-v5")]
+
+    def popen(cmd, **kwargs):
+        commands.append(cmd)
+        raise OSError("stop here")
+
+    monkeypatch.setattr(speed.subprocess, "Popen", popen)
+    args = argparse.Namespace(
+        threads=1,
+        ours_flags="",
+        before_flags="",
+        before="",
+        interleave=0,
+        measure=None,
+        warmup=0,
+        gpu=False,
+        no_graphs=False,
+        env_id="Walker2d-v4",
+    )
+    with pytest.raises(OSError):
+        speed.run_children(["ours"], "td3", 3000, [1], args)
+    assert commands[0][-2:] == ["--env-id", "Walker2d-v4"]
+
+
 def test_speed_gpu_keeps_the_rows_of_the_paths_that_ran(monkeypatch, tmp_path):
     """A path that fails (say, its capture) is named under the table and the others keep their rows;
     --out holds the rows measured so far after each path; when every path fails, one line and exit
