@@ -1198,9 +1198,29 @@ def free_address() -> str:
         return f"tcp://127.0.0.1:{s.getsockname()[1]}"
 
 
+STARTED = []  # the processes this file's tests start
+
+
+@pytest.fixture(autouse=True)
+def nothing_left_running():
+    """A test that fails midway leaves no learner or actor running: what it started is killed at
+    its end (each would also end by its own deadline, later)."""
+    yield
+    for process in STARTED:
+        process.kill()  # a no-op on one that ended
+        process.wait()
+    STARTED.clear()
+
+
+def spawn(command: list, cwd) -> subprocess.Popen:
+    process = subprocess.Popen(command, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    STARTED.append(process)
+    return process
+
+
 def start(role: str, address: str, *flags, cwd) -> subprocess.Popen:
     command = [sys.executable, str(ROOT / "sac_hil_serl.py"), *SPLIT, "--role", role, "--learner-address", address]
-    return subprocess.Popen([*command, *flags], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return spawn([*command, *flags], cwd)
 
 
 def finish(process: subprocess.Popen) -> str:
@@ -1263,13 +1283,7 @@ def test_a_learner_killed_and_resumed_ends_with_every_actor_step_once(in_tmp):
     learner.wait()
     (checkpoint,) = glob.glob(str(in_tmp / "runs" / "*" / "checkpoint.pt"))
     before = torch.load(checkpoint, weights_only=False)["counters"][0]
-    resumed = subprocess.Popen(
-        [sys.executable, str(ROOT / "sac_hil_serl.py"), "--resume", checkpoint],
-        cwd=in_tmp,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    resumed = spawn([sys.executable, str(ROOT / "sac_hil_serl.py"), "--resume", checkpoint], in_tmp)
     finish(actor)
     out = finish(resumed)
     assert f"resumed {os.path.dirname(checkpoint)} at step {before:,}" in out and before < 400
@@ -1452,12 +1466,7 @@ def test_gym_hil_s_pick_cube_runs_as_a_learner_and_an_actor_where_gym_hil_is_ins
         "100",
     ]
     command += ["--eval-episodes", "1", "--no-cuda"]
-    processes = [
-        subprocess.Popen(
-            [*command, "--role", role], cwd=in_tmp, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-        )
-        for role in ("learner", "actor")
-    ]
+    processes = [spawn([*command, "--role", role], in_tmp) for role in ("learner", "actor")]
     for process in reversed(processes):
         finish(process)
     (checkpoint,) = glob.glob(str(in_tmp / "runs" / "*learner*" / "checkpoint.pt"))
