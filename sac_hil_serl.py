@@ -219,7 +219,7 @@ class Args:
     role: Literal["local", "learner", "actor", "both"] = "local"
     """local: one loop; learner, actor: apart (--learner-address); both: learner and child actor"""
     learner_address: str = "tcp://127.0.0.1:5555"
-    """ZeroMQ address the learner binds and its actors connect to (between machines, tunnel it)"""
+    """ZeroMQ address the learner binds (a port * takes a free one) and actors connect to"""
     actor_id: int = 0
     """this actor's id among one learner's; an actor restarted with its id goes on with its rows"""
     control_hz: float = 10.0
