@@ -254,29 +254,30 @@ def compute_loss_pi(actor, qf, obs):
 
 
 def td3_updates(actor, actor_target, qf, qf_target, q_optimizer, actor_optimizer, args):
-    """update(batch, actor_step): a critic step and, when `actor_step`, an actor step and both
-    targets' Polyak updates; act(obs): a = clip(mu(s) + eps, low, high), eps ~ N(0,
+    """update_critic(batch): a critic step; update_actor(obs): an actor step and both targets'
+    Polyak updates, every d-th critic step; act(obs): a = clip(mu(s) + eps, low, high), eps ~ N(0,
     (exploration_noise * action_scale)^2)   [TD3 Algorithm 1]."""
     online, targets = [*qf.parameters(), *actor.parameters()], [*qf_target.parameters(), *actor_target.parameters()]
 
-    def update(batch, actor_step: bool):
+    def update_critic(batch):
         loss, metrics = compute_loss_q(
             actor_target, qf, qf_target, batch, args.gamma, args.policy_noise, args.noise_clip
         )
         q_optimizer.zero_grad()
         loss.backward()
         q_optimizer.step()
-        if actor_step:
-            actor_loss = compute_loss_pi(actor, qf, batch[0])
-            actor_optimizer.zero_grad()
-            actor_loss.backward()
-            actor_optimizer.step()
-            # theta' <- tau * theta + (1 - tau) * theta', phi' <- tau * phi + (1 - tau) * phi'
-            # [TD3 Algorithm 1]
-            with torch.no_grad():
-                torch._foreach_lerp_(targets, online, args.tau)
-            metrics["actor_loss"] = actor_loss.detach()
         return metrics
+
+    def update_actor(obs):
+        actor_loss = compute_loss_pi(actor, qf, obs)
+        actor_optimizer.zero_grad()
+        actor_loss.backward()
+        actor_optimizer.step()
+        # theta' <- tau * theta + (1 - tau) * theta', phi' <- tau * phi + (1 - tau) * phi'
+        # [TD3 Algorithm 1]
+        with torch.no_grad():
+            torch._foreach_lerp_(targets, online, args.tau)
+        return {"actor_loss": actor_loss.detach()}
 
     @torch.no_grad()
     def act(obs):
@@ -284,7 +285,7 @@ def td3_updates(actor, actor_target, qf, qf_target, q_optimizer, actor_optimizer
         actions += torch.randn_like(actions) * (args.exploration_noise * actor.action_scale)  # DEVIATION(4)
         return torch.clamp(actions, actor.action_low, actor.action_high)
 
-    return update, act
+    return update_critic, update_actor, act
 
 
 # MAIN
@@ -319,9 +320,12 @@ def main(args: Args) -> dict:
         )
         counters, obs = run.resume(stateful, (0, 0, 0))
         global_step, critic_updates, actor_updates = counters
-        update, act = td3_updates(actor, actor_target, qf, qf_target, q_optimizer, actor_optimizer, args)
+        update_critic, update_actor, act = td3_updates(
+            actor, actor_target, qf, qf_target, q_optimizer, actor_optimizer, args
+        )
         if args.compile:  # the same functions, compiled (on a GPU, captured too)
-            update, act = compiled([update, act], device, [q_optimizer, actor_optimizer])
+            optimizers = [q_optimizer, actor_optimizer]
+            update_critic, update_actor, act = compiled([update_critic, update_actor, act], device, optimizers)
 
         def policy(obs):  # the actor's action mu(s), without exploration noise, for evaluation
             return actor(torch.as_tensor(obs, dtype=torch.float32, device=device)).cpu().numpy()
@@ -348,10 +352,12 @@ def main(args: Args) -> dict:
             # paper Sec. 5.2)
             if global_step >= args.learning_starts:
                 for _ in range(args.num_envs):
+                    batch = rb.sample(args.batch_size)
+                    metrics.update(update_critic(batch))
                     critic_updates += 1
-                    actor_step = critic_updates % args.policy_frequency == 0
-                    metrics.update(update(rb.sample(args.batch_size), actor_step))
-                    actor_updates += actor_step
+                    if critic_updates % args.policy_frequency == 0:
+                        metrics.update(update_actor(batch[0]))
+                        actor_updates += 1
 
             # LOG, EVALUATE, CHECKPOINT
             counters = (global_step, critic_updates, actor_updates)

