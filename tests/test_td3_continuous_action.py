@@ -3,6 +3,7 @@ clipped double-Q target, the actor, its eager and compiled updates against plain
 bad input, smoke runs of its flags that reach both updates, and a short learning run. The common
 block (episode ends, resume, bad input, ...) is specified in test_common_block.py."""
 
+import copy
 import glob
 import math
 import os
@@ -227,6 +228,40 @@ def test_updates_match_autograd_one_tensor_at_a_time(path):
     actor, actor_target, qf, qf_target = nets
     assert not torch.equal(actor.fc1.weight, td3_nets()[0].fc1.weight)  # the networks did move
     assert not torch.equal(actor_target.fc1.weight, actor.fc1.weight)  # Polyak, not a copy
+
+
+def test_a_compiled_run_resumed_where_an_actor_step_comes_first_trains_as_the_run_that_never_stopped():
+    """A resumed compiled run compiles its updates anew, in the order its first updates come. From
+    a state after one critic update, compiled afresh on copies (a resumed process), the next 11
+    updates (critic every update, actor every other, from the second) end bit for bit where the run
+    that compiled once ends. (When the actor's step was a branch of one update function, its two
+    graphs came out different with the order they were built in, and this failed.)"""
+    args, batches = td3.Args(learning_rate=3e-3), random_batches(12)
+
+    def train(objs, calls, compile_first: bool):
+        update_critic, update_actor, _ = td3.td3_updates(*objs, args)
+        if compile_first:
+            torch._dynamo.reset()
+            update_critic, update_actor = td3.compiled([update_critic, update_actor], torch.device("cpu"))
+        for i in calls:
+            torch.manual_seed(100 + i)
+            update_critic(batches[i])
+            if i % 2 == 1:
+                update_actor(batches[i][0])
+
+    def built():
+        nets = td3_nets()
+        return [*nets, *(main_adam(net, args) for net in (nets[2], nets[0]))]
+
+    reference, stopped = built(), built()
+    train(reference, range(12), True)
+    train(stopped, range(1), True)
+    resumed = copy.deepcopy(stopped)  # networks and optimizers, as a checkpoint restores them
+    train(resumed, range(1, 12), True)
+    for net, other in zip(resumed[:4], reference[:4]):
+        for p, q in zip(net.parameters(), other.parameters()):
+            assert torch.equal(p, q)
+    assert not torch.equal(resumed[0].fc1.weight, td3_nets()[0].fc1.weight)  # the actor did move
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
