@@ -2318,9 +2318,8 @@ class Actors:
             if header["spaces"] != self.spaces:
                 theirs, mine = "; ".join(map(str, header["spaces"])), "; ".join(self.spaces)
                 return self.refuse(socket, peer, f"actor {actor}'s spaces {theirs} are not the learner's {mine}")
-            if header.get("outbox", 0) < self.args.checkpoint_freq:  # it would fill before a checkpoint held it
-                size = header.get("outbox", 0)
-                every = self.args.checkpoint_freq
+            size, every = header.get("outbox", 0), self.args.checkpoint_freq
+            if size < every:  # its outbox would fill before a checkpoint held its rows
                 reason = f"actor {actor}'s --outbox-size {size:,} is below the learner's --checkpoint-freq {every:,}"
                 return self.refuse(socket, peer, f"{reason}: raise it to {every:,} or more")
             if self.peers.get(actor) != peer:  # not a hello sent again, unanswered for RESEND seconds
