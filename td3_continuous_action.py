@@ -673,8 +673,7 @@ class Run:
         # SAME_STEP autoreset: a step that ends an episode returns the reset observation;
         # the final one is in infos
         thunks = [lambda env=env: env for env in envs]
-        same_step = gym.vector.AutoresetMode.SAME_STEP
-        self.envs = gym.vector.SyncVectorEnv(thunks, autoreset_mode=same_step)
+        self.envs = gym.vector.SyncVectorEnv(thunks, autoreset_mode="SameStep")
         self.last_return = checkpoint["last_return"] if checkpoint else None
         self.eval_return = None
         self.eval_step = None
@@ -713,19 +712,18 @@ class Run:
                 os.remove(f"{self.dir}/finished")  # a finished run resumed with --resume-anyway
         except OSError as e:
             raise ConfigError(f"cannot make {self.dir} ({e.strerror}): nothing is written") from None
-        purge_step = None  # what a killed run logged after its last checkpoint is dropped
-        if self.checkpoint:
-            counters = self.checkpoint["counters"]
-            purge_step = counters[0] + 1
-        self.writer = SummaryWriter(self.dir, purge_step=purge_step)
-        table = "\n".join(f"|{key}|{value}|" for key, value in asdict(self.args).items())
-        self.writer.add_text("hyperparameters", table)
         obs = None
         if self.checkpoint:
+            counters = self.checkpoint["counters"]
             obs = self.checkpoint["obs"] if self.exact else None
             self.load(stateful)
             where = self.at(self.args, counters)
             print(f"resumed {self.dir} {where}" + ("" if self.exact else "; new episodes start"))
+        # a killed run: what it logged after its last checkpoint is dropped
+        purge_step = counters[0] + 1 if self.checkpoint else None
+        self.writer = SummaryWriter(self.dir, purge_step=purge_step)
+        table = "\n".join(f"|{key}|{value}|" for key, value in asdict(self.args).items())
+        self.writer.add_text("hyperparameters", table)
         self.last_log = time.time(), counters[0]
         if obs is None:
             obs = self.envs.reset(seed=self.args.seed + counters[0])[0]
@@ -806,9 +804,7 @@ class Run:
     def evaluate(self, policy, global_step: int, final: bool = False) -> None:
         """eval/episodic_return: the mean return of `policy` (batched numpy in and out) over
         whole episodes; a signal ends it unlogged, but for the final one."""
-        video_dir = None
-        if self.args.capture_video:
-            video_dir = f"{self.dir}/videos/step_{global_step}"
+        video_dir = f"{self.dir}/videos/step_{global_step}" if self.args.capture_video else None
         env = make_env(self.args, self.wrap, video_dir)
         envs = gym.vector.SyncVectorEnv([env], autoreset_mode="SameStep")
         returns = []
@@ -857,8 +853,7 @@ class Run:
                 print(f"model saved to {self.dir}/model.pt")
             done = f"finished at step {step:,}\n".encode()
             self.save(lambda f: f.write(done), "finished", step, "its checkpoint is kept")
-        summary = dict(run_dir=self.dir, global_step=step, eval_return=self.eval_return)
-        return {**summary, "stopped_by": stopped}
+        return dict(run_dir=self.dir, global_step=step, eval_return=self.eval_return, stopped_by=stopped)
 
     def __enter__(self):
         return self
