@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import scalars
-from test_common_block import check_capture_video, check_sigterm_resume_is_exact
+from test_common_block import check_capture_video, check_stopped_runs_resume_exactly
 
 import a2c
 
@@ -258,7 +258,7 @@ def test_smoke_atari_reaches_updates(in_tmp):
     assert summary["updates"] == 4
 
 
-def test_same_seed_gives_identical_logged_losses_and_resume_is_exact(tmp_path):
+def test_same_seed_gives_identical_logged_losses_and_a_stopped_or_killed_run_resumes_exactly(tmp_path):
     flags = [
         "--total-timesteps",
         "3000",
@@ -273,8 +273,15 @@ def test_same_seed_gives_identical_logged_losses_and_resume_is_exact(tmp_path):
         "--log-freq",
         "200",
     ]
-    check_sigterm_resume_is_exact(
-        tmp_path, a2c, flags, 400, 3000, ("agent",), ("losses/policy_loss", "losses/value_loss", "eval/episodic_return")
+    check_stopped_runs_resume_exactly(
+        tmp_path,
+        a2c,
+        flags,
+        400,
+        3000,
+        ("agent",),
+        ("losses/policy_loss", "losses/value_loss", "eval/episodic_return"),
+        kill=True,
     )
 
 

@@ -11,7 +11,7 @@ import gymnasium as gym
 import pytest
 import torch
 from conftest import scalars
-from test_common_block import check_capture_video, check_sigterm_resume_is_exact, run_cli
+from test_common_block import check_capture_video, check_stopped_runs_resume_exactly, run_cli
 
 import acer
 
@@ -402,7 +402,7 @@ def test_smoke_atari_reaches_replay_updates(in_tmp):
     assert summary["iterations"] == 5 and summary["replay_updates"] == 4
 
 
-def test_same_seed_gives_identical_logged_losses_and_resume_is_exact(tmp_path):
+def test_same_seed_gives_identical_logged_losses_and_a_stopped_or_killed_run_resumes_exactly(tmp_path):
     flags = [
         "--total-timesteps",
         "3200",
@@ -419,7 +419,7 @@ def test_same_seed_gives_identical_logged_losses_and_resume_is_exact(tmp_path):
         "--log-freq",
         "320",
     ]
-    check_sigterm_resume_is_exact(
+    check_stopped_runs_resume_exactly(
         tmp_path,
         acer,
         flags,
@@ -427,6 +427,7 @@ def test_same_seed_gives_identical_logged_losses_and_resume_is_exact(tmp_path):
         3200,
         ("agent", "avg_agent"),
         ("losses/policy_loss", "losses/q_loss", "losses/rho_mean", "eval/episodic_return"),
+        kill=True,
     )
 
 

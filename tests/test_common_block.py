@@ -221,9 +221,11 @@ def test_crossed_finds_every_multiple_once():
 # --------------------------------------------------------------------------------------------------
 # DETERMINISM AND RESUME
 # --------------------------------------------------------------------------------------------------
-def stop_with_sigterm_and_resume(tmp_path, module, flags, checkpoint_freq: int, total: int, name: str) -> None:
-    """Run `name`: SIGTERM as soon as its first periodic checkpoint exists (one line, no traceback,
-    a checkpoint), then resume it from elsewhere to the end: it writes beside the checkpoint."""
+def stop_and_resume(tmp_path, module, flags, checkpoint_freq: int, total: int, name: str, sig=signal.SIGTERM) -> None:
+    """Run `name` and stop it once its first periodic checkpoint exists: by SIGTERM (one line, no
+    traceback, a checkpoint of where it stopped), or by SIGKILL once it has logged past that
+    checkpoint (what it logged after it is dropped on resume); then resume it from elsewhere to the
+    end: it writes beside the checkpoint."""
     (tmp_path / name).mkdir()
     proc = subprocess.Popen(
         [sys.executable, script_path(module), *flags, "--checkpoint-freq", str(checkpoint_freq)],
@@ -235,32 +237,52 @@ def stop_with_sigterm_and_resume(tmp_path, module, flags, checkpoint_freq: int, 
     deadline = time.time() + 300
     while not glob.glob(f"{tmp_path}/{name}/runs/*/checkpoint.pt") and time.time() < deadline:
         time.sleep(0.02)
-    proc.send_signal(signal.SIGTERM)
+    (run_dir,) = glob.glob(f"{tmp_path}/{name}/runs/*")
+    if sig == signal.SIGKILL:  # once the events file grows past the checkpoint
+        (events,) = glob.glob(f"{run_dir}/events.*")
+        size = os.path.getsize(events)
+        while os.path.getsize(events) == size and proc.poll() is None:
+            time.sleep(0.005)
+    proc.send_signal(sig)
     out, err = proc.communicate(timeout=300)
-    assert proc.returncode == 128 + signal.SIGTERM, err
-    assert "checkpoint written" in out and "Traceback" not in err
-    checkpoint = glob.glob(f"{tmp_path}/{name}/runs/*/checkpoint.pt")[0]
-    assert checkpoint_freq <= torch.load(checkpoint, weights_only=False)["counters"][0] < total
+    checkpoint = f"{run_dir}/checkpoint.pt"
+    stopped_at = torch.load(checkpoint, weights_only=False)["counters"][0]
+    assert checkpoint_freq <= stopped_at < total
+    if sig == signal.SIGTERM:
+        assert proc.returncode == 128 + signal.SIGTERM, err
+        assert "checkpoint written" in out and "Traceback" not in err
+    else:
+        assert proc.returncode == -signal.SIGKILL, "the run ended before it was killed"
+        logged = [step for values in scalars(run_dir).values() for step, _ in values]
+        assert max(logged) > stopped_at  # to be dropped by the resumed run
     resumed = run_cli(module, ["--resume", checkpoint], tmp_path)
     assert resumed.returncode == 0, resumed.stderr
     assert not (tmp_path / "runs").exists()
 
 
-def check_sigterm_resume_is_exact(tmp_path, module, flags, checkpoint_freq: int, total: int, model_keys, tags):
-    """Run a, and run c with the same flags stopped by SIGTERM at its first checkpoint and resumed,
-    end with equal networks (model.pt's `model_keys`) and equal logged `tags`: determinism and exact
-    resume in one, since a same-seed run that differed anywhere, before the stop or after it, would
-    end elsewhere."""
+def check_stopped_runs_resume_exactly(
+    tmp_path, module, flags, checkpoint_freq: int, total: int, model_keys, tags, kill: bool = False
+):
+    """Run a, and run c with the same flags stopped by SIGTERM at its first checkpoint and resumed
+    (with `kill`, also run k, killed by SIGKILL past its first checkpoint and resumed from it): each
+    ends with a's networks (model.pt's `model_keys`) and logged `tags`, determinism and exact resume
+    in one, since a same-seed run that differed anywhere, before the stop or after it, would end
+    elsewhere."""
     (tmp_path / "a").mkdir()
     result = run_cli(module, flags, tmp_path / "a")
     assert result.returncode == 0, result.stderr
-    stop_with_sigterm_and_resume(tmp_path, module, flags, checkpoint_freq, total, "c")
-    a, c = (torch.load(glob.glob(f"{tmp_path}/{d}/runs/*/model.pt")[0], weights_only=False) for d in "ac")
-    for key in model_keys:  # tolerance 0: bit for bit
-        torch.testing.assert_close(c[key], a[key], rtol=0, atol=0, msg=lambda m, key=key: f"{key}: {m}")
-    logged_a, logged_c = (scalars(glob.glob(f"{tmp_path}/{d}/runs/*")[0]) for d in "ac")
-    for tag in tags:
-        assert logged_a[tag] == logged_c[tag], tag
+    stop_and_resume(tmp_path, module, flags, checkpoint_freq, total, "c")
+    if kill:
+        stop_and_resume(tmp_path, module, flags, checkpoint_freq, total, "k", signal.SIGKILL)
+    a = torch.load(glob.glob(f"{tmp_path}/a/runs/*/model.pt")[0], weights_only=False)
+    logged_a = scalars(glob.glob(f"{tmp_path}/a/runs/*")[0])
+    for d in "ck" if kill else "c":
+        c = torch.load(glob.glob(f"{tmp_path}/{d}/runs/*/model.pt")[0], weights_only=False)
+        for key in model_keys:  # tolerance 0: bit for bit
+            torch.testing.assert_close(c[key], a[key], rtol=0, atol=0, msg=lambda m, key=key, d=d: f"{d} {key}: {m}")
+        logged_c = scalars(glob.glob(f"{tmp_path}/{d}/runs/*")[0])
+        for tag in tags:
+            assert logged_a[tag] == logged_c[tag], (d, tag)
 
 
 def resume_case(env_flags: list, model_keys: tuple) -> tuple:
@@ -279,11 +301,11 @@ RESUME = {
 
 
 @pytest.mark.parametrize("name", list(RESUME))
-def test_same_seed_is_identical_and_a_run_stopped_by_sigterm_resumes_exactly(tmp_path, name):
+def test_same_seed_is_identical_and_a_run_stopped_by_sigterm_or_killed_resumes_exactly(tmp_path, name):
     flags, checkpoint_freq, total, model_keys, tags = RESUME[name]
     flags = [*flags, "--eval-episodes", "1", "--save-model", "--log-freq", "50", "--no-cuda"]
-    check_sigterm_resume_is_exact(
-        tmp_path, importlib.import_module(name), flags, checkpoint_freq, total, model_keys, tags
+    check_stopped_runs_resume_exactly(
+        tmp_path, importlib.import_module(name), flags, checkpoint_freq, total, model_keys, tags, kill=True
     )
 
 
@@ -294,7 +316,7 @@ def test_a_captured_run_checkpoints_and_resumes_to_the_end_on_a_gpu(tmp_path, na
     finishes the run."""
     flags, checkpoint_freq, total = RESUME[name][:3]
     flags = [*flags, "--eval-episodes", "1", "--save-model", "--log-freq", "50", "--compile"]
-    stop_with_sigterm_and_resume(tmp_path, importlib.import_module(name), flags, checkpoint_freq, total, "captured")
+    stop_and_resume(tmp_path, importlib.import_module(name), flags, checkpoint_freq, total, "captured")
     assert glob.glob(f"{tmp_path}/captured/runs/*/model.pt") and glob.glob(f"{tmp_path}/captured/runs/*/finished")
 
 
@@ -305,7 +327,7 @@ def test_a_compiled_run_stopped_by_sigterm_resumes_exactly(tmp_path, name):
     exactly."""
     flags, checkpoint_freq, total, model_keys, tags = RESUME[name]
     flags = [*flags, "--eval-episodes", "1", "--save-model", "--log-freq", "50", "--no-cuda", "--compile"]
-    check_sigterm_resume_is_exact(
+    check_stopped_runs_resume_exactly(
         tmp_path, importlib.import_module(name), flags, checkpoint_freq, total, model_keys, tags
     )
 

@@ -468,7 +468,7 @@ def test_a_run_with_relative_file_flags_resumes_from_another_directory(tmp_path,
     """--offline-data and --save-replay are stored as absolute paths: the printed command continues
     the run from anywhere, reading the same data and writing the replay where the run was
     started."""
-    from test_common_block import stop_with_sigterm_and_resume
+    from test_common_block import stop_and_resume
 
     (tmp_path / "data").mkdir()
     monkeypatch.chdir(tmp_path / "data")
@@ -492,7 +492,7 @@ def test_a_run_with_relative_file_flags_resumes_from_another_directory(tmp_path,
         "50",
         "--no-cuda",
     ]
-    stop_with_sigterm_and_resume(tmp_path, sac, flags, 400, 800, "c")  # resumed from tmp_path, not from c
+    stop_and_resume(tmp_path, sac, flags, 400, 800, "c")  # resumed from tmp_path, not from c
     with np.load(tmp_path / "c" / "out.npz") as replay:
         assert len(replay["actions"]) == 800
     assert not (tmp_path / "out.npz").exists()
@@ -668,15 +668,15 @@ LOSSES = ("losses/qf_loss", "losses/actor_loss", "eval/episodic_return")
 
 
 def check_resume_is_exact(tmp_path, flags: list, checkpoint_freq: int, total: int, tags=LOSSES, models=()) -> None:
-    """test_common_block's check_sigterm_resume_is_exact of a run of `flags` to `total` env steps
-    that evaluates one episode, saves its model and logs every 50 steps: stopped at its first
+    """test_common_block's check_stopped_runs_resume_exactly of a run of `flags` to `total` env
+    steps that evaluates one episode, saves its model and logs every 50 steps: stopped at its first
     checkpoint and resumed, it ends with the networks (actor, qf, log_alpha and `models`) and the
     logged `tags` of a run never stopped."""
-    from test_common_block import check_sigterm_resume_is_exact
+    from test_common_block import check_stopped_runs_resume_exactly
 
     flags = [*flags, "--total-timesteps", str(total), "--eval-episodes", "1", "--save-model", "--log-freq", "50"]
     models = ("actor", "qf", "log_alpha", *models)
-    check_sigterm_resume_is_exact(tmp_path, sac, flags, checkpoint_freq, total, models, tags)
+    check_stopped_runs_resume_exactly(tmp_path, sac, flags, checkpoint_freq, total, models, tags)
 
 
 def test_a_run_with_offline_data_resumes_exactly(tmp_path, monkeypatch):

@@ -389,7 +389,7 @@ def test_smoke_compile(in_tmp):
 def test_compiled_run_stopped_and_resumed_ends_identical(tmp_path):
     """--compile keeps Adam's state in the optimizers, so a checkpoint resumes the compiled path
     exactly."""
-    from test_common_block import run_cli, stop_with_sigterm_and_resume
+    from test_common_block import run_cli, stop_and_resume
 
     flags = [
         "--env-id",
@@ -412,7 +412,7 @@ def test_compiled_run_stopped_and_resumed_ends_identical(tmp_path):
     ]
     (tmp_path / "a").mkdir()
     assert run_cli(td3, flags, tmp_path / "a").returncode == 0
-    stop_with_sigterm_and_resume(tmp_path, td3, flags, 400, 1500, "b")
+    stop_and_resume(tmp_path, td3, flags, 400, 1500, "b")
     a, b = (torch.load(glob.glob(f"{tmp_path}/{d}/runs/*/model.pt")[0], weights_only=False) for d in "ab")
     for key in ("actor", "qf"):
         for name, tensor in a[key].items():
