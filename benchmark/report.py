@@ -15,8 +15,11 @@ OUT/<script>/<env>/seed_<seed>/runs/<run_name>/, or any folder of run directorie
 env across seeds, and writes:
     <env>.png   eval/episodic_return (greedy policy) against env steps: the mean over seeds with a
                 band of one standard deviation, one line per script, the published numbers of
-                --reference as dotted lines over the curves and clear of the frame's edges, the
-                band kept within the env's return bounds where RETURN_BOUNDS knows them. A seed
+                --reference over the curves and clear of the frame's edges (one within the curve's
+                steps as a point at its step, with its ± as an error bar; of those beyond, the
+                furthest, and any whose steps are not a count such as 100k or 1M, as dotted lines),
+                the legend under the axes, the band kept within the env's return bounds where
+                RETURN_BOUNDS knows them. A seed
                 with fewer than MIN_EVALS evaluations is warned about, and its script's line shows
                 the training return (the mean of the last K charts/episodic_return) instead;
     results.md  the final return of each (script, env): the last evaluation of each seed, as mean ±
@@ -174,6 +177,19 @@ def published_value(row: dict) -> float:
     return float(re.match(r"[-−]?[\d.]+", row["value"].replace(",", "")).group().replace("−", "-"))
 
 
+def published_steps(row: dict) -> float | None:
+    """The env steps of a reference row ('100k' gives 100,000, '1M' 1,000,000); None for any other
+    count, such as '200k frames'."""
+    match = re.fullmatch(r"([\d.]+)([kM]?)", row["steps"].strip())
+    return float(match.group(1)) * {"": 1, "k": 1e3, "M": 1e6}[match.group(2)] if match else None
+
+
+def published_std(row: dict) -> float | None:
+    """The ± of a reference row's value ('1103.4 ± 387.7' gives 387.7), or None."""
+    match = re.search(r"±\s*([\d.]+)", row["value"].replace(",", ""))
+    return float(match.group(1)) if match else None
+
+
 def pyplot():
     """matplotlib.pyplot, drawing to files only (no display needed)."""
     import matplotlib
@@ -328,22 +344,27 @@ def main(argv=None) -> int:
                 label=f"{label} ({len(curves)} seeds)",
             )[0].get_color()
             ax.fill_between(common, low, high, alpha=0.25, color=color)
-            for row in reference.get((label.split(",")[0], env_id), []):  # dotted, in the script's colour
-                published.append(published_value(row))
-                ax.axhline(
-                    published[-1],
-                    color=color,
-                    linestyle=":",
-                    linewidth=1.2,
-                    zorder=3,  # over the curves, which often reach the same return
-                    label=f"published: {row['value']} at {row['steps']} ({row['source'].split(',')[0]})",
-                )
+            refs = reference.get((label.split(",")[0], env_id), [])
+            beyond = [published_steps(row) for row in refs if (published_steps(row) or 0) > common[-1]]
+            for row in refs:  # in the script's colour, over the curves, which often reach the same return
+                y = published_value(row)
+                x = published_steps(row)
+                std = published_std(row) or 0.0
+                name = f"published: {row['value']} at {row['steps']} ({re.split(r',| [(]', row['source'])[0]})"
+                if x is not None and x <= common[-1]:  # a point at its step
+                    published += [y - std, y + std]
+                    ax.errorbar(x, y, yerr=std, fmt="D", color=color, markersize=4, capsize=3, zorder=3, label=name)
+                elif x is None or x == max(beyond):  # beyond the curve: the furthest, as a dotted line
+                    published.append(y)
+                    ax.axhline(y, color=color, linestyle=":", linewidth=1.2, zorder=3, label=name)
         if published:  # the reference lines a tenth of the height inside the frame, not on its edge
             low, high = ax.get_ylim()
             margin = 0.1 * (max(high, *published) - min(low, *published))
             ax.set_ylim(min(low, min(published) - margin), max(high, max(published) + margin))
         ax.set(title=env_id, xlabel="env steps", ylabel="episodic return (mean ± std over seeds)")
-        ax.legend(fontsize=7)
+        labels = len(ax.get_legend_handles_labels()[1])
+        fig.set_size_inches(6, 4 + 0.15 * labels)  # room for the legend under the axes
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(0, -0.14))
         fig.tight_layout()
         fig.savefig(os.path.join(out, re.sub(r"[:/]", "_", env_id) + ".png"), dpi=100)
         plt.close(fig)

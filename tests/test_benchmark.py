@@ -400,7 +400,7 @@ def test_report_draws_the_published_lines_over_the_curves_and_clear_of_the_frame
 
     fake_run(tmp_path / "runs", "CartPole-v1__a2c__1__1000", evals=[(100, 200.0), (200, 500.0), (300, 500.0)])
     (tmp_path / "reference.csv").write_text(
-        "script,env,steps,value,source\na2c,CartPole-v1,500k,500 ± 0,A\na2c,CartPole-v1,100k,150,B\n"
+        "script,env,steps,value,source\na2c,CartPole-v1,500k,500 ± 0,A\na2c,CartPole-v1,500k,150,B\n"
     )
     figures = []
     monkeypatch.setattr(plt, "close", figures.append)
@@ -416,6 +416,37 @@ def test_report_draws_the_published_lines_over_the_curves_and_clear_of_the_frame
         y = line.get_ydata()[0]
         assert min(high - y, y - low) >= 0.08 * (high - low), (y, low, high)
         assert line.get_zorder() > curves[0].get_zorder()
+
+
+def test_report_draws_a_published_figure_the_curve_reaches_as_a_point_and_of_the_others_the_furthest(
+    tmp_path, monkeypatch
+):
+    """A published figure at a step the curve reaches is a point at that step, its ± an error bar;
+    of those beyond the curve only the furthest is drawn, as a dotted line, and one whose count is
+    not of env steps ('200k frames') stays a line; the legend lies under the axes."""
+    import matplotlib.pyplot as plt
+
+    sys.path.insert(0, str(ROOT / "benchmark"))
+    import report
+
+    evals = [(50_000, 500.0), (100_000, 1000.0), (150_000, 1500.0)]
+    fake_run(tmp_path / "runs", "Hopper-v4__sac_continuous_action__1__1000", evals=evals)
+    rows = ["100k,1100 ± 400,A", "300k,2100 ± 1000,B", "1M,2800,C", "200k frames,900,D"]
+    (tmp_path / "reference.csv").write_text(
+        "script,env,steps,value,source\n" + "".join(f"sac_continuous_action,Hopper-v4,{row}\n" for row in rows)
+    )
+    figures = []
+    monkeypatch.setattr(plt, "close", figures.append)
+    argv = [str(tmp_path / "runs"), "--out", str(tmp_path / "out"), "--reference", str(tmp_path / "reference.csv")]
+    assert report.main(argv) == 0
+    (fig,) = figures
+    ax = fig.axes[0]
+    assert sorted(line.get_ydata()[0] for line in ax.lines if line.get_linestyle() == ":") == [900.0, 2800.0]
+    (point,) = ax.containers
+    assert list(point.lines[0].get_xdata()) == [100_000] and list(point.lines[0].get_ydata()) == [1100.0]
+    assert point.lines[2][0].get_segments()[0].tolist() == [[100_000, 700.0], [100_000, 1500.0]]
+    renderer = fig.canvas.get_renderer()
+    assert ax.get_legend().get_window_extent(renderer).y1 <= ax.get_window_extent(renderer).y0
 
 
 def test_report_file_names_replace_colons_and_slashes_in_env_ids(tmp_path):
