@@ -389,25 +389,33 @@ def test_report_draws_a_one_point_curve_with_a_marker(tmp_path, monkeypatch):
     assert image[int(image.shape[0] - y), int(x), :3].sum() < 2.5
 
 
-def test_report_draws_the_published_lines_over_the_curves_and_clear_of_the_frame(tmp_path, monkeypatch):
-    """CartPole's published 500 and a curve that reaches it: each dotted line lies at least 8% of
-    the axes' height inside the frame (matplotlib's own margin leaves it 4.5% from the top edge,
-    under the curve), and is drawn over the curves."""
+def reported_figure(tmp_path, monkeypatch, run_name: str, evals: list, reference_rows: list):
+    """The axes of the learning-curve figure report.py draws of one fake run, `evals` as its
+    evaluations, against a reference CSV of `reference_rows` ('steps,value,source') for its script
+    and env."""
     import matplotlib.pyplot as plt
 
     sys.path.insert(0, str(ROOT / "benchmark"))
     import report
 
-    fake_run(tmp_path / "runs", "CartPole-v1__a2c__1__1000", evals=[(100, 200.0), (200, 500.0), (300, 500.0)])
-    (tmp_path / "reference.csv").write_text(
-        "script,env,steps,value,source\na2c,CartPole-v1,500k,500 ± 0,A\na2c,CartPole-v1,500k,150,B\n"
-    )
+    fake_run(tmp_path / "runs", run_name, evals=evals)
+    env_id, script = run_name.split("__")[:2]
+    rows = "".join(f"{script},{env_id},{row}\n" for row in reference_rows)
+    (tmp_path / "reference.csv").write_text("script,env,steps,value,source\n" + rows)
     figures = []
-    monkeypatch.setattr(plt, "close", figures.append)
+    monkeypatch.setattr(plt, "close", figures.append)  # keep the figure
     argv = [str(tmp_path / "runs"), "--out", str(tmp_path / "out"), "--reference", str(tmp_path / "reference.csv")]
     assert report.main(argv) == 0
     (fig,) = figures
-    ax = fig.axes[0]
+    return fig.axes[0]
+
+
+def test_report_draws_the_published_lines_over_the_curves_and_clear_of_the_frame(tmp_path, monkeypatch):
+    """CartPole's published 500 and a curve that reaches it: each dotted line lies at least 8% of
+    the axes' height inside the frame (matplotlib's own margin leaves it 4.5% from the top edge,
+    under the curve), and is drawn over the curves."""
+    evals = [(100, 200.0), (200, 500.0), (300, 500.0)]
+    ax = reported_figure(tmp_path, monkeypatch, "CartPole-v1__a2c__1__1000", evals, ["500k,500 ± 0,A", "500k,150,B"])
     low, high = ax.get_ylim()
     dotted = [line for line in ax.lines if line.get_linestyle() == ":"]
     curves = [line for line in ax.lines if line.get_linestyle() == "-"]
@@ -424,28 +432,14 @@ def test_report_draws_a_published_figure_the_curve_reaches_as_a_point_and_of_the
     """A published figure at a step the curve reaches is a point at that step, its ± an error bar;
     of those beyond the curve only the furthest is drawn, as a dotted line, and one whose count is
     not of env steps ('200k frames') stays a line; the legend lies under the axes."""
-    import matplotlib.pyplot as plt
-
-    sys.path.insert(0, str(ROOT / "benchmark"))
-    import report
-
     evals = [(50_000, 500.0), (100_000, 1000.0), (150_000, 1500.0)]
-    fake_run(tmp_path / "runs", "Hopper-v4__sac_continuous_action__1__1000", evals=evals)
     rows = ["100k,1100 ± 400,A", "300k,2100 ± 1000,B", "1M,2800,C", "200k frames,900,D"]
-    (tmp_path / "reference.csv").write_text(
-        "script,env,steps,value,source\n" + "".join(f"sac_continuous_action,Hopper-v4,{row}\n" for row in rows)
-    )
-    figures = []
-    monkeypatch.setattr(plt, "close", figures.append)
-    argv = [str(tmp_path / "runs"), "--out", str(tmp_path / "out"), "--reference", str(tmp_path / "reference.csv")]
-    assert report.main(argv) == 0
-    (fig,) = figures
-    ax = fig.axes[0]
+    ax = reported_figure(tmp_path, monkeypatch, "Hopper-v4__sac_continuous_action__1__1000", evals, rows)
     assert sorted(line.get_ydata()[0] for line in ax.lines if line.get_linestyle() == ":") == [900.0, 2800.0]
     (point,) = ax.containers
     assert list(point.lines[0].get_xdata()) == [100_000] and list(point.lines[0].get_ydata()) == [1100.0]
     assert point.lines[2][0].get_segments()[0].tolist() == [[100_000, 700.0], [100_000, 1500.0]]
-    renderer = fig.canvas.get_renderer()
+    renderer = ax.figure.canvas.get_renderer()
     assert ax.get_legend().get_window_extent(renderer).y1 <= ax.get_window_extent(renderer).y0
 
 
