@@ -344,17 +344,16 @@ def main(argv=None) -> int:
                 label=f"{label} ({len(curves)} seeds)",
             )[0].get_color()
             ax.fill_between(common, low, high, alpha=0.25, color=color)
-            refs = reference.get((label.split(",")[0], env_id), [])
-            beyond = [published_steps(row) for row in refs if (published_steps(row) or 0) > common[-1]]
-            for row in refs:  # in the script's colour, over the curves, which often reach the same return
+            refs = [(row, published_steps(row)) for row in reference.get((label.split(",")[0], env_id), [])]
+            furthest = max((x for _, x in refs if x is not None), default=None)
+            for row, x in refs:  # in the script's colour, over the curves, which often reach the same return
                 y = published_value(row)
-                x = published_steps(row)
                 std = published_std(row) or 0.0
                 name = f"published: {row['value']} at {row['steps']} ({re.split(r',| [(]', row['source'])[0]})"
                 if x is not None and x <= common[-1]:  # a point at its step
                     published += [y - std, y + std]
                     ax.errorbar(x, y, yerr=std, fmt="D", color=color, markersize=4, capsize=3, zorder=3, label=name)
-                elif x is None or x == max(beyond):  # beyond the curve: the furthest, as a dotted line
+                elif x is None or x == furthest:  # beyond the curve: the furthest, as a dotted line
                     published.append(y)
                     ax.axhline(y, color=color, linestyle=":", linewidth=1.2, zorder=3, label=name)
         if published:  # the reference lines a tenth of the height inside the frame, not on its edge
