@@ -12,8 +12,10 @@ Deviations from the paper (each marked `# DEVIATION(n)` in the code):
        layer, as the code the authors published with the paper does.
     2. Minibatch 256 and learning rate 3e-4 (the authors' updated code and CleanRL; the paper: 100
        and 1e-3).
-    3. `learning_starts` = 25,000 env steps of uniformly random actions first (the authors' updated
-       code and CleanRL; the paper: 10,000, 1,000 for the pendulums).
+    3. `learning_starts` = 25,000 env steps of uniformly random actions first, with no update
+       before them (the authors' updated code and CleanRL). The paper's code (run_experiments.sh)
+       takes 10,000 random steps on HalfCheetah and Ant and 1,000 on the other tasks, and updates
+       from the first episode's end, random steps or not.
     4. The noises' stds and the target noise's clip are scaled by half the action range (the
        authors' code); the paper gives them in action units, for envs whose range is [-1, 1].
 """
