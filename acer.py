@@ -699,7 +699,7 @@ def load_checkpoint(args) -> tuple:
     return type(args)(**saved), checkpoint
 
 
-class Run:
+class Run(contextlib.AbstractContextManager):
     """A run's envs, directory, TensorBoard writer, signals, progress line, evaluations and
     checkpoints; `memory_flags` name what to lower where memory runs out; `at(args,
     counters)` says where the run stands."""
@@ -761,9 +761,14 @@ class Run:
         """(counters, obs): these and a first obs, or the checkpoint's, `stateful` loaded."""
         self.stateful = stateful
         try:  # the run directory, once main() has built all: a failure before leaves nothing
-            os.makedirs(self.dir, exist_ok=True)
+            os.makedirs(self.dir, exist_ok=bool(self.checkpoint))
             with contextlib.suppress(FileNotFoundError):
                 os.remove(f"{self.dir}/finished")  # a finished run resumed with --resume-anyway
+        except FileExistsError:  # a run of this name started this second: the next second's name
+            stem, stamp = self.name.rsplit("__", 1)
+            self.name = f"{stem}__{int(stamp) + 1}"
+            self.dir = f"runs/{self.name}"
+            return self.resume(stateful, counters)
         except OSError as e:
             raise ConfigError(f"cannot make {self.dir} ({e.strerror}): nothing is written") from None
         obs = None
@@ -908,9 +913,6 @@ class Run:
             done = f"finished at step {step:,}\n".encode()
             self.save(lambda f: f.write(done), "finished", step, "its checkpoint is kept")
         return dict(run_dir=self.dir, global_step=step, eval_return=self.eval_return, stopped_by=stopped)
-
-    def __enter__(self):
-        return self
 
     def __exit__(self, kind, error, tb) -> None:
         """Close the run; a failure to allocate memory becomes one line naming `memory_flags`."""
