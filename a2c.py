@@ -15,8 +15,8 @@ Deviations from the papers (each marked `# DEVIATION(n)` in the code):
        their rollouts.
     2. A truncated episode's last reward gets gamma * V(final observation) added (the A3C paper had
        no time limits).
-    3. GAE advantages are standardized over the rollout (SB3; `--norm-adv`), which the GAE paper
-       does not do.
+    3. GAE advantages are standardized over the rollout (SLM Lab's A2C, as in Foundations of Deep
+       RL's Code 6.4, and SB3's PPO; `--norm-adv`), which the GAE paper does not do.
     4. The gradient norm is clipped to `max_grad_norm` (0.5, baselines); one learner, so no shared
        RMSprop statistics.
     5. The Gaussian's log std is one learned vector, the same in every state (baselines, SB3); A3C's
@@ -104,10 +104,11 @@ class Args:
     gamma: float = 0.99
     """discount factor of future rewards (gamma; A3C paper)"""
     gae_lambda: float = 0.95
-    """GAE's trade-off of bias (0) against variance (1), with --advantage gae (lambda; SB3 zoo)"""
+    """GAE's trade-off of bias (0) against variance (1), with --advantage gae (lambda; SB3's PPO
+    default)"""
     norm_adv: bool = True
-    """standardize the advantages of --advantage gae over each rollout (SB3); n-step advantages are
-    left as they are"""
+    """standardize the advantages of --advantage gae over each rollout (SLM Lab's A2C, SB3's PPO);
+    n-step advantages are left as they are"""
     vf_coef: float = 0.5
     """weight of the value loss in the total loss (baselines)"""
     ent_coef: float = 0.01
@@ -343,7 +344,7 @@ def main(args: Args) -> dict:
                         rewards, rollout_values, dones, last_values, args.gamma, args.gae_lambda
                     )
                     value_targets = advantages + rollout_values  # the lambda-return, V(s_t)'s target (SB3)
-                    if args.norm_adv and advantages.numel() > 1:  # DEVIATION(3); one advantage has no std (SB3)
+                    if args.norm_adv and advantages.numel() > 1:  # DEVIATION(3); one advantage has no std (SB3's PPO)
                         advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
 
             # UPDATE: one gradient step on the whole rollout; --anneal-lr decays the learning rate

@@ -95,10 +95,11 @@ class Args:
     """updates on segments replayed from the buffer after each update on the newest segment (paper,
     baselines)"""
     replay_start: int = 10_000
-    """transitions to store before the replayed updates begin (baselines)"""
+    """transitions to store before the replayed updates begin (baselines: 10,000 per env, 160,000 at
+    its 16)"""
     buffer_size: int = 50_000
     """number of transitions the replay buffer holds, as whole segments of --num-envs x --num-steps
-    (baselines)"""
+    (baselines: 50,000 per env, 800,000 at its 16)"""
     replay_ratio_poisson: bool = False
     """draw the number of replayed updates from a Poisson of mean --replay-ratio instead
     (baselines)"""
@@ -131,7 +132,8 @@ class Args:
     optimizer_eps: float = 1e-5
     """epsilon of RMSprop or Adam, the constant added to the step's denominator (baselines)"""
     anneal_lr: bool = False
-    """decay the learning rate linearly to 0 over the run (baselines' default schedule)"""
+    """decay the learning rate linearly to 0 over the run (baselines' `learn` default; its Atari
+    runs keep it constant)"""
 
 
 HIDDEN = 64  # units per hidden layer of the MLP (SB2 zoo's ACER MlpPolicy)

@@ -16,11 +16,11 @@ Example:
 Deviations from the papers (each marked `# DEVIATION(n)` in the code):
     1. Clipped double-Q and no V network, the SAC-v2 form (arXiv:1812.05905), generalised to an
        ensemble of N critics whose target takes the min over a random subset of M (REDQ); the
-       actor's loss, the min over all N (HIL-SERL's), where REDQ's takes their mean.
+       actor's loss, the min over all N (LeRobot's; REDQ's and HIL-SERL's own code: the mean).
     2. The critic loss is the squared error summed over critics, without eq. 5's 1/2 (CleanRL); Adam
        ignores the factor.
-    3. log_std is squashed into [LOG_STD_MIN, LOG_STD_MAX] = [-5, 2] by a tanh rescale (SpinningUp,
-       D. Yarats).
+    3. log_std is squashed into [LOG_STD_MIN, LOG_STD_MAX] = [-5, 2] by a tanh rescale (D. Yarats's
+       pytorch_sac, CleanRL; SpinningUp clamps it to [-20, 2]).
     4. The actor is updated `policy_frequency` times every `policy_frequency` update steps (TD3's
        delay, made up for; CleanRL's schedule), not once per step as in Algorithm 1, each time on
        the states of the last critic minibatch (CleanRL's), not a fresh one.
@@ -132,7 +132,7 @@ class Args:
     arXiv:1812.05905)"""
     backup_entropy: bool = True
     """add the entropy bonus -alpha log pi(a'|s') to the critics' target (arXiv:1812.05905 eq. 3;
-    HIL-SERL)"""
+    LeRobot's HIL-SERL; the HIL-SERL authors' code: off)"""
     num_critics: int = 2
     """number of critics in the ensemble (N; SAC: 2, REDQ: 10)"""
     num_subsample_critics: int | None = None
@@ -142,7 +142,7 @@ class Args:
     """critic updates per environment step (update-to-data ratio G; REDQ: 20)"""
     max_grad_norm: float | None = None
     """clip the gradient norm of the actor and the critics to this value; unset: no clipping
-    (HIL-SERL: 40)"""
+    (LeRobot's HIL-SERL: 40; the HIL-SERL authors' code: none)"""
     critic_layer_norm: bool = False
     """normalise each hidden layer of the critics with LayerNorm, before its ReLU (RLPD,
     arXiv:2302.02948)"""

@@ -26,11 +26,11 @@ Example:
 Deviations from the papers (each marked `# DEVIATION(n)` in the code):
     1. Clipped double-Q and no V network, the SAC-v2 form (arXiv:1812.05905), generalised to an
        ensemble of N critics whose target takes the min over a random subset of M (REDQ); the
-       actor's loss, the min over all N (HIL-SERL's), where REDQ's takes their mean.
+       actor's loss, the min over all N (LeRobot's; REDQ's and HIL-SERL's own code: the mean).
     2. The critic loss is the squared error summed over critics, without eq. 5's 1/2 (CleanRL); Adam
        ignores the factor.
-    3. log_std is squashed into [LOG_STD_MIN, LOG_STD_MAX] = [-5, 2] by a tanh rescale (SpinningUp,
-       D. Yarats).
+    3. log_std is squashed into [LOG_STD_MIN, LOG_STD_MAX] = [-5, 2] by a tanh rescale (D. Yarats's
+       pytorch_sac, CleanRL; SpinningUp clamps it to [-20, 2]).
     4. The actor is updated `policy_frequency` times every `policy_frequency` update steps (TD3's
        delay, made up for; CleanRL's schedule), not once per step as in Algorithm 1, each time on
        the states of the last critic minibatch (CleanRL's), not a fresh one.
@@ -44,8 +44,8 @@ Deviations from the papers (each marked `# DEVIATION(n)` in the code):
        features detached, as the actor does, and its target reads the target critics' encoder;
        LeRobot's lets its loss train the encoder.
     8. --image-pooling spatial's dropout acts in gradient steps only and its head is 50 wide
-       (LeRobot: in train mode, 256 wide); the ResNet-10's BatchNorms always use their running
-       statistics (LeRobot's, when frozen).
+       (LeRobot: in train mode, 256 wide). The ResNet-10's BatchNorms, always in eval mode, take
+       ImageNet weights from torchvision's ResNet-18; HIL-SERL's ResNet-10 has GroupNorms.
     9. DrQ's shift is drawn once per sampled image, for one target (K = M = 1); the DrQ paper's main
        results average K = M = 2.
     10. Defaults are plain SAC's where LeRobot's differ: H-bar = -|A| (LeRobot: -|A| / 2), q_lr 1e-3
@@ -157,7 +157,7 @@ class Args:
     arXiv:1812.05905)"""
     backup_entropy: bool = True
     """add the entropy bonus -alpha log pi(a'|s') to the critics' target (arXiv:1812.05905 eq. 3;
-    HIL-SERL)"""
+    LeRobot's HIL-SERL; the HIL-SERL authors' code: off)"""
     num_critics: int = 2
     """number of critics in the ensemble (N; SAC: 2, REDQ: 10)"""
     num_subsample_critics: int | None = None
@@ -167,7 +167,7 @@ class Args:
     """critic updates per environment step (update-to-data ratio G; REDQ: 20)"""
     max_grad_norm: float | None = None  # DEVIATION(10)
     """clip the gradient norm of the actor and the critics to this value; unset: no clipping
-    (HIL-SERL: 40)"""
+    (LeRobot's HIL-SERL: 40; the HIL-SERL authors' code: none)"""
     critic_layer_norm: bool = False
     """normalise each hidden layer of the critics with LayerNorm, before its ReLU (RLPD,
     arXiv:2302.02948)"""
@@ -205,7 +205,7 @@ class Args:
     """share of each batch drawn from the demo buffer once it holds that many; unset: 0.5, RLPD's
     symmetric sampling"""
     offline_steps: int = 0
-    """update steps on --offline-data alone before the first env step (HIL-SERL's offline phase)"""
+    """update steps on --offline-data alone before the first env step (not in HIL-SERL, LeRobot)"""
     num_discrete_actions: int = 0
     """K gripper commands in the last action dimension, by a discrete critic (HIL-SERL); 0: off"""
     gripper_epsilon: float = 0.1
@@ -608,8 +608,8 @@ class BasicBlock(nn.Module):
 
 
 class ResNet10(nn.Sequential):
-    """HIL-SERL's pretrained encoder: ResNet-18 with one block a stage, no pooling or fc;
-    torchvision's names."""
+    """HIL-SERL's pretrained encoder's shape, ResNet-18 with one block a stage, no pooling or fc,
+    in torchvision's layers and names (DEVIATION(8): BatchNorm for HIL-SERL's GroupNorm)."""
 
     def __init__(self, channels: int, weights: str | None = None):
         stages = {
@@ -1431,8 +1431,8 @@ def demo_buffer(args, data: dict | None, obs_space, act_dim: int, device, encode
 
 
 def offline_phase(run, update, offline, metrics: dict, counters, args) -> None:
-    """--offline-steps: updates on the offline data alone (HIL-SERL's offline learner), logged at
-    steps 1 - N, ..., 0."""
+    """--offline-steps: updates on the offline data alone (not in HIL-SERL's or LeRobot's code),
+    logged at steps 1 - N, ..., 0."""
     run.last_log = time.time(), counters()[3] - args.offline_steps  # the step of the first SPS count
     while counters()[3] < args.offline_steps and not run.stop_signal:
         update(offline)
