@@ -44,8 +44,7 @@ Deviations from the papers (each marked `# DEVIATION(n)` in the code):
        features detached, as the actor does, and its target reads the target critics' encoder;
        LeRobot's lets its loss train the encoder.
     8. --image-pooling spatial's dropout acts in gradient steps only and its head is 50 wide
-       (LeRobot: in train mode, 256 wide). The ResNet-10's BatchNorms, always in eval mode, take
-       ImageNet weights from torchvision's ResNet-18; HIL-SERL's ResNet-10 has GroupNorms.
+       (LeRobot: in train mode, 256 wide).
     9. DrQ's shift is drawn once per sampled image, for one target (K = M = 1); the DrQ paper's main
        results average K = M = 2.
     10. Defaults are plain SAC's where LeRobot's differ: H-bar = -|A| (LeRobot: -|A| / 2), q_lr 1e-3
@@ -73,7 +72,6 @@ import threading
 import time
 import warnings
 import zipfile
-from collections import OrderedDict
 from dataclasses import asdict, dataclass, replace
 from typing import Literal
 
@@ -193,8 +191,8 @@ class Args:
     """train no CNN weight (pooling and head still train); the replay keeps each frame's features,
     157 kB at 84 px (DrQ)"""
     image_encoder_weights: str | None = None
-    """the CNN is a ResNet-10 with this file's weights (HIL-SERL; the page shows how to make one
-    from a ResNet-18)"""
+    """the CNN is HIL-SERL's ResNet-10 with this file's weights (helper2424/resnet10's; the page
+    shows how to save them)"""
     save_replay: str | None = None
     """write the replay buffer to this .npz at the end and on Ctrl-C or SIGTERM, for a later
     --offline-data"""
@@ -589,52 +587,59 @@ class SpatialEmbedding(nn.Module):
         return F.dropout(torch.einsum("bchw,chwk->bck", maps, self.kernel).flatten(1), 0.1, torch.is_grad_enabled())
 
 
+def same_padded(x, kernel: int, stride: int, value: float = 0.0):
+    """x padded as JAX's 'SAME' pads (HIL-SERL's ResNet-10 was trained in JAX): the odd pixel at
+    the bottom and right."""
+    pads = []
+    for size in (x.shape[-1], x.shape[-2]):  # F.pad's order: the last dimension first
+        total = max(0, (math.ceil(size / stride) - 1) * stride + kernel - size)
+        pads += [total // 2, total - total // 2]
+    return F.pad(x, pads, value=value)
+
+
 class BasicBlock(nn.Module):
-    """ResNet's basic block (arXiv:1512.03385): relu(bn2(conv2(relu(bn1(conv1(x))))) +
-    downsample(x))."""
+    """ResNet's basic block (arXiv:1512.03385) as HIL-SERL's ResNet-10 has it: relu(norm2(conv2(
+    relu(norm1(conv1(x))))) + shortcut(x)), GroupNorms of 4 groups, 3 x 3 convolutions padded
+    'SAME'."""
 
     def __init__(self, c_in: int, c: int, stride: int):
         super().__init__()
-        self.conv1, self.bn1 = nn.Conv2d(c_in, c, 3, stride, 1, bias=False), nn.BatchNorm2d(c)
-        self.conv2, self.bn2 = nn.Conv2d(c, c, 3, 1, 1, bias=False), nn.BatchNorm2d(c)
-        self.downsample = (
-            nn.Identity()
-            if stride == 1
-            else nn.Sequential(nn.Conv2d(c_in, c, 1, stride, bias=False), nn.BatchNorm2d(c))
-        )
+        self.stride = stride
+        self.conv1, self.norm1 = nn.Conv2d(c_in, c, 3, stride, bias=False), nn.GroupNorm(4, c)
+        self.conv2, self.norm2 = nn.Conv2d(c, c, 3, bias=False), nn.GroupNorm(4, c)
+        shortcut = nn.Sequential(nn.Conv2d(c_in, c, 1, stride, bias=False), nn.GroupNorm(4, c))
+        self.shortcut = shortcut if c_in != c else nn.Identity()
 
     def forward(self, x):
-        return F.relu(self.bn2(self.conv2(F.relu(self.bn1(self.conv1(x))))) + self.downsample(x))
+        y = F.relu(self.norm1(self.conv1(same_padded(x, 3, self.stride))))
+        return F.relu(self.norm2(self.conv2(same_padded(y, 3, 1))) + self.shortcut(x))
 
 
-class ResNet10(nn.Sequential):
-    """HIL-SERL's pretrained encoder's shape, ResNet-18 with one block a stage, no pooling or fc,
-    in torchvision's layers and names (DEVIATION(8): BatchNorm for HIL-SERL's GroupNorm)."""
+class ResNet10(nn.Module):
+    """HIL-SERL's pretrained encoder (helper2424/resnet10, LeRobot's): a 7 x 7 stem, a 'SAME' max
+    pool and four basic blocks of 64 to 512 channels, no pooling after; 512 maps at 1/32 of the
+    image's size."""
 
     def __init__(self, channels: int, weights: str | None = None):
-        stages = {
-            f"layer{i}": nn.Sequential(BasicBlock(max(64, c // 2), c, 1 if c == 64 else 2))
-            for i, c in enumerate((64, 128, 256, 512), 1)
-        }
-        super().__init__(
-            OrderedDict(
-                conv1=nn.Conv2d(channels, 64, 7, 2, 3, bias=False),
-                bn1=nn.BatchNorm2d(64),
-                relu=nn.ReLU(),
-                maxpool=nn.MaxPool2d(3, 2, 1),
-                **stages,
-            )
-        )
-        self.train()
+        super().__init__()
+        self.embedder = nn.Sequential(nn.Conv2d(channels, 64, 7, 2, 3, bias=False), nn.GroupNorm(4, 64), nn.ReLU())
+        self.stages = nn.ModuleList(BasicBlock(max(64, c // 2), c, 1 if c == 64 else 2) for c in (64, 128, 256, 512))
         if weights:  # else its own random weights (as tests write them); `check_encoder_weights` read the file
-            self.load_state_dict(torch.load(weights, "cpu", weights_only=True))
-
-    def train(self, mode: bool = True):  # BatchNorms as in eval mode: DEVIATION(8)
-        return super().train(False)
+            self.load_state_dict(resnet10_names(torch.load(weights, "cpu", weights_only=True)))
 
     def forward(self, images):  # ImageNet's mean and std of each colour, repeated over a stack's frames
         mean, std = (x.repeat(images.shape[1] // 3 + 1)[: images.shape[1], None, None].to(images) for x in IMAGENET)
-        return super().forward((images - mean) / std)
+        x = self.embedder((images - mean) / std)
+        x = F.max_pool2d(same_padded(x, 3, 2, -math.inf), 3, 2)
+        for stage in self.stages:
+            x = stage(x)
+        return x
+
+
+def resnet10_names(state: dict) -> dict:
+    """A state dict in helper2424/resnet10's names (`encoder.stages.0.conv1.conv.weight`, of each
+    of its versions) or in ours (`stages.0.conv1.weight`), in ours."""
+    return {re.sub(r"^encoder\.|conv\.(?=weight)|group_norm\.", "", key): value for key, value in state.items()}
 
 
 class DiscreteQ(nn.Module):
@@ -1404,7 +1409,7 @@ def check_encoder_weights(weights: str | None, channels: int) -> None:
     kind = type(state).__name__
     check([(not isinstance(state, dict), f"--image-encoder-weights {weights} holds a {kind}, not a state dict")])
     try:
-        ResNet10(channels).load_state_dict(state)
+        ResNet10(channels).load_state_dict(resnet10_names(state))
     except Exception as e:  # another network's, or of other shapes
         raise ConfigError(
             f"--image-encoder-weights {weights}: no ResNet-10 for {channels}-channel images ("

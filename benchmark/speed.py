@@ -236,6 +236,8 @@ def child(args) -> None:
     start = LEARNING_STARTS + args.warmup if "--learning-starts" in flags else 0  # A2C, ACER: from the first step
     meter = Meter(start, args.interleave, tuple(int(x) for x in args.baton.split(",")) if args.baton else ())
     record = {}  # --floor: what the update functions measured
+    flags_given = shlex.split(args.before_flags if args.child == "before" else args.ours_flags)
+    flags_given = [os.path.abspath(a) if os.path.isfile(a) else a for a in flags_given]  # a file named from here
     try:
         with tempfile.TemporaryDirectory() as folder:
             os.chdir(folder)  # where our script writes runs/
@@ -266,7 +268,7 @@ def child(args) -> None:
                         "--seed",
                         str(args.seed),
                         *flags,
-                        *shlex.split(args.before_flags if args.child == "before" else args.ours_flags),
+                        *flags_given,
                     ]
                 )
     finally:

@@ -559,6 +559,22 @@ def table_row(text, script="td3_continuous_action.py"):
     return [c.strip() for c in row.strip("|").split("|")][1:]
 
 
+def test_speed_finds_a_file_that_a_flag_names_from_where_it_was_started(tmp_path):
+    """A flag's relative file name (`--resume` here, `--image-encoder-weights resnet10.pt` on the
+    performance page) is found from the folder speed.py was started in, not the temporary folder a
+    run writes in: the script reads the file, and refuses it as damaged."""
+    (tmp_path / "damaged.pt").write_bytes(b"not a checkpoint")
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmark" / "speed.py"), "--pairs", "td3", "--repeats", "1", "--steps", "2100"]
+        + ["--ours-flags=--resume damaged.pt"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+    )
+    assert done.returncode != 0 and f"--resume {tmp_path}/damaged.pt: unreadable or damaged" in done.stderr, done.stderr
+
+
 def test_speed_help_documents_the_sb3_pairs_and_the_before_revision():
     done = speed("--help")
     text = " ".join(done.stdout.split())

@@ -92,20 +92,6 @@ def test_no_tracked_file_holds_history_words_or_machine_paths():
     assert not hits, "\n".join(hits)
 
 
-def test_the_resnet_recipe_installs_the_torchvision_paired_with_the_readme_s_torch():
-    """torchvision 0.(N + 15) pins torch 2.N in its metadata (0.28.0: `torch==2.13.0`); the recipe
-    installs that release of the README's torch from the same index, as a CUDA torchvision beside a
-    CPU torch fails to import (`operator torchvision::nms does not exist`)."""
-    torch = re.search(r"pip install torch==2\.(\d+)\.\d+ --index-url ([^\s`]+)", (ROOT / "README.md").read_text())
-    page = (ROOT / "docs" / "sac_hil_serl.md").read_text()
-    torchvision = re.search(r"pip install torchvision==0\.(\d+)\.\d+ --index-url ([^\s`]+)", page)
-    assert torch and torchvision, "the README names no CPU torch, or the page no torchvision to install"
-    assert int(torchvision[1]) == int(torch[1]) + 15 and torchvision[2] == torch[2], (
-        torch.group(),
-        torchvision.group(),
-    )
-
-
 def test_the_quickstart_installs_torch_first_cpu_only_or_the_default_a_line_each_and_says_which():
     """The Quickstart's commands: a CPU-only torch and the default one, a line each, before the
     requirement sets; the prose after them says when to choose each; the test command is the one

@@ -6,6 +6,7 @@ test_sac_continuous_action.py; the common block in test_common_block.py."""
 
 import glob
 import inspect
+import math
 import os
 import re
 import signal
@@ -19,6 +20,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 from conftest import ROOT, TINY_CONTINUOUS, fake_envs, scalars
 from torch.distributions import AffineTransform, Normal, TanhTransform, TransformedDistribution
 
@@ -143,23 +145,56 @@ def test_a_frozen_cnn_gets_no_gradient_and_its_pooling_and_head_do(tmp_path, wei
     assert all(p.grad is not None and float(p.grad.abs().sum()) > 0 for p in rest.parameters())
 
 
-def test_resnet10_loads_a_state_dict_file_and_refuses_one_of_other_shapes(tmp_path):
-    """A file in torchvision's names loads into the encoder exactly (a ResNet-18's, less its fc and
-    second blocks, is such a file); one made for other images is refused with one line naming the
-    flag."""
+def helper2424_names(state: dict, wrapped: bool = True) -> dict:
+    """Our ResNet-10's state dict in helper2424/resnet10's names, as its modeling_resnet.py makes
+    them: the blocks under `encoder.`, and (in its versions since the JAX-style layers) each block
+    convolution's weight under `.conv`, each GroupNorm's under `.group_norm`."""
+    renamed = {}
+    for key, value in state.items():
+        key = re.sub(r"^stages\.", "encoder.stages.", key)
+        if wrapped and key != "embedder.0.weight":
+            conv = re.search(r"(conv\d|shortcut\.0)\.weight$", key)
+            key = (
+                re.sub(r"\.weight$", ".conv.weight", key)
+                if conv
+                else re.sub(r"\.(weight|bias)$", r".group_norm.\1", key)
+            )
+        renamed[key] = value
+    return renamed
+
+
+@pytest.mark.parametrize("wrapped", [True, False])
+def test_resnet10_loads_helper2424_s_state_dict_and_refuses_one_of_other_shapes(tmp_path, wrapped):
+    """A file in helper2424/resnet10's names (LeRobot's HIL-SERL encoder) loads into the encoder
+    exactly: 4,905,792 parameters, that repository's count; one made for other images is refused
+    with one line naming the flag."""
     torch.manual_seed(3)
-    weights = {
-        key: torch.randn_like(v) if v.is_floating_point() else v for key, v in sac.ResNet10(3).state_dict().items()
-    }
-    torch.save(weights, tmp_path / "resnet10.pt")
+    ours = {key: torch.randn_like(v) for key, v in sac.ResNet10(3).state_dict().items()}
+    theirs = helper2424_names(ours, wrapped)
+    assert ("encoder.stages.3.shortcut.1.group_norm.bias" in theirs) == wrapped
+    assert "encoder.stages.0.norm1.weight" in theirs or wrapped
+    torch.save(theirs, tmp_path / "resnet10.pt")
     encoder = sac.Encoder(DICT_SPACE, weights=str(tmp_path / "resnet10.pt"))
     loaded = encoder.cnns["pixels"].state_dict()
-    assert loaded.keys() == weights.keys() and all(torch.equal(loaded[k], weights[k]) for k in weights)
-    assert "layer4.0.downsample.0.weight" in loaded and not encoder.cnns["pixels"].training  # BatchNorm: eval mode
+    assert loaded.keys() == ours.keys() and all(torch.equal(loaded[k], ours[k]) for k in ours)
+    assert sum(v.numel() for v in loaded.values()) == 4_905_792
     torch.save(sac.ResNet10(6).state_dict(), tmp_path / "six.pt")
     sac.check_encoder_weights(str(tmp_path / "resnet10.pt"), 3)  # checked before the networks are made
     with pytest.raises(sac.ConfigError, match="--image-encoder-weights .*six.pt: no ResNet-10 for 3-channel images"):
         sac.check_encoder_weights(str(tmp_path / "six.pt"), 3)
+
+
+def test_the_resnet10_pads_as_jax_s_same_pads_the_odd_pixel_at_the_bottom_and_right():
+    """A 3 x 3, stride-2 max pool padded 'SAME': on an even size n its windows are [2i, 2i + 2], cut
+    at the edge, where torch's padding=1 centres them on 2i; on an odd size the two agree."""
+    for n in range(5, 13):
+        x = torch.arange(n * n, dtype=torch.float32).reshape(1, 1, n, n)  # rising along rows and columns
+        out = F.max_pool2d(sac.same_padded(x, 3, 2, -math.inf), 3, 2)
+        if n % 2:
+            assert torch.equal(out, F.max_pool2d(x, 3, 2, padding=1)), n
+        else:
+            last = [min(2 * i + 2, n - 1) for i in range(n // 2)]  # each window's largest row and column
+            assert torch.equal(out[0, 0], x[0, 0][last][:, last]), n
 
 
 def test_cached_features_equal_the_frozen_cnn_on_the_stored_frames():
