@@ -600,19 +600,19 @@ def same_padded(x, kernel: int, stride: int, value: float = 0.0):
 class BasicBlock(nn.Module):
     """ResNet's basic block (arXiv:1512.03385) as HIL-SERL's ResNet-10 has it: relu(norm2(conv2(
     relu(norm1(conv1(x))))) + shortcut(x)), GroupNorms of 4 groups, 3 x 3 convolutions padded
-    'SAME'."""
+    'SAME' (at stride 1, one pixel each side)."""
 
     def __init__(self, c_in: int, c: int, stride: int):
         super().__init__()
         self.stride = stride
         self.conv1, self.norm1 = nn.Conv2d(c_in, c, 3, stride, bias=False), nn.GroupNorm(4, c)
-        self.conv2, self.norm2 = nn.Conv2d(c, c, 3, bias=False), nn.GroupNorm(4, c)
+        self.conv2, self.norm2 = nn.Conv2d(c, c, 3, 1, 1, bias=False), nn.GroupNorm(4, c)  # 'SAME' at stride 1
         shortcut = nn.Sequential(nn.Conv2d(c_in, c, 1, stride, bias=False), nn.GroupNorm(4, c))
         self.shortcut = shortcut if c_in != c else nn.Identity()
 
     def forward(self, x):
         y = F.relu(self.norm1(self.conv1(same_padded(x, 3, self.stride))))
-        return F.relu(self.norm2(self.conv2(same_padded(y, 3, 1))) + self.shortcut(x))
+        return F.relu(self.norm2(self.conv2(y)) + self.shortcut(x))
 
 
 class ResNet10(nn.Module):
