@@ -7,7 +7,7 @@
 #   ENVS=LunarLander-v3 TOTAL_TIMESTEPS=200000 WORKERS=2 \
 #     EXTRA="--gamma 0.995 --learning-rate 8.3e-4 --anneal-lr --ent-coef 1e-5" bash benchmark/a2c.sh  # SB3 zoo's
 #   ENVS=BreakoutNoFrameskip-v4 TOTAL_TIMESTEPS=1000000 SEEDS=1 \
-#     EXTRA="--num-envs 16 --shared-network --eval-freq 500000 --eval-episodes 3" bash benchmark/a2c.sh
+#     EXTRA="--num-envs 16 --shared-network --eval-freq 250000 --eval-episodes 3" bash benchmark/a2c.sh
 # Without ENVS it runs two grids: the classic-control one (CartPole-v1, 200k steps, flags "--advantage gae"),
 # then the Atari one. ENVS, SEEDS, TOTAL_TIMESTEPS, WORKERS, EXTRA (flags for every run) and OUT set one grid; further
 # arguments go to benchmark/run.py (--dry-run, --checkpoint-freq). Then: python benchmark/report.py benchmark_runs
