@@ -221,6 +221,11 @@ def test_crossed_finds_every_multiple_once():
 # --------------------------------------------------------------------------------------------------
 # DETERMINISM AND RESUME
 # --------------------------------------------------------------------------------------------------
+def last_logged(run_dir) -> int:
+    """The last step of any scalar the run's events hold so far (-1: none)."""
+    return max((step for values in scalars(run_dir).values() for step, _ in values), default=-1)
+
+
 def stop_and_resume(tmp_path, module, flags, checkpoint_freq: int, total: int, name: str, sig=signal.SIGTERM) -> None:
     """Run `name` and stop it once its first periodic checkpoint exists: by SIGTERM (one line, no
     traceback, a checkpoint of where it stopped), or by SIGKILL once it has logged past that
@@ -238,14 +243,15 @@ def stop_and_resume(tmp_path, module, flags, checkpoint_freq: int, total: int, n
     while not glob.glob(f"{tmp_path}/{name}/runs/*/checkpoint.pt") and time.time() < deadline:
         time.sleep(0.02)
     (run_dir,) = glob.glob(f"{tmp_path}/{name}/runs/*")
-    if sig == signal.SIGKILL:  # once the events file grows past the checkpoint
-        (events,) = glob.glob(f"{run_dir}/events.*")
-        size = os.path.getsize(events)
-        while os.path.getsize(events) == size and proc.poll() is None:
-            time.sleep(0.005)
+    checkpoint = f"{run_dir}/checkpoint.pt"
+    if sig == signal.SIGKILL:  # once the events hold a step past the checkpoint's: a growth of the
+        (events,) = glob.glob(f"{run_dir}/events.*")  # file may be steps logged before it, flushed
+        while proc.poll() is None and last_logged(run_dir) <= torch.load(checkpoint, weights_only=False)["counters"][0]:
+            size = os.path.getsize(events)
+            while os.path.getsize(events) == size and proc.poll() is None:
+                time.sleep(0.005)
     proc.send_signal(sig)
     out, err = proc.communicate(timeout=300)
-    checkpoint = f"{run_dir}/checkpoint.pt"
     stopped_at = torch.load(checkpoint, weights_only=False)["counters"][0]
     assert checkpoint_freq <= stopped_at < total
     if sig == signal.SIGTERM:
@@ -253,8 +259,7 @@ def stop_and_resume(tmp_path, module, flags, checkpoint_freq: int, total: int, n
         assert "checkpoint written" in out and "Traceback" not in err
     else:
         assert proc.returncode == -signal.SIGKILL, "the run ended before it was killed"
-        logged = [step for values in scalars(run_dir).values() for step, _ in values]
-        assert max(logged) > stopped_at  # to be dropped by the resumed run
+        assert last_logged(run_dir) > stopped_at  # to be dropped by the resumed run
     resumed = run_cli(module, ["--resume", checkpoint], tmp_path)
     assert resumed.returncode == 0, resumed.stderr
     assert not (tmp_path / "runs").exists()
