@@ -606,7 +606,7 @@ class BasicBlock(nn.Module):
         super().__init__()
         self.stride = stride
         self.conv1, self.norm1 = nn.Conv2d(c_in, c, 3, stride, bias=False), nn.GroupNorm(4, c)
-        self.conv2, self.norm2 = nn.Conv2d(c, c, 3, 1, 1, bias=False), nn.GroupNorm(4, c)  # 'SAME' at stride 1
+        self.conv2, self.norm2 = nn.Conv2d(c, c, 3, 1, 1, bias=False), nn.GroupNorm(4, c)
         shortcut = nn.Sequential(nn.Conv2d(c_in, c, 1, stride, bias=False), nn.GroupNorm(4, c))
         self.shortcut = shortcut if c_in != c else nn.Identity()
 
