@@ -10,22 +10,24 @@
 #   sac_atari  sac_atari.py on Breakout, eager: it has no compiled path (gpu_sac_atari.md).
 # Then, together:
 #   grid       SAC and TD3 captured (--compile) on Hopper-v4, Walker2d-v4 and HalfCheetah-v4 (benchmark/run.py, one
-#              thread a run), stopped GRID_SECONDS after its start; run again, it resumes each run from its checkpoint;
+#              thread a run, four runs at once: the concurrent stage's best total), stopped GRID_SECONDS after its
+#              start; run again, it resumes each run from its checkpoint. Its default, 2 seeds of 50,000 steps, is
+#              sized by that stage on an H200 (4 runs at once totalled 1,693 env steps/s) to end within 9 minutes;
 #   tests      the tests that need CUDA: each edit's 100 updates compiled and captured against eager, captured against
 #              compiled against eager updates, a captured run stopped and resumed, the NaN guard.
 # On a machine with a CUDA GPU, from the repository root:
 #   bash benchmark/gpu.sh      # tables and logs in RESULTS (default: benchmark_runs/gpu, which git ignores)
 #   STAGES="tests hopper" bash benchmark/gpu.sh          # some stages only
-#   STAGES="grid" GRID_SEEDS="1 2 3 4 5" GRID_SECONDS=3600 bash benchmark/gpu.sh
+#   STAGES="grid" GRID_SEEDS="1 2 3 4 5" GRID_STEPS=300000 GRID_SECONDS=3600 bash benchmark/gpu.sh
 # Then, anywhere: python benchmark/report.py RESULTS/grid
-# On an H200 with a 16-core host the timing stages take about 20 minutes (cheetah and hopper about 3 each, concurrent
-# about 5), the tests 3 beside the grid; split them with STAGES where a call is limited to less.
+# On an H200 with a 16-core host the timing stages take about 17 minutes (cheetah about 4, hopper 4.5, concurrent 3),
+# the tests 2.5 and the grid 9; split them with STAGES where a call is limited to less.
 # A machine without a package index needs the wheels of requirements/requirements.txt, and of pytest, pluggy and
 # iniconfig, in reach of pip first.
 set -uo pipefail
 export MUJOCO_GL=${MUJOCO_GL:-egl}
 out=$(realpath -m "${RESULTS:-benchmark_runs/gpu}") start=$SECONDS
-steps=${STEPS:-3800} warmup=${WARMUP:-300} grid_seconds=${GRID_SECONDS:-540} grid_steps=${GRID_STEPS:-300000}
+steps=${STEPS:-3800} warmup=${WARMUP:-300} grid_seconds=${GRID_SECONDS:-540} grid_steps=${GRID_STEPS:-50000}
 grid_seeds=${GRID_SEEDS:-1 2} stages=" ${STAGES:-cheetah hopper concurrent pixels redq sac_atari grid tests} "
 mkdir -p "$out"
 python3 -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 'error: no CUDA GPU that torch sees')" || exit 2
@@ -41,9 +43,9 @@ stage() {  # stage NAME LIMIT COMMAND...: the command's output in NAME.log, and 
   [ "$code" -eq 0 ] || status=1
 }
 
-stage cheetah 300 python3 benchmark/speed.py --gpu --repeats 1 --steps "$steps" --warmup "$warmup" \
+stage cheetah 360 python3 benchmark/speed.py --gpu --repeats 1 --steps "$steps" --warmup "$warmup" \
   --env-id HalfCheetah-v4 --out "$out/gpu_halfcheetah.md"
-stage hopper 300 python3 benchmark/speed.py --gpu --repeats 1 --steps "$steps" --warmup "$warmup" \
+stage hopper 360 python3 benchmark/speed.py --gpu --repeats 1 --steps "$steps" --warmup "$warmup" \
   --out "$out/gpu_hopper.md"
 stage concurrent 420 python3 benchmark/speed.py --gpu --pairs sac --concurrent 1 4 8 12 --steps 4800 \
   --warmup "$warmup" --out "$out/gpu_concurrent.md"
@@ -57,7 +59,7 @@ grid_start=$SECONDS
 if [[ $stages == *" grid "* ]]; then
   for script in sac_continuous_action td3_continuous_action; do
     TORCHINDUCTOR_COMPILE_THREADS=1 python3 benchmark/run.py --script $script --envs Hopper-v4 Walker2d-v4 \
-      HalfCheetah-v4 --seeds $grid_seeds --workers 6 --total-timesteps "$grid_steps" --extra "--compile" \
+      HalfCheetah-v4 --seeds $grid_seeds --workers 2 --total-timesteps "$grid_steps" --extra "--compile" \
       --out "$out/grid" > "$out/grid_$script.log" 2>&1 &
     grid+=($!)
   done

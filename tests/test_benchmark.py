@@ -1021,6 +1021,40 @@ def test_a_run_that_crashes_while_the_runner_stops_is_reported_failed(tmp_path, 
     assert "seed 1 stopped (exit 143)" in out and "FAILED a2c CartPole-v1 seed 2 (exit 1)" in out, out
 
 
+@pytest.mark.parametrize("cuda", [True, False])
+def test_the_runner_runs_four_at_once_by_default_on_a_gpu_host_and_one_elsewhere(tmp_path, monkeypatch, capsys, cuda):
+    """Without --workers, runs at a time: GPU_WORKERS (4, the measured best total on one GPU) where
+    torch sees a CUDA GPU, 1 elsewhere. Each stand-in run counts the runs going beside it."""
+    monkeypatch.syspath_prepend(str(ROOT / "benchmark"))
+    import run as grid_runner
+
+    (tmp_path / "going").mkdir()
+
+    def command(args, env_id, seed, directory):  # a run that is going for a second, then says how many were
+        return [
+            sys.executable,
+            "-c",
+            f"import os, pathlib, time\ngoing = pathlib.Path({str(tmp_path / 'going')!r})\n"
+            f"(going / '{seed}').touch()\ntime.sleep(1)\n"
+            "pathlib.Path('beside').write_text(str(len(os.listdir(going))))\n"
+            f"(going / '{seed}').unlink()",
+        ]
+
+    monkeypatch.setattr(grid_runner, "command", command)
+    monkeypatch.setattr(grid_runner, "cuda_host", lambda: cuda)
+    seeds = ["1", "2", "3", "4", "5"]
+    assert grid_runner.main([*GRID, "--seeds", *seeds, "--out", str(tmp_path / "grid")]) == 0, capsys.readouterr()
+    beside = [int(path.read_text()) for path in (tmp_path / "grid").glob("**/beside")]
+    assert len(beside) == 5 and max(beside) == (grid_runner.GPU_WORKERS if cuda else 1) == (4 if cuda else 1), beside
+
+
+def test_the_gpu_probe_answers_as_torch_does():
+    sys.path.insert(0, str(ROOT / "benchmark"))
+    import run as grid_runner
+
+    assert grid_runner.cuda_host() == torch.cuda.is_available()
+
+
 @pytest.mark.parametrize("extra", ["--critic-layer-norm", "--no-such-flag"])
 def test_a_single_flag_passes_through_extra(tmp_path, extra):
     """A lone flag as --extra (EXTRA="--critic-layer-norm" in the .sh scripts) reaches each run's

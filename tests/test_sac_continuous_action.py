@@ -515,11 +515,12 @@ def test_compiled_updates_match_the_eager_ones(case):
 @pytest.mark.parametrize("case", list(CASES))
 def test_captured_updates_match_the_eager_ones_on_a_gpu(monkeypatch, case):
     """On a GPU, from the same networks and batches, 100 updates: captured (compiled, then CUDA
-    graphs) equal to the compiled functions uncaptured, and to the eager updates to float tolerance:
-    the same metrics over the first 20 updates, then networks that end under 5% of how far they
-    moved apart, and actions within 1e-3. The kernels' different rounding grows over the updates
-    (measured on an H200: qf2_values 3.3e-3 apart at update 26 with 3 critics subsampled to 2; with
-    LayerNorm, actions up to 1.2e-4 apart after 100 updates)."""
+    graphs) equal to the compiled functions uncaptured at every update, and to the eager updates to
+    float tolerance over the first 20: the same metrics, networks under 5% of how far they moved
+    apart, and actions within 1e-3. Past those, the kernels' different rounding grows as eager's own
+    would (measured on an H200: qf2_values 3.3e-3 apart at update 26 with 3 critics subsampled to 2,
+    and networks 14% of their movement apart at update 100, where on the CPU eager from weights
+    moved by 1e-7 (relative) ends 6.0% apart from eager)."""
     args, batches = sac.Args(**CASES[case]), [tuple(x.cuda() for x in b) for b in random_batches(100, size=256)]
     results = []
     for path in ("eager", "compiled", "captured"):
@@ -530,15 +531,17 @@ def test_captured_updates_match_the_eager_ones_on_a_gpu(monkeypatch, case):
         update_critic, update_actor, act = sac.sac_updates(*nets, args, -3.0)
         if path != "eager":
             update_critic, update_actor, act = sac.compiled([update_critic, update_actor, act], nets[3].device)
-        logged = run_updates(update_critic, update_actor, batches)
+        logged = run_updates(update_critic, update_actor, batches[:20])
         torch.manual_seed(0)
         actions = torch.stack([act(batches[0][0]).clone() for _ in range(5)])
-        results.append((nets[:3], logged, actions))
-    (eager, eager_logged, eager_actions), (compiled, compiled_logged, compiled_actions), captured = results
+        at_20 = flat(nets[:3])
+        logged += run_updates(update_critic, update_actor, batches[20:])
+        results.append((nets[:3], logged, actions, at_20))
+    (eager, eager_logged, eager_actions, eager_20), (compiled, compiled_logged, compiled_actions, _), captured = results
     assert_same_training(captured[0], compiled, captured[1], compiled_logged, rtol=0, atol=0)
     assert torch.equal(captured[2], compiled_actions)
     assert_same_training([], [], captured[1][:20], eager_logged[:20], rtol=1e-3, atol=1e-4)
-    assert (flat(captured[0]) - flat(eager)).norm() < 0.05 * (flat(eager) - initial).norm()
+    assert (captured[3] - eager_20).norm() < 0.05 * (eager_20 - initial).norm()
     torch.testing.assert_close(captured[2], eager_actions, rtol=1e-2, atol=1e-3)
 
 
