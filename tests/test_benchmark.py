@@ -1030,12 +1030,13 @@ def test_the_runner_runs_four_at_once_by_default_on_a_gpu_host_and_one_elsewhere
 
     (tmp_path / "going").mkdir()
 
-    def command(args, env_id, seed, directory):  # a run that is going for a second, then says how many were
+    def command(args, env_id, seed, directory):  # going until 4 are (or 2 s), then says how many were
         return [
             sys.executable,
             "-c",
             f"import os, pathlib, time\ngoing = pathlib.Path({str(tmp_path / 'going')!r})\n"
-            f"(going / '{seed}').touch()\ntime.sleep(1)\n"
+            f"(going / '{seed}').touch()\nend = time.time() + 2\n"
+            "while len(os.listdir(going)) < 4 and time.time() < end:\n    time.sleep(0.02)\n"
             "pathlib.Path('beside').write_text(str(len(os.listdir(going))))\n"
             f"(going / '{seed}').unlink()",
         ]
