@@ -570,10 +570,10 @@ def check_spaces(env_id: str, obs_space, action_space) -> None:
 
 # COMMON BLOCK: the same text in all six scripts (tests/test_common_block.py compares it); a reader
 # may stop here =====
-EVAL_SEED_OFFSET = 1_000_000  # evaluation episode k is reset with seed + EVAL_SEED_OFFSET + k
-VIDEO_STEPS = 1_000  # --capture-video records at most this many frames of each evaluation
+EVAL_SEED_OFFSET = 1_000_000  # evaluation episode k's seed: seed + EVAL_SEED_OFFSET + k
+VIDEO_STEPS = 1_000  # the most frames --capture-video records of an evaluation
 LEAST = dict(seed=0, total_timesteps=0, num_envs=1, eval_episodes=1, log_freq=1)
-LEAST.update(eval_freq=0, checkpoint_freq=0)  # the least value of each common count
+LEAST.update(eval_freq=0, checkpoint_freq=0)  # each common count's least value
 RESUMABLE = ["total_timesteps", "eval_freq", "eval_episodes", "log_freq", "checkpoint_freq"]
 RESUMABLE += ["save_model", "capture_video", "cuda", "compile"]  # what --resume may change
 
@@ -583,7 +583,7 @@ class ConfigError(Exception):
 
 
 def check(problems) -> None:
-    """Raise ConfigError with the message of the first (bad, message) pair that is bad."""
+    """Raise ConfigError with the message of the first bad (bad, message) pair."""
     for bad, message in problems:
         if bad:
             raise ConfigError(message)
@@ -595,8 +595,7 @@ def crossed(before: int, now: int, every: int) -> bool:
 
 
 def make_env(args, wrap=None, video_dir: str | None = None):
-    """A thunk: args.env_id with --env-kwargs and episode statistics, the script's wrappers by
-    `wrap(args, make)`, and given a video_dir a recorder at the agent's step rate."""
+    """A thunk: args.env_id, --env-kwargs, episode statistics, `wrap(args, make)`, a recorder."""
 
     def make(**kwargs):
         kwargs = {**parse_env_kwargs(args.env_kwargs), **kwargs}
@@ -612,8 +611,7 @@ def make_env(args, wrap=None, video_dir: str | None = None):
 
 
 class VideoWriter(gym.Wrapper):
-    """The env's frames from its first reset, VIDEO_STEPS at most, to an mp4 at `path`, each
-    handed to the encoder (moviepy's ffmpeg writer) as it comes: none is held."""
+    """Its first VIDEO_STEPS frames to an mp4 at `path`, each handed to ffmpeg as it comes."""
 
     def __init__(self, env, path: str):
         super().__init__(env)
@@ -643,7 +641,7 @@ class VideoWriter(gym.Wrapper):
         try:
             self.writer.write_frame(frame)
             self.frames += 1
-        except OSError:  # the encoder is gone (a Ctrl-C reaches it too): the video ends here
+        except OSError:  # the encoder is gone (a Ctrl-C reaches it too): the video ends
             self.frames = VIDEO_STEPS
 
     def close(self) -> None:
@@ -676,37 +674,30 @@ def final_observations(next_obs: np.ndarray, infos: dict) -> np.ndarray:
     return real_next_obs
 
 
-def remade(env) -> bool:
-    """Whether a checkpoint holds a base env by reference, to be made anew: an EzPickle env
-    (MuJoCo's, Atari's), its state kept beside it, or one that does not pickle."""
-    try:
-        return isinstance(env, gym.utils.EzPickle) or not pickle.dumps(env)
-    except Exception:
-        return True
-
-
 def simulator_state(env):
-    """An EzPickle base env's state outside Python: ALE's emulator or MuJoCo's data."""
+    """An EzPickle base env's unpickled state: ALE's emulator or MuJoCo's data."""
     if hasattr(env, "ale"):
         return env.ale.cloneState(include_rng=True)
-    if isinstance(env, gym.utils.EzPickle):
-        return getattr(env, "data", None)
-    return None
+    return getattr(env, "data", None) if isinstance(env, gym.utils.EzPickle) else None
 
 
-def pickle_envs(envs: list) -> bytes:
-    """The sub-envs, wrappers and all, each beside its base env's RNG and simulator state."""
+def pickle_envs(envs: list) -> bytes | None:
+    """The sub-envs, wrappers and all, each beside its base env's RNG and simulator state; an
+    EzPickle base env by reference (its own unpickling shifts arguments); None if one won't."""
     out = io.BytesIO()
     pickler = pickle.Pickler(out)
-    pickler.persistent_id = lambda x: "env" if x is getattr(x, "unwrapped", 0) and remade(x) else None
+    remade = [env.unwrapped for env in envs if isinstance(env.unwrapped, gym.utils.EzPickle)]
+    pickler.persistent_id = lambda obj: "env" if any(obj is env for env in remade) else None
     saved = [(env, env.unwrapped.np_random, simulator_state(env.unwrapped)) for env in envs]
-    pickler.dump(saved)
+    try:
+        pickler.dump(saved)
+    except Exception:  # a renderer's pointers, a robot's link: new episodes
+        return None
     return out.getvalue()
 
 
 def setup(args, check_args, check_spaces, wrap=None):
-    """Before anything is written: --resume's checkpoint (its flags win, but RESUMABLE's), the
-    checks, a trial env (reset, checked, stepped), the seeds and the device."""
+    """Before anything is written: --resume's checkpoint, the checks, a trial env, the device."""
     checkpoint = None
     if args.resume:
         args, checkpoint = load_checkpoint(args)
@@ -724,8 +715,8 @@ def setup(args, check_args, check_spaces, wrap=None):
     if args.capture_video:
         os.environ.setdefault("MUJOCO_GL", "egl")  # headless MuJoCo, read at its first import
         __import__("torch._dynamo")  # CUDA wheels' triton segfaults if loaded after MuJoCo's EGL
-    try:  # a trial env, reset, stepped and for --capture-video rendered: bad input fails here
-        with warnings.catch_warnings():  # a library's warning would precede the error's line
+    try:  # a trial env, reset, stepped (and rendered): bad input fails here
+        with warnings.catch_warnings():  # a warning would precede the error's line
             warnings.simplefilter("ignore")
             env = make_env(args, wrap, "" if args.capture_video else None)()
             env.reset(seed=0)
@@ -734,10 +725,9 @@ def setup(args, check_args, check_spaces, wrap=None):
             env.close()
     except ConfigError:  # a script's wrapper refusing a flag
         raise
-    except Exception as e:  # whatever the library raised: it says what to install, where it is that
-        what = f"{type(e).__name__}: {e}"
+    except Exception as e:  # the library's error, which may say what to install
         raise ConfigError(
-            f"--env-id {args.env_id} cannot be made and stepped ({what}): an unknown env id "
+            f"--env-id {args.env_id} cannot be made and stepped ({type(e).__name__}: {e}): an unknown env id "
             "(gymnasium.pprint_registry()), a bad --env-kwargs value or a package to install?"
         ) from None
     check_spaces(args.env_id, env.observation_space, env.action_space)
@@ -749,18 +739,14 @@ def setup(args, check_args, check_spaces, wrap=None):
     device = torch.device("cuda" if cuda else "cpu")
     compiler = cuda or shutil.which(os.environ.get("CXX", "g++"))  # torch.compile's on the CPU
     check([(args.compile and not compiler, "--compile needs a C++ compiler (g++, or $CXX)")])
-    notes = {  # torch's notes under --compile, which ask nothing of the user
-        "torch._dynamo.variables.ctx_manager": "Profiler record function",  # the optimizer's
-        "torch.utils.cpp_extension": "No CUDA runtime is found",  # a CUDA torch without a GPU
-    }
-    for logger, note in notes.items() if args.compile else []:
-        logging.getLogger(logger).addFilter(lambda record, note=note: note not in record.getMessage())
+    for logger in ["torch._dynamo.variables.ctx_manager", "torch.utils.cpp_extension"]:
+        logging.getLogger(logger).setLevel(logging.ERROR)  # --compile's notes, asking nothing
+
     return args, checkpoint, device
 
 
 def load_checkpoint(args) -> tuple:
-    """(args, checkpoint): --resume's checkpoint, checked, and its flags, but for RESUMABLE's
-    given, which are taken, and the others given, which are named as ignored."""
+    """(args, checkpoint): --resume's, checked; its flags, but for the RESUMABLE ones given."""
     try:  # weights_only=False: pickled envs; resume only from checkpoints you wrote
         damaged = zipfile.ZipFile(args.resume).testzip()  # the CRC-32s torch wrote
         checkpoint = torch.load(args.resume, map_location="cpu", weights_only=False)
@@ -786,9 +772,8 @@ def load_checkpoint(args) -> tuple:
 
 
 class Run(contextlib.AbstractContextManager):
-    """A run's envs, directory, TensorBoard writer, signals, progress line, evaluations and
-    checkpoints; `memory_flags` name what to lower where memory runs out; `at(args,
-    counters)` says where the run stands."""
+    """A run's envs, directory, writer, signals, progress line, evaluations and checkpoints;
+    `memory_flags`: what to lower when memory runs out; `at(args, counters)`: where it stands."""
 
     def __init__(self, args, checkpoint, device, memory_flags: str, wrap=None, at=None):
         self.args = args
@@ -801,30 +786,28 @@ class Run(contextlib.AbstractContextManager):
         name = re.sub(r"[^\w.+-]", "-", name, flags=re.ASCII)  # a file name anywhere
         self.name = f"{name}__{args.seed}__{int(time.time())}"
         self.dir = f"runs/{self.name}"
-        self.exact = False  # a checkpoint's envs, each restored, go on where they were
+        # exact: a checkpoint's envs go on where they were
+        envs, self.exact = self.restored_envs(checkpoint["envs"] if checkpoint else None)
         if checkpoint:
             self.name = checkpoint["run_name"]
             self.dir = os.path.dirname(os.path.abspath(args.resume))
-            envs, self.exact = self.restored_envs(checkpoint["envs"])
-        else:
-            envs = [make_env(args, wrap)() for _ in range(args.num_envs)]
         too_long = len(self.name.encode()) > 255
         check([(too_long, "the run name is over 255 bytes: shorten --exp-name")])
-        # SAME_STEP autoreset: a step that ends an episode returns the reset observation;
-        # the final one is in infos
+        # SAME_STEP autoreset: an episode's last step returns the reset obs, infos the final
         thunks = [lambda env=env: env for env in envs]
         self.envs = gym.vector.SyncVectorEnv(thunks, autoreset_mode="SameStep")
         self.last_return = checkpoint["last_return"] if checkpoint else None
         self.eval_return = None
         self.eval_step = None
         self.stop_signal = []
-        self.progress = False  # a progress line is on the terminal, not ended by a newline
+        self.progress = False  # a progress line on the terminal lacks its newline
         signals = (signal.SIGINT, signal.SIGTERM)
         self.handlers = {sig: signal.signal(sig, self.on_signal) for sig in signals}
 
-    def restored_envs(self, data: bytes) -> tuple:
-        """(envs, exact): pickle_envs' sub-envs, a remade base env given its RNG and state
-        back; exact unless one had no state (its episode starts anew)."""
+    def restored_envs(self, data: bytes | None) -> tuple:
+        """(envs, exact): pickle_envs' sub-envs given their state back, or new envs, not exact."""
+        if data is None:
+            return [make_env(self.args, self.wrap)() for _ in range(self.args.num_envs)], False
         unpickler = pickle.Unpickler(io.BytesIO(data))
         unpickler.persistent_load = lambda _: make_env(self.args, self.wrap)().unwrapped
         saved = unpickler.load()
@@ -835,8 +818,8 @@ class Run(contextlib.AbstractContextManager):
                 base.ale.restoreState(state)
             elif state is not None:
                 __import__("mujoco").mj_copyData(base.data, base.model, state)
-        exact = all(state is not None or not remade(env.unwrapped) for env, _, state in saved)
-        return [env for env, _, _ in saved], exact
+        lost = [state is None and isinstance(env.unwrapped, gym.utils.EzPickle) for env, _, state in saved]
+        return [env for env, _, _ in saved], not any(lost)
 
     def on_signal(self, signum, frame) -> None:
         self.stop_signal.append(signum)
@@ -846,11 +829,11 @@ class Run(contextlib.AbstractContextManager):
     def resume(self, stateful: dict, counters: tuple):
         """(counters, obs): these and a first obs, or the checkpoint's, `stateful` loaded."""
         self.stateful = stateful
-        try:  # the run directory, once main() has built all: a failure before leaves nothing
+        try:  # once main() has built all: a failure before leaves nothing
             os.makedirs(self.dir, exist_ok=bool(self.checkpoint))
             with contextlib.suppress(FileNotFoundError):
-                os.remove(f"{self.dir}/finished")  # a finished run resumed with --resume-anyway
-        except FileExistsError:  # a run of this name started this second: the next second's name
+                os.remove(f"{self.dir}/finished")  # --resume-anyway on a finished run
+        except FileExistsError:  # a run started this second: the next second's name
             stem, stamp = self.name.rsplit("__", 1)
             self.name = f"{stem}__{int(stamp) + 1}"
             self.dir = f"runs/{self.name}"
@@ -864,7 +847,7 @@ class Run(contextlib.AbstractContextManager):
             self.load(stateful)
             where = self.at(self.args, counters)
             print(f"resumed {self.dir} {where}" + ("" if self.exact else "; new episodes start"))
-        # a killed run: what it logged after its last checkpoint is dropped
+        # what a killed run logged after its last checkpoint is dropped
         purge_step = counters[0] + 1 if self.checkpoint else None
         self.writer = SummaryWriter(self.dir, purge_step=purge_step)
         table = "\n".join(f"|{key}|{value}|" for key, value in asdict(self.args).items())
@@ -897,12 +880,10 @@ class Run(contextlib.AbstractContextManager):
         state.update(script=os.path.basename(__file__), args=asdict(self.args), rng=rng)
         state.update(run_name=self.name, counters=counters, obs=obs, last_return=self.last_return)
         state.update(envs=pickle_envs(self.envs.envs))
-        kept = "the previous checkpoint, if any, is kept"
-        return self.save(state, "checkpoint.pt", counters[0], kept)
+        return self.save(state, "checkpoint.pt", counters[0], "the previous checkpoint, if any, is kept")
 
     def save(self, obj, name: str, global_step: int, kept: str) -> str:
-        """`obj` (by torch.save, or a function that writes a file) to runs/<run_name>/<name>, by
-        a temporary file fsynced and renamed; not where the NaN guard finds non-finite values."""
+        """`obj` (torch.save's or a writer's) to runs/<run_name>/<name>, durably, nets finite."""
         nets = [(key, obj) for key, obj in self.stateful.items() if isinstance(obj, nn.Module)]
         bad = [key for key, net in nets if not all(p.isfinite().all() for p in net.parameters())]
         diverged = f"step {global_step:,}: the run diverged in {', '.join(bad)}; {kept}"
@@ -914,7 +895,7 @@ class Run(contextlib.AbstractContextManager):
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(f"{path}.tmp", path)
-        except Exception as e:  # a full disk too, which torch.save words as a RuntimeError
+        except Exception as e:  # a full disk too (torch.save's RuntimeError)
             with contextlib.suppress(OSError):
                 os.remove(f"{path}.tmp")
             raise ConfigError(f"cannot write {path} ({type(e).__name__}: {e}); {kept}") from None
@@ -947,8 +928,7 @@ class Run(contextlib.AbstractContextManager):
         print(line, end="" if self.progress else "\n", flush=True)
 
     def evaluate(self, policy, global_step: int, final: bool = False) -> None:
-        """eval/episodic_return: the mean return of `policy` (batched numpy in and out) over
-        whole episodes; a signal ends it unlogged, but for the final one."""
+        """eval/episodic_return of `policy` (numpy batches); a signal ends all but the final."""
         video_dir = f"{self.dir}/videos/step_{global_step}" if self.args.capture_video else None
         env = make_env(self.args, self.wrap, video_dir)
         envs = gym.vector.SyncVectorEnv([env], autoreset_mode="SameStep")
@@ -978,8 +958,7 @@ class Run(contextlib.AbstractContextManager):
             self.save_checkpoint(counters, obs)
 
     def finish(self, counters: tuple, obs, policy, model: dict) -> dict:
-        """On a signal a checkpoint and the command to continue; else the final evaluation (a
-        signal in it comes too late), --save-model and `finished`."""
+        """On a signal, a checkpoint and the command to continue; else the end of the run."""
         step = counters[0]
         stopped = self.stop_signal[0] if self.stop_signal else None
         if stopped:
@@ -1001,13 +980,13 @@ class Run(contextlib.AbstractContextManager):
         return dict(run_dir=self.dir, global_step=step, eval_return=self.eval_return, stopped_by=stopped)
 
     def __exit__(self, kind, error, tb) -> None:
-        """Close the run; a failure to allocate memory becomes one line naming `memory_flags`."""
+        """Close the run; running out of memory becomes one line naming `memory_flags`."""
         for sig, handler in self.handlers.items():
             signal.signal(sig, handler)
         self.envs.close()
-        if hasattr(self, "writer"):  # none where main() failed before resume(): nothing written
+        if hasattr(self, "writer"):  # none before resume(): nothing was written
             self.writer.close()
-        if error is not None and self.progress:  # the error's line starts a line of its own
+        if error is not None and self.progress:  # the error on a line of its own
             print(flush=True)
         if isinstance(error, (MemoryError, RuntimeError)) and "alloc" in str(error):
             first = str(error).splitlines()[0]

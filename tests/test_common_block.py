@@ -65,7 +65,8 @@ TYRO_BAD_INPUT = {
     "missing value": (["--seed"], ["--seed"]),
 }
 BLOCK_START = "# COMMON BLOCK:"
-BLOCK_LINES = 461  # the block may shrink, never grow
+BLOCK_LINES = 440  # the block may shrink, never grow
+MEAN_CHARS = 58  # its mean characters per non-blank line: never raised by packing
 ARGS_START, ARGS_END = "    # --- COMMON ARGS:", "    # --- END OF COMMON ARGS ---\n"
 
 
@@ -116,7 +117,7 @@ def test_the_common_block_stays_small_without_packing():
     and its mean characters per non-blank line (what packing would raise)."""
     _, block = common_regions(ROOT / "sac_continuous_action.py")
     filled = [line for line in block if line.strip()]
-    assert len(block) <= BLOCK_LINES and sum(map(len, filled)) / len(filled) <= 60, len(block)
+    assert len(block) <= BLOCK_LINES and sum(map(len, filled)) / len(filled) <= MEAN_CHARS, len(block)
 
 
 def test_final_observations_replace_reset_rows_only(script):
