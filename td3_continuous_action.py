@@ -457,7 +457,7 @@ def crossed(before: int, now: int, every: int) -> bool:
 
 
 def make_env(args, wrap=None, video_dir: str | None = None):
-    """A thunk: args.env_id, --env-kwargs, episode statistics, `wrap(args, make)`, a recorder."""
+    """A thunk: args.env_id, --env-kwargs, episode statistics, `wrap(args, make)`, an mp4 writer."""
 
     def make(**kwargs):
         kwargs = {**parse_env_kwargs(args.env_kwargs), **kwargs}
@@ -559,7 +559,7 @@ def pickle_envs(envs: list) -> bytes | None:
 
 
 def setup(args, check_args, check_spaces, wrap=None):
-    """Before anything is written: --resume's checkpoint, the checks, a trial env, the device."""
+    """Before anything is written: --resume's checkpoint, the checks, a trial env, seeds, device."""
     checkpoint = None
     if args.resume:
         args, checkpoint = load_checkpoint(args)
@@ -602,8 +602,7 @@ def setup(args, check_args, check_spaces, wrap=None):
     compiler = cuda or shutil.which(os.environ.get("CXX", "g++"))  # torch.compile's on the CPU
     check([(args.compile and not compiler, "--compile needs a C++ compiler (g++, or $CXX)")])
     for logger in ["torch._dynamo.variables.ctx_manager", "torch.utils.cpp_extension"]:
-        logging.getLogger(logger).setLevel(logging.ERROR)  # --compile's notes, asking nothing
-
+        logging.getLogger(logger).setLevel(logging.ERROR)  # torch's notes under --compile
     return args, checkpoint, device
 
 
