@@ -548,8 +548,8 @@ def pickle_envs(envs: list) -> bytes | None:
     EzPickle base env by reference (its own unpickling shifts arguments); None if one won't."""
     out = io.BytesIO()
     pickler = pickle.Pickler(out)
-    remade = [env.unwrapped for env in envs if isinstance(env.unwrapped, gym.utils.EzPickle)]
-    pickler.persistent_id = lambda obj: "env" if any(obj is env for env in remade) else None
+    remade = {id(env.unwrapped) for env in envs if isinstance(env.unwrapped, gym.utils.EzPickle)}
+    pickler.persistent_id = lambda obj: "env" if id(obj) in remade else None
     saved = [(env, env.unwrapped.np_random, simulator_state(env.unwrapped)) for env in envs]
     try:
         pickler.dump(saved)

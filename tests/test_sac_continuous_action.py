@@ -537,7 +537,7 @@ def test_captured_updates_match_the_eager_ones_on_a_gpu(monkeypatch, case):
         at_20 = flat(nets[:3])
         logged += run_updates(update_critic, update_actor, batches[20:])
         results.append((nets[:3], logged, actions, at_20))
-    (eager, eager_logged, eager_actions, eager_20), (compiled, compiled_logged, compiled_actions, _), captured = results
+    (_, eager_logged, eager_actions, eager_20), (compiled, compiled_logged, compiled_actions, _), captured = results
     assert_same_training(captured[0], compiled, captured[1], compiled_logged, rtol=0, atol=0)
     assert torch.equal(captured[2], compiled_actions)
     assert_same_training([], [], captured[1][:20], eager_logged[:20], rtol=1e-3, atol=1e-4)
