@@ -174,11 +174,12 @@ def layer_init(layer: nn.Module) -> nn.Module:
 
 
 def network_input(obs: torch.Tensor) -> torch.Tensor:
-    """uint8 frames (B, stack, 84, 84) to [0, 1], channels-last float32 (faster CPU convolutions);
-    others to float32."""
+    """uint8 observations to [0, 1], frames (B, stack, 84, 84) channels-last (faster CPU
+    convolutions); others to float32."""
     if obs.dtype != torch.uint8:
         return obs.float()
-    return torch.mul(obs, 1.0 / 255.0, out=torch.empty(obs.shape, device=obs.device, memory_format=torch.channels_last))
+    layout = torch.channels_last if obs.dim() == 4 else torch.contiguous_format  # 1-D bytes too
+    return torch.mul(obs, 1.0 / 255.0, out=torch.empty(obs.shape, device=obs.device, memory_format=layout))
 
 
 class SoftQNetwork(nn.Module):

@@ -87,6 +87,8 @@ def test_network_input_scales_frames_once_into_channels_last_and_the_networks_ag
     assert x.dtype == torch.float32 and x.is_contiguous(memory_format=torch.channels_last)
     torch.testing.assert_close(x, frames.double().div(255).float(), atol=1e-7, rtol=0)  # [0, 1], to float32 rounding
     assert sa.network_input(torch.randn(5, 4, dtype=torch.float64)).dtype == torch.float32  # flat observations
+    flat_bytes = sa.network_input(torch.tensor([[0, 51, 255]], dtype=torch.uint8))  # 1-D uint8 observations
+    torch.testing.assert_close(flat_bytes, torch.tensor([[0.0, 0.2, 1.0]]), atol=1e-7, rtol=0)
     envs = vector_env([sa.make_env(sa.Args(env_id="BreakoutNoFrameskip-v4"), wrap=sa.observation_wrappers)])
     torch.manual_seed(0)
     actor = sa.Actor(envs)
@@ -313,6 +315,23 @@ def test_smoke_atari_reaches_updates(in_tmp, env_id):
         "eval/episodic_return",
     ):
         assert tag in logged, tag
+
+
+def byte_cartpole(**kwargs):
+    """CartPole-v1 whose observations are bytes: a 1-D uint8 Box, which the MLP reads."""
+    env = gym.make("CartPole-v1", **kwargs)
+    space = gym.spaces.Box(0, 255, (4,), np.uint8)
+    return gym.wrappers.TransformObservation(env, lambda obs: np.clip(obs * 40 + 128, 0, 255).astype(np.uint8), space)
+
+
+gym.register("ByteCartPole-v0", entry_point=byte_cartpole)
+
+
+def test_smoke_one_dimensional_uint8_observations_reach_updates(in_tmp):
+    flags = dict(total_timesteps=300, learning_starts=100, batch_size=16, buffer_size=500, eval_freq=0, log_freq=20)
+    summary = sa.main(sa.Args(env_id="ByteCartPole-v0", eval_episodes=1, cuda=False, **flags))
+    assert summary["critic_updates"] == 51  # every 4th step from step 100 to 300
+    assert "losses/qf_loss" in scalars(summary["run_dir"])
 
 
 @pytest.mark.parametrize("autotune", [True, False])
