@@ -403,6 +403,11 @@ def check_spaces(env_id: str, obs_space, action_space) -> None:
                 "this script needs Discrete or a 1-D Box with finite bounds",
             ),
             (
+                isinstance(action_space, gym.spaces.Discrete) and action_space.start != 0,
+                f"{env_id}'s Discrete actions start at {getattr(action_space, 'start', 0)}; this script's start at 0: "
+                "shift them with a gymnasium.ActionWrapper",
+            ),
+            (
                 not (
                     isinstance(obs_space, gym.spaces.Box)
                     and (len(obs_space.shape) == 1 or obs_space.shape[1:] == (84, 84))

@@ -460,6 +460,11 @@ def check_spaces(env_id: str, obs_space, action_space) -> None:
                 "space; ACER needs Discrete actions: use sac_continuous_action.py or a2c.py for Box actions",
             ),
             (
+                isinstance(action_space, gym.spaces.Discrete) and action_space.start != 0,
+                f"{env_id}'s Discrete actions start at {getattr(action_space, 'start', 0)}; this script's start at 0: "
+                "shift them with a gymnasium.ActionWrapper",
+            ),
+            (
                 not (isinstance(obs_space, gym.spaces.Box) and frames_or_flat),
                 f"{env_id} has {obs_space} observations; "
                 "this script needs Atari frames or a 1-D Box: wrap the env in gymnasium.wrappers.FlattenObservation",

@@ -502,6 +502,11 @@ def check_spaces(env_id: str, obs_space, action_space) -> None:
                 "space; this script needs a Discrete one (for a Box one: sac_continuous_action.py)",
             ),
             (
+                isinstance(action_space, gym.spaces.Discrete) and action_space.start != 0,
+                f"{env_id}'s Discrete actions start at {getattr(action_space, 'start', 0)}; this script's start at 0: "
+                "shift them with a gymnasium.ActionWrapper",
+            ),
+            (
                 not (
                     box
                     and (len(obs_space.shape) == 1 or obs_space.shape == (4, 84, 84) and obs_space.dtype == np.uint8)

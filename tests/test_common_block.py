@@ -444,6 +444,16 @@ def test_a_box_without_finite_distinct_bounds_is_refused(name, low, high):
         module.check_spaces("X-v0", obs_space, gym.spaces.Box(low, high, (1,)))
 
 
+@pytest.mark.parametrize("name", ["sac_atari", "a2c", "acer"])
+def test_discrete_actions_that_do_not_start_at_zero_are_refused(name):
+    """The discrete scripts act with indices 0..n-1: a Discrete(n, start=1) space would get its
+    actions shifted by one, so it is refused with what to do."""
+    module = importlib.import_module(name)
+    module.check_spaces("X-v0", gym.spaces.Box(-1, 1, (3,)), gym.spaces.Discrete(2))
+    with pytest.raises(module.ConfigError, match="start at 1; .* gymnasium.ActionWrapper"):
+        module.check_spaces("X-v0", gym.spaces.Box(-1, 1, (3,)), gym.spaces.Discrete(2, start=1))
+
+
 def test_wrong_action_space_from_the_shell_is_one_line_that_names_what_to_use(tmp_path, script):
     env_id, hint = TINY[script.__name__][1]
     result = run_cli(script, ["--env-id", env_id], tmp_path)
