@@ -1241,6 +1241,11 @@ def check_spaces(env_id: str, obs_space, action_space) -> None:
             (isinstance(action_space, gym.spaces.Discrete), f"{env_id} has a Discrete action space: use sac_atari.py"),
             (not box, f"{env_id}'s action space is no Box; this script needs one"),
             (
+                box and len(action_space.shape) != 1,
+                f"{env_id} has {action_space} actions; this script needs a 1-D Box: reshape them with a "
+                "gymnasium.ActionWrapper",
+            ),
+            (
                 not (spaces or isinstance(obs_space, gym.spaces.Box) and len(obs_space.shape) == 1),
                 f"{env_id} has {obs_space} observations; "
                 "this script needs a 1-D Box (see gymnasium.wrappers.FlattenObservation) or a Dict",

@@ -444,6 +444,16 @@ def test_a_box_without_finite_distinct_bounds_is_refused(name, low, high):
         module.check_spaces("X-v0", obs_space, gym.spaces.Box(low, high, (1,)))
 
 
+@pytest.mark.parametrize("name", SQUASHED)
+def test_a_box_of_actions_that_is_not_1_d_is_refused(name):
+    """The continuous scripts act with vectors of the Box's first dimension: a (2, 2) Box would get
+    actions of the wrong shape, so it is refused with what to do."""
+    module = importlib.import_module(name)
+    module.check_spaces("X-v0", gym.spaces.Box(-1, 1, (3,)), gym.spaces.Box(-1, 1, (4,)))
+    with pytest.raises(module.ConfigError, match=r"\(2, 2\).* needs a 1-D Box: .* gymnasium.ActionWrapper"):
+        module.check_spaces("X-v0", gym.spaces.Box(-1, 1, (3,)), gym.spaces.Box(-1, 1, (2, 2)))
+
+
 @pytest.mark.parametrize("name", ["sac_atari", "a2c", "acer"])
 def test_discrete_actions_that_do_not_start_at_zero_are_refused(name):
     """The discrete scripts act with indices 0..n-1: a Discrete(n, start=1) space would get its
