@@ -891,8 +891,8 @@ class Run(contextlib.AbstractContextManager):
             line = f"\r{line}".ljust(60)
         print(line, end="" if self.progress else "\n", flush=True)
 
-    def evaluate(self, policy, global_step: int, final: bool = False) -> None:
-        """eval/episodic_return of `policy` (numpy batches); a signal ends all but the final."""
+    def evaluate(self, policy, global_step: int) -> None:
+        """eval/episodic_return of `policy` (numpy batches), unless a signal ends it."""
         video_dir = f"{self.dir}/videos/step_{global_step}" if self.args.capture_video else None
         env = make_env(self.args, self.wrap, video_dir)
         envs = gym.vector.SyncVectorEnv([env], autoreset_mode="SameStep")
@@ -901,7 +901,7 @@ class Run(contextlib.AbstractContextManager):
             for k in range(self.args.eval_episodes):
                 obs, infos = envs.reset(seed=self.args.seed + EVAL_SEED_OFFSET + k)
                 while "episode" not in infos.get("final_info", {}):  # a lost life plays on
-                    if self.stop_signal and not final:
+                    if self.stop_signal:
                         return
                     with torch.no_grad():
                         obs, _, _, _, infos = envs.step(policy(obs))
@@ -924,6 +924,8 @@ class Run(contextlib.AbstractContextManager):
     def finish(self, counters: tuple, obs, policy, model: dict) -> dict:
         """On a signal, a checkpoint and the command to continue; else the end of the run."""
         step = counters[0]
+        if self.eval_step != step and not self.stop_signal:
+            self.evaluate(policy, step)  # the final evaluation
         stopped = self.stop_signal[0] if self.stop_signal else None
         if stopped:
             path = self.save_checkpoint(counters, obs)
@@ -932,8 +934,6 @@ class Run(contextlib.AbstractContextManager):
             here = os.path.abspath(__file__)
             print("continue with:\n" + shlex.join(["python", here, "--resume", os.path.abspath(path)]))
         else:
-            if self.eval_step != step:
-                self.evaluate(policy, step, final=True)
             print(f"step {step:,}: final eval/episodic_return {self.eval_return:.2f}")
             if self.args.save_model:
                 model = {**model, "args": asdict(self.args)}

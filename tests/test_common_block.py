@@ -191,26 +191,6 @@ def test_a_checkpoint_written_on_the_cpu_resumes_on_a_gpu(in_tmp, script):
     assert torch.equal(torch.get_rng_state(), checkpoint["rng"][0])
 
 
-def test_a_signal_during_the_final_evaluation_lets_the_run_finish(in_tmp, monkeypatch):
-    """The run is done once its last step is: a SIGTERM that lands in the final evaluation neither
-    leaves a run marked finished that reports a stop (a grid runner would resume it and be refused)
-    nor skips `finished`."""
-    import a2c
-
-    evaluate = a2c.Run.evaluate
-
-    def signalled(run, policy, global_step, **kwargs):
-        run.stop_signal.append(signal.SIGTERM)
-        evaluate(run, policy, global_step, **kwargs)
-
-    monkeypatch.setattr(a2c.Run, "evaluate", signalled)
-    summary = a2c.main(tiny(a2c, total_timesteps=200))
-    assert summary["stopped_by"] is None and summary["global_step"] == 200
-    assert os.path.exists(f"{summary['run_dir']}/finished") and not os.path.exists(
-        f"{summary['run_dir']}/checkpoint.pt"
-    )
-
-
 def test_crossed_finds_every_multiple_once():
     import a2c
 
@@ -1199,3 +1179,33 @@ def test_a_signal_during_an_evaluation_is_acknowledged_at_once_and_ends_it_with_
     assert "signal 15: the run stops after this step" in out and "continue with:" in out, out
     assert os.path.isfile(f"{summary['run_dir']}/checkpoint.pt")
     assert "eval/episodic_return" not in scalars(summary["run_dir"])
+
+
+def test_a_signal_during_the_final_evaluation_stops_the_run_with_a_checkpoint_that_resumes_to_the_end(
+    in_tmp, capsys, monkeypatch
+):
+    """The final evaluation of an env whose episodes never end would play forever: a signal ends it
+    too, with a checkpoint and not marked finished (a grid runner resumes it), and the resumed run
+    evaluates and finishes."""
+    import td3_continuous_action as td3
+
+    evaluate = td3.Run.evaluate
+    steps = []
+
+    def signalled(run, policy, global_step):
+        def policy_that_signals(obs):
+            steps.append(global_step)
+            if len(steps) == 50:
+                os.kill(os.getpid(), signal.SIGTERM)
+            return policy(obs)
+
+        evaluate(run, policy_that_signals, global_step)
+
+    monkeypatch.setattr(td3.Run, "evaluate", signalled)
+    summary = td3.main(tiny(td3, total_timesteps=300, eval_freq=0, eval_episodes=300))
+    assert len(steps) == 50 and summary["stopped_by"] == signal.SIGTERM and summary["global_step"] == 300
+    assert "continue with:" in capsys.readouterr().out and not os.path.exists(f"{summary['run_dir']}/finished")
+    monkeypatch.setattr(td3.Run, "evaluate", evaluate)
+    resumed = td3.cli(["--resume", f"{summary['run_dir']}/checkpoint.pt", "--eval-episodes", "1"])
+    assert resumed["stopped_by"] is None and resumed["global_step"] == 300 and resumed["eval_return"] is not None
+    assert os.path.isfile(f"{summary['run_dir']}/finished")
