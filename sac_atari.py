@@ -507,21 +507,24 @@ def check_spaces(env_id: str, obs_space, action_space) -> None:
                 "shift them with a gymnasium.ActionWrapper",
             ),
             (
-                not (
-                    box
-                    and (len(obs_space.shape) == 1 or obs_space.shape == (4, 84, 84) and obs_space.dtype == np.uint8)
-                ),
-                f"{env_id} has {obs_space} observations, not Atari frames or a 1-D Box (use FlattenObservation)",
+                not (box and (len(obs_space.shape) == 1 or obs_space.shape == (4, 84, 84) and atari(env_id))),
+                f"{env_id} has {obs_space} observations, not an Atari id's frames (which this script stacks "
+                "itself, as its buffer expects) or a 1-D Box (use FlattenObservation)",
             ),
         ]
     )
+
+
+def atari(env_id: str) -> bool:
+    """An id whose env `observation_wrappers` makes 4 stacked 84 x 84 uint8 frames of."""
+    return env_id.startswith("ALE/") or "NoFrameskip" in env_id
 
 
 def observation_wrappers(args, make):
     """`make`'s env or, for Atari, SB3's AtariWrapper (no-op starts, 4 frames skipped and
     max-pooled, episodic life, fire on reset, 84 x 84 grey frames, clipped rewards) stacked by 4;
     ALE/* ids (ale_py) keep their sticky actions."""
-    if not (args.env_id.startswith("ALE/") or "NoFrameskip" in args.env_id):
+    if not atari(args.env_id):
         return make()
     ale_py = importlib.import_module("ale_py")  # registers ALE's ids with gymnasium
     ale_py.ALEInterface.setLoggerMode(ale_py.LoggerMode.Error)  # its banner would precede an error's line

@@ -409,8 +409,8 @@ def target_of(source: nn.Module, target: nn.Module) -> nn.Module:
 def main(args: Args) -> dict:
     """Train; returns a summary. Raises ConfigError, before writing anything, on bad flags, envs or
     checkpoints."""
-    args, checkpoint, device = setup(args, check_args, check_spaces)
-    with Run(args, checkpoint, device, "--buffer-size or --batch-size") as run:
+    args, checkpoint, device = setup(args, check_args, check_spaces, actions_in_bounds)
+    with Run(args, checkpoint, device, "--buffer-size or --batch-size", actions_in_bounds) as run:
         obs_dim, act_dim = run.envs.single_observation_space.shape[0], run.envs.single_action_space.shape[0]
         actor = Actor(run.envs).to(device)
         qf = QEnsemble(run.envs, args.num_critics, args.critic_layer_norm).to(device)
@@ -537,6 +537,16 @@ def check_args(args: Args) -> None:
             ),
         ]
     )
+
+
+def actions_in_bounds(args, make):
+    """`make()`'s env, each action clipped into its Box: bias + scale * tanh(u) can miss a bound by
+    a rounding (gymnasium's ClipAction would unbound the space)."""
+    env = make()
+    box = env.action_space
+    if not isinstance(box, gym.spaces.Box):  # check_spaces refuses it after the trial env
+        return env
+    return gym.wrappers.TransformAction(env, functools.partial(np.clip, a_min=box.low, a_max=box.high), box)
 
 
 def check_spaces(env_id: str, obs_space, action_space) -> None:

@@ -1525,7 +1525,7 @@ def replay_arrays(rb: ReplayBuffer) -> dict:
 def observation_wrappers(args, make):
     """`make()`'s env (with --from-pixels, `pixel_observations`'), a nested Dict's observations
     flattened to one level, their keys joined by "/" ({"pixels": {"front": x}} to {"pixels/front":
-    x}), and with --image-size its own images resized."""
+    x}), with --image-size its own images resized, and its actions clipped into their Box."""
     env = pixel_observations(args, make) if args.from_pixels else make()
     spaces = flat_spaces(env.observation_space)
     if spaces.keys() != getattr(env.observation_space, "spaces", {}).keys():
@@ -1537,7 +1537,10 @@ def observation_wrappers(args, make):
         }
         resize_images = functools.partial(resized, keys=resize, size=args.image_size)
         env = gym.wrappers.TransformObservation(env, resize_images, gym.spaces.Dict(resized_spaces))
-    return env
+    box = env.action_space  # each action clipped into it: bias + scale * tanh(u) can miss a bound by a rounding
+    if not isinstance(box, gym.spaces.Box):  # check_spaces refuses it after the trial env
+        return env
+    return gym.wrappers.TransformAction(env, functools.partial(np.clip, a_min=box.low, a_max=box.high), box)
 
 
 def flat_spaces(space, prefix: str = "") -> dict:

@@ -22,6 +22,7 @@ Deviations from the paper (each marked `# DEVIATION(n)` in the code):
 
 import ast
 import contextlib
+import functools
 import importlib.util
 import io
 import logging
@@ -295,8 +296,8 @@ def td3_updates(actor, actor_target, qf, qf_target, q_optimizer, actor_optimizer
 def main(args: Args) -> dict:
     """Train; returns a summary. Raises ConfigError, before writing anything, on bad flags, envs or
     checkpoints."""
-    args, checkpoint, device = setup(args, check_args, check_spaces)
-    with Run(args, checkpoint, device, "--buffer-size or --batch-size") as run:
+    args, checkpoint, device = setup(args, check_args, check_spaces, actions_in_bounds)
+    with Run(args, checkpoint, device, "--buffer-size or --batch-size", actions_in_bounds) as run:
         obs_dim, act_dim = run.envs.single_observation_space.shape[0], run.envs.single_action_space.shape[0]
         actor, actor_target = Actor(run.envs).to(device), Actor(run.envs).to(device)
         qf, qf_target = (QEnsemble(run.envs, num_critics=2).to(device) for _ in range(2))  # twin critics, batched
@@ -403,6 +404,16 @@ def check_args(args: Args) -> None:
             ),
         ]
     )
+
+
+def actions_in_bounds(args, make):
+    """`make()`'s env, each action clipped into its Box: mu(s) plus noise, clamped in float32, can
+    miss a float64 bound by a rounding (gymnasium's ClipAction would unbound the space)."""
+    env = make()
+    box = env.action_space
+    if not isinstance(box, gym.spaces.Box):  # check_spaces refuses it after the trial env
+        return env
+    return gym.wrappers.TransformAction(env, functools.partial(np.clip, a_min=box.low, a_max=box.high), box)
 
 
 def check_spaces(env_id: str, obs_space, action_space) -> None:

@@ -424,6 +424,40 @@ def test_a_box_without_finite_distinct_bounds_is_refused(name, low, high):
         module.check_spaces("X-v0", obs_space, gym.spaces.Box(low, high, (1,)))
 
 
+class KeepsItsActions(gym.Env):
+    """Keeps every action it gets; its Box is [-0.3, 0.9] in float64, which float32 misses."""
+
+    observation_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+    action_space = gym.spaces.Box(-0.3, 0.9, (1,), np.float64)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.actions = []
+        return np.zeros(1, np.float32), {}
+
+    def step(self, action):
+        self.actions.append(np.asarray(action))
+        return np.zeros(1, np.float32), 0.0, False, False, {}
+
+
+gym.register("KeepsItsActions-v0", entry_point=KeepsItsActions)
+
+
+@pytest.mark.parametrize("name", SQUASHED)
+def test_an_action_a_rounding_puts_outside_the_box_reaches_the_env_inside_it(name):
+    """bias + scale * tanh(u) at tanh's -1, or a clamp in float32, gives float32(-0.3) < -0.3: the
+    scripts' envs clip each action into the Box, whose bounds the script still reads."""
+    module = importlib.import_module(name)
+    wrap = getattr(module, "actions_in_bounds", None) or module.observation_wrappers
+    env = module.make_env(module.Args(env_id="KeepsItsActions-v0"), wrap)()
+    env.reset(seed=0)
+    for action in (np.float32([-0.3]), np.nextafter(np.float32([0.9]), np.float32(1)), np.float32([0.5])):
+        env.step(action)  # below -0.3, above 0.9, inside
+    kept = np.concatenate(env.unwrapped.actions)
+    np.testing.assert_array_equal(kept, [-0.3, 0.9, np.float32(0.5)])
+    assert env.action_space == KeepsItsActions.action_space
+
+
 @pytest.mark.parametrize("name", SQUASHED)
 def test_a_box_of_actions_that_is_not_1_d_is_refused(name):
     """The continuous scripts act with vectors of the Box's first dimension: a (2, 2) Box would get

@@ -215,6 +215,16 @@ def test_bad_input_one_line_exit_2_nothing_written(in_tmp, capsys, case):
     assert os.listdir(in_tmp) == []
 
 
+def test_frame_stacks_are_taken_only_from_atari_ids_whose_wrappers_stack_them():
+    """The buffer keeps each step's newest frame and rebuilds the stacks: an env of its own (4, 84,
+    84) uint8 observations, which need not be a stack of its last 4 frames, is refused."""
+    frames, actions = gym.spaces.Box(0, 255, (4, 84, 84), np.uint8), gym.spaces.Discrete(4)
+    for env_id in ("ALE/Pong-v5", "PongNoFrameskip-v4"):
+        sa.check_spaces(env_id, frames, actions)
+    with pytest.raises(sa.ConfigError, match="not an Atari id's frames"):
+        sa.check_spaces("MyFrames-v0", frames, actions)
+
+
 def test_buffer_state_round_trips():
     rb, _ = fill(sa.make_env(sa.Args(env_id="CartPole-v1"), wrap=sa.observation_wrappers), 2, 30, 50)
     copy = sa.ReplayBuffer(30, 2, gym.make("CartPole-v1").observation_space, "cpu")
