@@ -1278,8 +1278,15 @@ def robot_learning_setup(args, obs_space, action_space) -> dict | None:
     }
     given = next((flag for flag, value in image_flags.items() if value), None)  # the first image flag set
     spaces, act_dim = getattr(obs_space, "spaces", {}), action_space.shape[0]
+    sides = {key: x.shape[1:] if channels_first(x.shape) else x.shape[:2] for key, x in spaces.items() if is_image(x)}
+    small = [key for key, side in sides.items() if min(side) < 16]  # the encoders' convolutions need 16
     check(
         [
+            (
+                small,
+                f"{args.env_id}'s images {small} are under 16 pixels a side, too small for the image "
+                "encoders: add --image-size 16 (or more)",
+            ),
             (
                 args.num_discrete_actions and act_dim < 2,
                 f"--num-discrete-actions: {args.env_id} has one action "

@@ -691,6 +691,16 @@ def test_bad_input_one_line_exit_2_nothing_written(in_tmp, capsys, case):
     assert sorted(os.listdir(in_tmp)) == before
 
 
+@pytest.mark.parametrize("shape", [(8, 8, 3), (3, 12, 12), (40, 15, 3)])
+def test_an_env_s_image_under_16_pixels_a_side_is_refused_naming_image_size(shape):
+    """DrQ's convolutions need 16 pixels a side (a smaller image was a traceback at the first
+    forward pass); --image-size resizes it."""
+    actions = gym.spaces.Box(-1, 1, (2,))
+    sac.robot_learning_setup(tiny(), gym.spaces.Dict(image=gym.spaces.Box(0, 255, (16, 16, 3), np.uint8)), actions)
+    with pytest.raises(sac.ConfigError, match=r"images \['image'\] are under 16 pixels a side.*--image-size 16"):
+        sac.robot_learning_setup(tiny(), gym.spaces.Dict(image=gym.spaces.Box(0, 255, shape, np.uint8)), actions)
+
+
 @pytest.mark.parametrize(
     "space", [gym.spaces.Box(0, 1, (16, 16, 3), np.float32), gym.spaces.Box(0, 255, (16,), np.uint8)]
 )
