@@ -853,7 +853,7 @@ class Run(contextlib.AbstractContextManager):
                 self.save(model, "model.pt", step, "no model.pt is written")
                 print(f"model saved to {self.dir}/model.pt")
             done = f"finished at step {step:,}\n".encode()
-            self.save(lambda f: f.write(done), "finished", step, "its checkpoint is kept")
+            self.save(lambda f: f.write(done), "finished", step, "its last checkpoint, if any, is kept")
         return dict(run_dir=self.dir, global_step=step, eval_return=self.eval_return, stopped_by=stopped)
 
     def __exit__(self, kind, error, tb) -> None:
