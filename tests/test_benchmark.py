@@ -516,7 +516,7 @@ def test_speed_floor_times_td3_s_updates_eager_and_compiled(tmp_path):
     assert sorted(rows) == ["compiled", "eager"]
     for update_ms, gflop, floor_ms, ratio, _ in ([float(c) for c in row] for row in rows.values()):
         assert update_ms > floor_ms > 0 and gflop > 0 and abs(ratio - update_ms / floor_ms) < 0.01 + 0.01 * ratio
-    assert all(float(row[-1]) > 0 for row in rows.values())
+    assert float(rows["compiled"][-1]) > 0 and float(rows["eager"][-1]) >= 0  # eager: 0.0 s at one decimal
 
 
 def test_report_bands_stay_within_the_return_bounds_it_knows():
