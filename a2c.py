@@ -314,7 +314,7 @@ def main(args: Args) -> dict:
 
         def policy(obs):  # greedy: the most probable action, or the Gaussian's mean clipped to the bounds
             stats = agent(torch.as_tensor(obs, device=device))[0]
-            return np.clip((stats.argmax(-1) if agent.discrete else stats).cpu().numpy(), low, high)
+            return np.clip((stats.argmax(-1) if agent.discrete else stats).cpu().numpy(), low, high, dtype=space.dtype)
 
         while updates < num_updates and not run.stop_signal:
             previous_step = global_step
@@ -322,7 +322,8 @@ def main(args: Args) -> dict:
                 for t in range(T):
                     rollout_obs[t] = torch.as_tensor(obs, device=device)
                     rollout_actions[t], rollout_values[t] = agent.act(rollout_obs[t])
-                    actions = np.clip(rollout_actions[t].cpu().numpy(), low, high)  # a Box action: for the env only
+                    # a Box action clipped, in its dtype, for the env only: the rollout keeps it
+                    actions = np.clip(rollout_actions[t].cpu().numpy(), low, high, dtype=space.dtype)
                     obs, rewards, terminations, truncations, infos = envs.step(actions)  # SAME_STEP: no reset steps
                     global_step += N
                     run.log(infos, None, global_step - N, global_step)

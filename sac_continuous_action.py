@@ -546,7 +546,8 @@ def actions_in_bounds(args, make):
     box = env.action_space
     if not isinstance(box, gym.spaces.Box):  # check_spaces refuses it after the trial env
         return env
-    return gym.wrappers.TransformAction(env, functools.partial(np.clip, a_min=box.low, a_max=box.high), box)
+    clip = functools.partial(np.clip, a_min=box.low, a_max=box.high, dtype=box.dtype)  # float16's too
+    return gym.wrappers.TransformAction(env, clip, box)
 
 
 def check_spaces(env_id: str, obs_space, action_space) -> None:

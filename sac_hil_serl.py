@@ -1547,7 +1547,8 @@ def observation_wrappers(args, make):
     box = env.action_space  # each action clipped into it: bias + scale * tanh(u) can miss a bound by a rounding
     if not isinstance(box, gym.spaces.Box):  # check_spaces refuses it after the trial env
         return env
-    return gym.wrappers.TransformAction(env, functools.partial(np.clip, a_min=box.low, a_max=box.high), box)
+    clip = functools.partial(np.clip, a_min=box.low, a_max=box.high, dtype=box.dtype)  # float16's too
+    return gym.wrappers.TransformAction(env, clip, box)
 
 
 def flat_spaces(space, prefix: str = "") -> dict:

@@ -425,10 +425,12 @@ def test_a_box_without_finite_distinct_bounds_is_refused(name, low, high):
 
 
 class KeepsItsActions(gym.Env):
-    """Keeps every action it gets; its Box is [-0.3, 0.9] in float64, which float32 misses."""
+    """Keeps every action it gets; its Box, in `dtype`, is [-0.3, 0.9], bounds float32 misses."""
 
     observation_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
-    action_space = gym.spaces.Box(-0.3, 0.9, (1,), np.float64)
+
+    def __init__(self, dtype: str = "float64"):
+        self.action_space = gym.spaces.Box(-0.3, 0.9, (1,), np.dtype(dtype))
 
     def reset(self, *, seed=None, options=None):
         super().reset(seed=seed)
@@ -446,16 +448,17 @@ gym.register("KeepsItsActions-v0", entry_point=KeepsItsActions)
 @pytest.mark.parametrize("name", SQUASHED)
 def test_an_action_a_rounding_puts_outside_the_box_reaches_the_env_inside_it(name):
     """bias + scale * tanh(u) at tanh's -1, or a clamp in float32, gives float32(-0.3) < -0.3: the
-    scripts' envs clip each action into the Box, whose bounds the script still reads."""
+    scripts' envs clip each action into the Box, in its dtype; the script still reads the Box."""
     module = importlib.import_module(name)
     wrap = getattr(module, "actions_in_bounds", None) or module.observation_wrappers
-    env = module.make_env(module.Args(env_id="KeepsItsActions-v0"), wrap)()
-    env.reset(seed=0)
-    for action in (np.float32([-0.3]), np.nextafter(np.float32([0.9]), np.float32(1)), np.float32([0.5])):
-        env.step(action)  # below -0.3, above 0.9, inside
-    kept = np.concatenate(env.unwrapped.actions)
-    np.testing.assert_array_equal(kept, [-0.3, 0.9, np.float32(0.5)])
-    assert env.action_space == KeepsItsActions.action_space
+    for dtype in ("float64", "float16"):
+        env = module.make_env(module.Args(env_id="KeepsItsActions-v0", env_kwargs=(f"dtype:{dtype}",)), wrap)()
+        env.reset(seed=0)
+        for action in (np.float32([-0.3]), np.nextafter(np.float32([0.9]), np.float32(1)), np.float32([0.5])):
+            env.step(action)  # below -0.3, above 0.9, inside
+        box, kept = env.unwrapped.action_space, env.unwrapped.actions
+        assert env.action_space == box and all(action.dtype == box.dtype for action in kept), kept
+        np.testing.assert_array_equal(np.concatenate(kept), [box.low[0], box.high[0], np.float32(0.5).astype(dtype)])
 
 
 @pytest.mark.parametrize("name", SQUASHED)
