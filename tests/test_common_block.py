@@ -227,7 +227,12 @@ def stop_and_resume(tmp_path, module, flags, checkpoint_freq: int, total: int, n
     checkpoint = f"{run_dir}/checkpoint.pt"
     if sig == signal.SIGKILL:  # once the events hold a step past the checkpoint's: a growth of the
         (events,) = glob.glob(f"{run_dir}/events.*")  # file may be steps logged before it, flushed
-        while proc.poll() is None and last_logged(run_dir) <= torch.load(checkpoint, weights_only=False)["counters"][0]:
+        while proc.poll() is None:
+            proc.send_signal(signal.SIGSTOP)  # frozen, so that no checkpoint lands between the check and the kill
+            os.waitpid(proc.pid, os.WUNTRACED)  # until it has stopped
+            if last_logged(run_dir) > torch.load(checkpoint, weights_only=False)["counters"][0]:
+                break
+            proc.send_signal(signal.SIGCONT)
             size = os.path.getsize(events)
             while os.path.getsize(events) == size and proc.poll() is None:
                 time.sleep(0.005)
