@@ -587,8 +587,8 @@ def setup(args, check_args, check_spaces, wrap=None):
         with warnings.catch_warnings():  # a warning would precede the error's line
             warnings.simplefilter("ignore")
             env = make_env(args, wrap, "" if args.capture_video else None)()
-            env.reset(seed=0)
-            env.step(env.action_space.sample())
+            info = env.reset(seed=0)[1]
+            info = {**info, **env.step(env.action_space.sample())[-1]}
             frame = env.render() if args.capture_video else None
             env.close()
     except ConfigError:  # a script's wrapper refusing a flag
@@ -599,6 +599,8 @@ def setup(args, check_args, check_spaces, wrap=None):
             "(gymnasium.pprint_registry()), a bad --env-kwargs value or a package to install?"
         ) from None
     check_spaces(args.env_id, env.observation_space, env.action_space)
+    taken = sorted({"episode", "final_obs", "final_info"} & set(info))  # wrappers write these
+    check([(taken, f"{args.env_id}'s infos hold {taken}, gymnasium's own keys: rename them")])
     check([(args.capture_video and frame is None, f"--capture-video: {args.env_id} renders nothing")])
     for seed in (random.seed, np.random.seed, torch.manual_seed):
         seed(args.seed)
@@ -664,10 +666,8 @@ class Run(contextlib.AbstractContextManager):
         thunks = [lambda env=env: env for env in envs]
         self.envs = gym.vector.SyncVectorEnv(thunks, autoreset_mode="SameStep")
         self.last_return = checkpoint["last_return"] if checkpoint else None
-        self.eval_return = None
-        self.eval_step = None
+        self.eval_return = self.eval_step = None
         self.stop_signal = []
-        self.progress = False  # a progress line on the terminal lacks its newline
         signals = (signal.SIGINT, signal.SIGTERM)
         self.handlers = {sig: signal.signal(sig, self.on_signal) for sig in signals}
 
@@ -789,10 +789,9 @@ class Run(contextlib.AbstractContextManager):
         self.writer.add_scalar("charts/SPS", sps, global_step)
         last = "-" if self.last_return is None else f"{self.last_return:.2f}"
         line = f"step {global_step:,}  SPS {sps}  last return {last}"
-        self.progress = sys.stdout.isatty()  # a terminal's line overwrites itself
-        if self.progress:
-            line = f"\r{line}".ljust(60)
-        print(line, end="" if self.progress else "\n", flush=True)
+        tty = sys.stdout.isatty()  # a terminal's line overwrites itself
+        line = f"\r{line}".ljust(60) if tty else line
+        print(line, end="" if tty else "\n", flush=True)
 
     def evaluate(self, policy, global_step: int) -> None:
         """eval/episodic_return of `policy` (numpy batches), unless a signal ends it."""
@@ -815,7 +814,6 @@ class Run(contextlib.AbstractContextManager):
         self.eval_step = global_step
         self.writer.add_scalar("eval/episodic_return", self.eval_return, global_step)
         print(f"\nstep {global_step:,}: eval/episodic_return {self.eval_return:.2f}")
-        self.progress = False
 
     def after_step(self, previous_step: int, counters: tuple, obs, policy) -> None:
         """Evaluate and checkpoint where their intervals were crossed."""
@@ -853,7 +851,7 @@ class Run(contextlib.AbstractContextManager):
         self.envs.close()
         if hasattr(self, "writer"):  # none before resume(): nothing was written
             self.writer.close()
-        if error is not None and self.progress:  # the error on a line of its own
+        if error is not None and sys.stdout.isatty():  # the error on a line of its own
             print(flush=True)
         if isinstance(error, (MemoryError, RuntimeError)) and "alloc" in str(error):
             first = str(error).splitlines()[0]
