@@ -1532,7 +1532,8 @@ def replay_arrays(rb: ReplayBuffer) -> dict:
 def observation_wrappers(args, make):
     """`make()`'s env (with --from-pixels, `pixel_observations`'), a nested Dict's observations
     flattened to one level, their keys joined by "/" ({"pixels": {"front": x}} to {"pixels/front":
-    x}), with --image-size its own images resized, and its actions clipped into their Box."""
+    x}), with --image-size its own images resized, and its actions clipped into their Box
+    (`actions_in_bounds`)."""
     env = pixel_observations(args, make) if args.from_pixels else make()
     spaces = flat_spaces(env.observation_space)
     if spaces.keys() != getattr(env.observation_space, "spaces", {}).keys():
@@ -1544,7 +1545,14 @@ def observation_wrappers(args, make):
         }
         resize_images = functools.partial(resized, keys=resize, size=args.image_size)
         env = gym.wrappers.TransformObservation(env, resize_images, gym.spaces.Dict(resized_spaces))
-    box = env.action_space  # each action clipped into it: bias + scale * tanh(u) can miss a bound by a rounding
+    return actions_in_bounds(args, lambda: env)
+
+
+def actions_in_bounds(args, make):
+    """`make()`'s env, each action clipped into its Box: bias + scale * tanh(u) can miss a bound by
+    a rounding (gymnasium's ClipAction would unbound the space)."""
+    env = make()
+    box = env.action_space
     if not isinstance(box, gym.spaces.Box):  # check_spaces refuses it after the trial env
         return env
     clip = functools.partial(np.clip, a_min=box.low, a_max=box.high, dtype=box.dtype)  # float16's too

@@ -455,7 +455,7 @@ def test_an_action_a_rounding_puts_outside_the_box_reaches_the_env_inside_it(nam
     """bias + scale * tanh(u) at tanh's -1, or a clamp in float32, gives float32(-0.3) < -0.3: the
     scripts' envs clip each action into the Box, in its dtype; the script still reads the Box."""
     module = importlib.import_module(name)
-    wrap = getattr(module, "actions_in_bounds", None) or module.observation_wrappers
+    wrap = getattr(module, "observation_wrappers", None) or module.actions_in_bounds
     for dtype in ("float64", "float16"):
         env = module.make_env(module.Args(env_id="KeepsItsActions-v0", env_kwargs=(f"dtype:{dtype}",)), wrap)()
         env.reset(seed=0)
