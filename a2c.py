@@ -851,8 +851,8 @@ class Run(contextlib.AbstractContextManager):
         self.envs.close()
         if hasattr(self, "writer"):  # none before resume(): nothing was written
             self.writer.close()
-        if error is not None and sys.stdout.isatty():  # the error on a line of its own
-            print(flush=True)
+            if error is not None and sys.stdout.isatty():  # the error on a line of its own
+                print(flush=True)
         if isinstance(error, (MemoryError, RuntimeError)) and "alloc" in str(error):
             first = str(error).splitlines()[0]
             raise ConfigError(f"out of memory ({first}): lower {self.memory_flags}") from None

@@ -1,6 +1,6 @@
-"""The docs: every flag a script's page names exists, every command they show parses, the flag
-tables list every field of `Args` once with its default, and no tracked file carries development
-history, machine names or paths outside the repository."""
+"""The docs: every flag a script's page names exists, every command they show parses, every metric
+a run logs is listed, the flag tables list every field of `Args` once with its default, and no
+tracked file carries development history, machine names or paths outside the repository."""
 
 import ast
 import dataclasses
@@ -11,7 +11,8 @@ import subprocess
 
 import pytest
 import tyro
-from conftest import ROOT, SCRIPTS
+from conftest import ROOT, SCRIPTS, scalars
+from test_common_block import tiny
 
 NOT_FLAGS = {"--help", "--logdir", "--no-such-flag"}  # tensorboard's, and the bad-input example
 HISTORY = re.compile(
@@ -33,6 +34,19 @@ def test_every_flag_a_page_names_exists(name):
         f"docs/{name}.md names flags {name}.py lacks: {sorted(named - NOT_FLAGS - flags)}"
     )
     assert commands, f"docs/{name}.md shows no command"
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_every_metric_a_run_logs_is_listed_on_its_page(in_tmp, name):
+    """A short run with an evaluation logs its TensorBoard tags; each is in the page's "Logged
+    metrics" section, so that a metric added to a script cannot go undocumented."""
+    module = importlib.import_module(name)
+    summary = module.main(tiny(module, total_timesteps=400, eval_freq=200, log_freq=50))
+    tags = scalars(summary["run_dir"])
+    page = (ROOT / "docs" / f"{name}.md").read_text()
+    section = page.split("## Logged metrics\n")[1].split("\n## ")[0]
+    assert "eval/episodic_return" in tags and any(tag.startswith("losses/") for tag in tags), sorted(tags)
+    assert [tag for tag in tags if f"`{tag}`" not in section] == [], f"docs/{name}.md's Logged metrics"
 
 
 @pytest.mark.parametrize("name", SCRIPTS)
