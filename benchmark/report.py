@@ -1,4 +1,4 @@
-"""Learning curves and a results table from a grid's TensorBoard event files, offline, in one
+r"""Learning curves and a results table from a grid's TensorBoard event files, offline, in one
 command.
 
     python benchmark/report.py benchmark_runs          # writes benchmark_runs/report/
@@ -283,7 +283,6 @@ def main(argv=None) -> int:
             damage = damaged_record(path)
             if damage:
                 print(f"warning: {path} has {damage}: the report uses those and nothing after", file=sys.stderr)
-    os.makedirs(out, exist_ok=True)
 
     plt = pyplot()
     rows = [
@@ -328,6 +327,10 @@ def main(argv=None) -> int:
             )
         train_curves = training_curves(seeds, args.last_episodes) if sparse else {}
         by_env[env_id].append((f"{script}, training return" if train_curves else script, train_curves or curves))
+    if not by_env:  # every run left out above: no curve, no row
+        print(f"error: no run under {args.root} has an {EVAL_TAG}: nothing to report", file=sys.stderr)
+        return 2
+    os.makedirs(out, exist_ok=True)
 
     for env_id, entries in by_env.items():
         fig, ax = plt.subplots(figsize=(6, 4))

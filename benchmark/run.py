@@ -6,7 +6,9 @@ resumes where it was.
     # flags passed to every run
     python benchmark/run.py --script acer --envs CartPole-v1 --extra "--ent-coef 0"
 
-Each run lives in its own directory, OUT/<script>/<env>/seed_<seed>/, and runs there: the script's
+First the script's own checks run on each env's flags, as its main() runs them (tyro's parsing, then
+setup(): its checks and a trial env): a bad flag or env id ends the grid in the script's message,
+exit code 2, before anything is written. Each run lives in its own directory, OUT/<script>/<env>/seed_<seed>/, and runs there: the script's
 runs/<run_name>/ (TensorBoard events, checkpoint, model) is inside it, its output in log.txt. A run
 exiting 0 leaves a DONE file and is skipped next time; one that left a checkpoint (the runner passes
 --checkpoint-freq, and a stopped runner SIGTERMs its runs, which write one) is continued with
@@ -24,6 +26,7 @@ Then: python benchmark/report.py OUT
 import argparse
 import fcntl
 import glob
+import importlib
 import os
 import shlex
 import shutil
@@ -31,6 +34,8 @@ import signal
 import subprocess
 import sys
 import time
+
+import tyro
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPTS = ("sac_continuous_action", "sac_hil_serl", "td3_continuous_action", "sac_atari", "a2c", "acer")
@@ -92,6 +97,7 @@ def changed_flags(args, env_id: str, seed: int) -> str:
     old, new = ({}, {}), flags(args, env_id, seed)
     for table, tokens in zip(old, (shlex.split(open(path).read()), new)):
         key = ""
+        tokens = [part for token in tokens for part in (token.split("=", 1) if token.startswith("--") else [token])]
         for token in tokens:  # {"--flag": "its value", "--switch": ""}
             key = token if token.startswith("--") else key
             table[key] = "" if token == key else f"{table[key]} {token}".strip()
@@ -100,6 +106,27 @@ def changed_flags(args, env_id: str, seed: int) -> str:
         for key in sorted(old[0].keys() | old[1].keys())
         if old[0].get(key) != old[1].get(key)
     )
+
+
+def refused(args) -> int:
+    """0, or 2 once the script's own message is printed: each env's flags are parsed by the
+    script's Args (tyro prints what it cannot parse) and checked by its setup(), which makes and
+    steps a trial env, as its main() does before it writes anything. A grid with a bad flag or env
+    id starts no run."""
+    sys.path.insert(0, ROOT)
+    module = importlib.import_module(args.script)
+    wrap = getattr(module, "observation_wrappers", None) or getattr(module, "actions_in_bounds", None)
+    for env_id in args.envs:
+        try:
+            script_args = tyro.cli(module.Args, args=flags(args, env_id, args.seeds[0]), prog=f"{args.script}.py")
+        except SystemExit as e:  # tyro's message is printed
+            return e.code or 2
+        try:
+            module.setup(script_args, module.check_args, module.check_spaces, wrap)
+        except module.ConfigError as e:
+            print(f"error: {args.script} {env_id}: {' '.join(str(e).split())}", file=sys.stderr)
+            return 2
+    return 0
 
 
 def lock(directory: str):
@@ -326,7 +353,8 @@ def main(argv=None) -> int:
         return 2
     own = [flag for flag in extra if flag.split("=")[0] in OWN_FLAGS]
     twice = sorted(
-        {seed for seed in args.seeds if args.seeds.count(seed) > 1} | {e for e in args.envs if args.envs.count(e) > 1}
+        {str(seed) for seed in args.seeds if args.seeds.count(seed) > 1}
+        | {e for e in args.envs if args.envs.count(e) > 1}
     )
     for bad, why in [
         (
@@ -350,6 +378,9 @@ def main(argv=None) -> int:
     grid = [(env_id, seed) for env_id in args.envs for seed in args.seeds]
     if args.run_index is not None:
         return run_one(args, *grid[args.run_index])
+    code = refused(args)
+    if code:
+        return code
     for env_id, seed in grid:
         difference = changed_flags(args, env_id, seed)
         directory = run_dir(args.out, args.script, env_id, seed)
@@ -389,7 +420,7 @@ def main(argv=None) -> int:
         sig: signal.signal(sig, lambda signum, frame: stop.append(signum)) for sig in (signal.SIGINT, signal.SIGTERM)
     }
     threads = 1 if args.workers > 1 else None
-    running, failed, done, start = [], [], 0, time.time()
+    running, failed, held, done, start = [], [], [], 0, time.time()
     queue = list(todo)
     try:
         while (queue and not stop) or running:
@@ -408,7 +439,7 @@ def main(argv=None) -> int:
                         )
                     )
                 except BlockingIOError:
-                    failed.append(f"{env_id} seed {seed}")
+                    held.append(f"{args.script} {env_id} seed {seed}")
                     print(f"skipped {env_id} seed {seed}: another runner holds {directory}", flush=True)
                 except FileExistsError:
                     print(f"{env_id} seed {seed} finished by another runner", flush=True)
@@ -444,8 +475,11 @@ def main(argv=None) -> int:
     if stop:
         print(f"stopped by signal {stop[0]}: run the same command again to finish the grid", flush=True)
         return 128 + stop[0]
+    if held:
+        print(f"{len(held)} of {len(todo)} runs left to the runner that holds them: {', '.join(held)}", flush=True)
     if failed:
         print(f"{len(failed)} of {len(todo)} runs failed: {', '.join(failed)}", flush=True)
+    if held or failed:
         return 1
     print(f"all {len(grid)} runs finished; report: python benchmark/report.py {args.out}", flush=True)
     return 0

@@ -80,15 +80,36 @@ def test_a_grid_whose_flags_differ_from_a_recorded_run_is_refused_unless_told_to
     assert "--eval-episodes 3 --num-envs 4 --ent-coef 0" in recorded.read_text()
     assert len(glob.glob(f"{tmp_path}/grid/a2c/CartPole-v1/seed_1/runs/*")) == 1  # the old run is gone
     assert "0 to run" in runner(tmp_path, *other).stdout
+    spelled = ["--seeds", "1", "--extra", "--eval-freq=200 --eval-episodes 3 --num-envs=4 --ent-coef 0"]
+    assert "0 to run" in runner(tmp_path, *spelled).stdout  # --flag=value is --flag value
 
 
-def test_a_run_its_script_refused_at_once_does_not_pin_the_grid_s_flags(tmp_path):
-    """A mistyped flag in --extra: each run fails before its first step, writing nothing; the grid
-    with the flag fixed runs, and records the fixed flags."""
-    typo = runner(tmp_path, "--seeds", "1", "--extra", "--eval-freq 200 --eval-episodes 2 --ent-coeff 0")
+@pytest.mark.parametrize(
+    "flags,needles",
+    [
+        (["--extra", "--eval-freq 200 --ent-coeff 0"], ["--ent-coeff", "Perhaps you meant", "--ent-coef", "a2c.py"]),
+        (["--envs", "CartPole-v1", "NoSuchEnv-v9"], ["error: a2c NoSuchEnv-v9: --env-id NoSuchEnv-v9 cannot be made"]),
+        (["--extra", "--gamma 1.5"], ["error: a2c CartPole-v1: --gamma must lie in"]),
+        (["--extra", "--gamma 1.5", "--dry-run"], ["error: a2c CartPole-v1: --gamma must lie in"]),
+    ],
+)
+def test_a_grid_whose_script_refuses_a_flag_or_an_env_starts_no_run(tmp_path, flags, needles):
+    """The script's own checks run in the runner first, as its main() runs them: what tyro cannot
+    parse gets tyro's message, anything else the script's one line, exit code 2, nothing written
+    (not one failed run per cell, each leaving its folder)."""
+    result = runner(tmp_path, "--seeds", "1", "2", *flags)
+    assert result.returncode == 2 and result.stdout == "", result.stdout + result.stderr
+    assert all(needle in result.stderr for needle in needles), result.stderr
+    assert "Traceback" not in result.stderr and not (tmp_path / "grid").exists()
+    assert needles[0] == "--ent-coeff" or result.stderr.count("\n") == 1  # tyro's box, or one line
+
+
+def test_a_run_that_wrote_nothing_does_not_pin_the_grid_s_flags(tmp_path):
+    """A cell whose run recorded its flags but wrote no run (its script refused it at once) binds no
+    grid: a grid with other flags runs there, and records its own."""
     recorded = tmp_path / "grid" / "a2c" / "CartPole-v1" / "seed_1" / "flags.txt"
-    assert typo.returncode == 1 and "FAILED a2c CartPole-v1 seed 1 (exit 2)" in typo.stdout, typo.stdout
-    assert "--ent-coeff" in recorded.read_text() and not (recorded.parent / "runs").exists()
+    recorded.parent.mkdir(parents=True)
+    recorded.write_text("--env-id CartPole-v1 --seed 1 --total-timesteps 400 --checkpoint-freq 40 --ent-coeff 0\n")
     fixed = runner(tmp_path, "--seeds", "1", "--extra", "--eval-freq 200 --eval-episodes 2 --ent-coef 0")
     assert fixed.returncode == 0 and "1 to run" in fixed.stdout, fixed.stdout + fixed.stderr
     assert recorded.read_text().endswith("--eval-freq 200 --eval-episodes 2 --ent-coef 0\n")
@@ -97,12 +118,15 @@ def test_a_run_its_script_refused_at_once_does_not_pin_the_grid_s_flags(tmp_path
 
 @pytest.mark.parametrize("script", ["run.py", "report.py", "hil_split.py"])
 def test_help_prints_the_whole_description(script):
-    """--help ends no sentence of the module docstring midway: the whole of it is there."""
+    """--help ends no sentence of the module docstring midway: the whole of it is there, and its
+    commands' continued lines as written (a backslash before the newline, not a joined line)."""
     import ast
 
     helped = run_py("--help", script=script)
     docstring = ast.get_docstring(ast.parse((ROOT / "benchmark" / script).read_text()))
     assert helped.returncode == 0 and docstring in helped.stdout
+    continued = [line for line in (ROOT / "benchmark" / script).read_text().splitlines() if line.endswith(" \\")]
+    assert all(line in helped.stdout.splitlines() for line in continued), continued
 
 
 def test_dry_run_prints_the_commands_and_runs_nothing(tmp_path):
@@ -151,25 +175,15 @@ def test_a_runner_stopped_mid_grid_finishes_the_rest_when_started_again(tmp_path
 
 
 def test_a_failed_run_is_reported_and_the_others_finish(tmp_path):
-    result = run_py(
-        "--script",
-        "a2c",
-        "--envs",
-        "NoSuchEnv-v0",
-        "CartPole-v1",
-        "--seeds",
-        "1",
-        "--total-timesteps",
-        "400",
-        "--out",
-        tmp_path / "grid",
-        "--extra",
-        "--eval-freq 0 --eval-episodes 1",
-    )
+    """Seed 1's folder holds a file named runs: its script cannot make its run directory there."""
+    cell = tmp_path / "grid" / "a2c" / "CartPole-v1" / "seed_1"
+    cell.mkdir(parents=True)
+    (cell / "runs").write_text("")
+    result = runner(tmp_path, "--seeds", "1", "2")
     assert result.returncode == 1
-    assert "FAILED a2c NoSuchEnv-v0 seed 1 (exit 2)" in result.stdout and "unknown env id" in result.stdout
-    assert (tmp_path / "grid" / "a2c" / "CartPole-v1" / "seed_1" / "DONE").exists()
-    assert "1 of 2 runs failed" in result.stdout
+    assert "FAILED a2c CartPole-v1 seed 1 (exit 2)" in result.stdout and "cannot make runs/" in result.stdout
+    assert (tmp_path / "grid" / "a2c" / "CartPole-v1" / "seed_2" / "DONE").exists()
+    assert "1 of 2 runs failed: a2c CartPole-v1 seed 1" in result.stdout
 
 
 def test_a_run_locked_by_another_runner_is_left_alone(tmp_path):
@@ -179,6 +193,8 @@ def test_a_run_locked_by_another_runner_is_left_alone(tmp_path):
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         result = runner(tmp_path, "--seeds", "1", "2")
     assert result.returncode == 1 and "another runner holds" in result.stdout
+    assert "1 of 2 runs left to the runner that holds them: a2c CartPole-v1 seed 1" in result.stdout
+    assert "failed" not in result.stdout, result.stdout
     assert not (directory / "log.txt").exists() and (directory.parent / "seed_2" / "DONE").exists()
 
 
@@ -288,6 +304,16 @@ def test_report_keeps_the_newest_of_runs_sharing_script_env_and_seed_and_warns(t
     assert len(warnings) == 1 and "a2c CartPole-v1 seed 1" in warnings[0], warnings
     assert older in warnings[0] and warnings[0].endswith(f"keeps the newest by the unix time ending its name: {newer}")
     assert "| 1 | 300 | 30.0 ± 0.0 | 30.0 |" in results_row(tmp_path / "out", "a2c")
+
+
+def test_report_with_no_run_left_to_report_is_an_error_and_writes_nothing(tmp_path, capsys):
+    """Every run left out for want of evaluations: one line after the warnings, exit code 2, and no
+    report folder with an empty table."""
+    fake_run(tmp_path / "runs", "CartPole-v1__a2c__1__1000", episodes=[(50, 5.0)])
+    assert report_main(tmp_path / "runs", "--out", tmp_path / "out") == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err[-1] == f"error: no run under {tmp_path / 'runs'} has an eval/episodic_return: nothing to report", err
+    assert not (tmp_path / "out").exists()
 
 
 def test_report_warns_about_each_run_it_leaves_out_for_want_of_evaluations(tmp_path, capsys):
@@ -1060,7 +1086,8 @@ def test_the_gpu_probe_answers_as_torch_does():
 @pytest.mark.parametrize("extra", ["--critic-layer-norm", "--no-such-flag"])
 def test_a_single_flag_passes_through_extra(tmp_path, extra):
     """A lone flag as --extra (EXTRA="--critic-layer-norm" in the .sh scripts) reaches each run's
-    command; the script itself judges it."""
+    command once the script's own parsing takes it; one the script does not know gets tyro's
+    message."""
     result = run_py(
         "--script",
         "sac_continuous_action",
@@ -1069,7 +1096,7 @@ def test_a_single_flag_passes_through_extra(tmp_path, extra):
         "--seeds",
         "1",
         "--total-timesteps",
-        "400",
+        "6000",
         "--extra",
         extra,
         "--out",
@@ -1077,7 +1104,10 @@ def test_a_single_flag_passes_through_extra(tmp_path, extra):
         "--dry-run",
         timeout=60,
     )
-    assert result.returncode == 0 and f"--checkpoint-freq 40 {extra}" in result.stdout, result.stderr
+    if extra == "--no-such-flag":
+        assert result.returncode == 2 and "Unrecognized options: --no-such-flag" in result.stderr, result.stderr
+    else:
+        assert result.returncode == 0 and f"--checkpoint-freq 600 {extra}" in result.stdout, result.stderr
 
 
 @pytest.mark.parametrize(
@@ -1086,6 +1116,7 @@ def test_a_single_flag_passes_through_extra(tmp_path, extra):
         (["--extra", '--unterminated "quote'], "does not split into flags"),
         (["--seeds", "1", "--extra", "--seed 5"], "--extra sets --seed, which run.py sets for each run"),
         (["--seeds", "1", "1", "--dry-run"], "--envs and --seeds list 1 twice"),
+        (["--envs", "CartPole-v1", "CartPole-v1", "--seeds", "1", "1"], "list 1, CartPole-v1 twice"),
         (["--workers", "0"], "--workers and --total-timesteps must be at least 1"),
         (["--out", "a-file"], "--out a-file is a file: pass a directory"),
     ],
