@@ -261,11 +261,12 @@ def main(argv=None) -> int:
         print("error: --last-episodes must be at least 1", file=sys.stderr)
         return 2
     runs = find_runs(args.root, args.scripts)
-    if not runs:
+    missing = sorted(set(args.scripts or []) - {script for script, _ in runs})
+    if not runs or missing:
         present = sorted({script for script, _ in find_runs(args.root, None)})
         print(
-            f"error: no runs of {', '.join(args.scripts)} under {args.root}; its runs are of {', '.join(present)}"
-            if args.scripts and present
+            f"error: no runs of {', '.join(missing)} under {args.root}; its runs are of {', '.join(present)}"
+            if missing and present
             else f"error: no TensorBoard runs under {args.root}",
             file=sys.stderr,
         )

@@ -8,14 +8,15 @@ resumes where it was.
 
 First the script's own checks run on each env's flags, as its main() runs them (tyro's parsing, then
 setup(): its checks and a trial env): a bad flag or env id ends the grid in the script's message,
-exit code 2, before anything is written. Each run lives in its own directory, OUT/<script>/<env>/seed_<seed>/, and runs there: the script's
-runs/<run_name>/ (TensorBoard events, checkpoint, model) is inside it, its output in log.txt. A run
-exiting 0 leaves a DONE file and is skipped next time; one that left a checkpoint (the runner passes
---checkpoint-freq, and a stopped runner SIGTERMs its runs, which write one) is continued with
---resume; the others start afresh. A lock file held while a run is going keeps a second runner out
-of its directory. A failed run is reported by name with the tail of its log, and the others go on. A
-fresh run records its flags in flags.txt; a grid whose flags differ from a recorded run's is
-refused, naming the difference, unless --rerun says to delete such runs and run them again; a run
+exit code 2, before anything is written. Each run lives in its own directory,
+OUT/<script>/<env>/seed_<seed>/, and runs there: the script's runs/<run_name>/ (TensorBoard events,
+checkpoint, model) is inside it, its output in log.txt. A run exiting 0 leaves a DONE file and is
+skipped next time; one that left a checkpoint (the runner passes --checkpoint-freq, and a stopped
+runner SIGTERMs its runs, which write one) is continued with --resume; the others start afresh. A
+lock file held while a run is going keeps a second runner out of its directory. A failed run is
+reported by name with the tail of its log, and the others go on; a run another runner holds is left
+to it. A fresh run records its flags in flags.txt; a grid whose flags differ from a recorded run's
+is refused, naming the difference, unless --rerun says to delete such runs and run them again; a run
 that wrote nothing (its script refused a flag) binds no grid. With more than one worker each run
 gets one torch/OpenMP/MKL thread (oversubscribed threads are ruinous). --workers is 1 by default, or
 GPU_WORKERS where torch sees a CUDA GPU.
@@ -78,10 +79,10 @@ def flags(args, env_id: str, seed: int) -> list:
     ]
 
 
-def command(args, env_id: str, seed: int, directory: str) -> list:
-    """The script's command line for this run: --resume from its checkpoint if it left one, a fresh
-    start otherwise."""
-    checkpoints = glob.glob(os.path.join(directory, "runs", "*", "checkpoint.pt"))
+def command(args, env_id: str, seed: int, directory: str, fresh: bool = False) -> list:
+    """The script's command line for this run: --resume from its checkpoint if it left one (and is
+    not to start afresh), a fresh start otherwise."""
+    checkpoints = [] if fresh else glob.glob(os.path.join(directory, "runs", "*", "checkpoint.pt"))
     if checkpoints:
         return [sys.executable, os.path.join(ROOT, f"{args.script}.py"), "--resume", os.path.abspath(checkpoints[0])]
     return [sys.executable, os.path.join(ROOT, f"{args.script}.py"), *flags(args, env_id, seed)]
@@ -352,6 +353,8 @@ def main(argv=None) -> int:
         print(f"error: --extra {args.extra!r} does not split into flags ({e}): close its quotes", file=sys.stderr)
         return 2
     own = [flag for flag in extra if flag.split("=")[0] in OWN_FLAGS]
+    slurm = dict(partition=None, cpus_per_task=1, gpus_per_task=0, time=None, mem=None, wait=False)
+    slurm_only = ["--" + key.replace("_", "-") for key, default in slurm.items() if getattr(args, key) != default]
     twice = sorted(
         {str(seed) for seed in args.seeds if args.seeds.count(seed) > 1}
         | {e for e in args.envs if args.envs.count(e) > 1}
@@ -369,6 +372,11 @@ def main(argv=None) -> int:
             "use --envs, --seeds, --total-timesteps and --checkpoint-freq",
         ),
         (twice, f"--envs and --seeds list {', '.join(map(str, twice))} twice: each run once"),
+        (
+            args.cpus_per_task < 1 or args.gpus_per_task < 0,
+            "--cpus-per-task must be at least 1 and --gpus-per-task at least 0",
+        ),
+        (args.backend == "local" and slurm_only, f"{', '.join(slurm_only)} work with --backend slurm only"),
         (os.path.exists(args.out) and not os.path.isdir(args.out), f"--out {args.out} is a file: pass a directory"),
     ]:
         if bad:
@@ -381,6 +389,7 @@ def main(argv=None) -> int:
     code = refused(args)
     if code:
         return code
+    rerun = []  # the cells --rerun deletes and runs afresh
     for env_id, seed in grid:
         difference = changed_flags(args, env_id, seed)
         directory = run_dir(args.out, args.script, env_id, seed)
@@ -391,6 +400,8 @@ def main(argv=None) -> int:
                 file=sys.stderr,
             )
             return 2
+        if difference:
+            rerun.append((env_id, seed))
         if difference and not args.dry_run:
             try:  # a run another runner is still training is not deleted under it
                 with lock(directory):
@@ -401,7 +412,8 @@ def main(argv=None) -> int:
     todo = [
         (env_id, seed)
         for env_id, seed in grid
-        if not os.path.exists(os.path.join(run_dir(args.out, args.script, env_id, seed), "DONE"))
+        if (env_id, seed) in rerun
+        or not os.path.exists(os.path.join(run_dir(args.out, args.script, env_id, seed), "DONE"))
     ]
     if args.backend == "slurm":
         return submit_slurm(args, grid, todo, argv)
@@ -412,7 +424,8 @@ def main(argv=None) -> int:
     if args.dry_run:
         for env_id, seed in todo:
             directory = run_dir(args.out, args.script, env_id, seed)
-            print(f"cd {shlex.quote(directory)} && {shlex.join(command(args, env_id, seed, directory))}")
+            cmd = command(args, env_id, seed, directory, fresh=(env_id, seed) in rerun)
+            print(f"cd {shlex.quote(directory)} && {shlex.join(cmd)}")
         return 0
 
     stop = []

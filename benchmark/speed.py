@@ -563,7 +563,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pairs", nargs="+", default=["sac", "td3"], choices=sorted(PAIRS))
     parser.add_argument("--repeats", type=int, default=3, help="measurements of each side per script")
-    parser.add_argument("--steps", type=int, help="env steps a run (default: sac 5k, td3 6k, sac_atari 3k, else 100k)")
+    parser.add_argument(
+        "--steps", type=int, help="env steps a run, at least 1000 (default: sac 5k, td3 6k, sac_atari 3k, else 100k)"
+    )
     parser.add_argument("--threads", type=int, help="torch/OpenMP/MKL threads a process (default: 2, a2c and acer 1)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--out", help="write the Markdown here as well")
@@ -585,8 +587,9 @@ def main() -> None:
         PAIRS[pair] = (args.env_id, *PAIRS[pair][1:])
     if args.child:
         return child(args)
-    if problem := check(args):
-        sys.exit(f"error: {problem}")
+    if problem := check(args):  # bad input: one line, exit code 2, as the scripts' own
+        print(f"error: {problem}", file=sys.stderr)
+        sys.exit(2)
     if args.out:  # its folder made now, not after the measurements
         os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     command = shlex.join(["python", "benchmark/speed.py", *sys.argv[1:]])

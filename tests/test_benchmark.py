@@ -75,6 +75,9 @@ def test_a_grid_whose_flags_differ_from_a_recorded_run_is_refused_unless_told_to
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         held = runner(tmp_path, *other, "--rerun")
     assert held.returncode == 2 and "another runner holds" in held.stderr and (recorded.parent / "DONE").exists()
+    dry = runner(tmp_path, *other, "--rerun", "--dry-run")  # what --rerun would run, afresh; nothing deleted
+    assert dry.returncode == 0 and "1 to run" in dry.stdout and "--resume" not in dry.stdout, dry.stdout
+    assert dry.stdout.rstrip().endswith("--ent-coef 0") and (recorded.parent / "DONE").exists()
     rerun = runner(tmp_path, *other, "--rerun")
     assert rerun.returncode == 0 and "1 to run" in rerun.stdout, rerun.stdout + rerun.stderr
     assert "--eval-episodes 3 --num-envs 4 --ent-coef 0" in recorded.read_text()
@@ -688,7 +691,7 @@ def test_speed_interleaved_reports_a_ratio_per_round(tmp_path):
 )
 def test_speed_rejects_bad_flags_in_one_line(flags, message):
     done = speed(*flags)
-    assert done.returncode == 1 and done.stderr.count("\n") == 1 and message in done.stderr, done.stderr
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and message in done.stderr, done.stderr
 
 
 def test_speed_gpu_runs_each_path_with_its_flags_and_leaves_sb3_out_under_ours_flags(monkeypatch):
@@ -982,7 +985,7 @@ def test_speed_before_a_revision_without_the_script_is_refused_in_one_line():
     ):
         pytest.skip("a shallow clone: its oldest commit already has the script")
     done = speed("--pairs", "td3", "--interleave", "500", "--before", first)
-    assert done.returncode == 1 and done.stderr.count("\n") == 1
+    assert done.returncode == 2 and done.stderr.count("\n") == 1
     assert f"td3_continuous_action.py does not exist at {first}" in done.stderr
 
 
@@ -1117,6 +1120,9 @@ def test_a_single_flag_passes_through_extra(tmp_path, extra):
         (["--seeds", "1", "--extra", "--seed 5"], "--extra sets --seed, which run.py sets for each run"),
         (["--seeds", "1", "1", "--dry-run"], "--envs and --seeds list 1 twice"),
         (["--envs", "CartPole-v1", "CartPole-v1", "--seeds", "1", "1"], "list 1, CartPole-v1 twice"),
+        (["--backend", "slurm", "--cpus-per-task", "0", "--dry-run"], "--cpus-per-task must be at least 1"),
+        (["--backend", "slurm", "--gpus-per-task", "-1", "--dry-run"], "--gpus-per-task at least 0"),
+        (["--partition", "big", "--wait"], "--partition, --wait work with --backend slurm only"),
         (["--workers", "0"], "--workers and --total-timesteps must be at least 1"),
         (["--out", "a-file"], "--out a-file is a file: pass a directory"),
     ],
@@ -1130,7 +1136,14 @@ def test_bad_runner_flags_are_one_line(tmp_path, flags, message):
 
 
 @pytest.mark.parametrize(
-    "case", ["a reference that is no CSV", "a missing reference", "an --out that is a file", "scripts with no runs"]
+    "case",
+    [
+        "a reference that is no CSV",
+        "a missing reference",
+        "an --out that is a file",
+        "scripts with no runs",
+        "a script with no runs beside one with",
+    ],
 )
 def test_report_refuses_bad_flags_in_one_line(tmp_path, capsys, case):
     """report.py names what is wrong instead of ignoring a --reference it can't read, tracing back
@@ -1150,8 +1163,9 @@ def test_report_refuses_bad_flags_in_one_line(tmp_path, capsys, case):
         "a missing reference": (["--reference", tmp_path / "nowhere.csv"], "cannot be read (No such file"),
         "an --out that is a file": (["--out", tmp_path / "a-file"], "is a file: pass a directory"),
         "scripts with no runs": (["--scripts", "nosuch"], "no runs of nosuch under"),
+        "a script with no runs beside one with": (["--scripts", "a2c", "nosuch"], "no runs of nosuch under"),
     }[case]
     assert report.main([str(tmp_path / "grid"), *map(str, argv)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and err.count("\n") == 1 and message in err, err
-    assert case != "scripts with no runs" or "its runs are of a2c" in err
+    assert "no runs of" not in message or "its runs are of a2c" in err
