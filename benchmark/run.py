@@ -146,12 +146,16 @@ class Run:
     runner's runs): Ctrl-C reaches the runner alone, which stops each run; a Slurm task's run stays
     in the task's group, which Slurm kills."""
 
-    def __init__(self, name: str, directory: str, cmd: list, threads: int | None, own_session: bool = False):
+    def __init__(self, name: str, directory: str, cmd: list, threads: int | None, own_session=False, differs=None):
         self.name, self.directory, self.started = name, directory, time.time()
         self.lock = lock(directory)
         if os.path.exists(os.path.join(directory, "DONE")):  # another runner finished it since this one looked
             self.lock.close()
             raise FileExistsError(directory)
+        difference = differs() if differs else ""  # another runner started it since, with other flags
+        if difference:
+            self.lock.close()
+            raise ValueError(difference)
         env = dict(os.environ)
         if threads:
             env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
@@ -449,6 +453,7 @@ def main(argv=None) -> int:
                             command(args, env_id, seed, directory),
                             threads,
                             own_session=True,
+                            differs=lambda: changed_flags(args, env_id, seed),
                         )
                     )
                 except BlockingIOError:
@@ -456,6 +461,9 @@ def main(argv=None) -> int:
                     print(f"skipped {env_id} seed {seed}: another runner holds {directory}", flush=True)
                 except FileExistsError:
                     print(f"{env_id} seed {seed} finished by another runner", flush=True)
+                except ValueError as e:  # not continued with these flags: its results would mix two grids
+                    failed.append(f"{args.script} {env_id} seed {seed}")
+                    print(f"skipped {env_id} seed {seed}: another runner started it with other flags ({e})", flush=True)
             if stop:
                 for run in running:
                     if run.proc.poll() is None:

@@ -216,6 +216,33 @@ def test_a_cell_another_runner_finished_after_this_one_looked_is_not_run_again(t
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
 
 
+def test_a_cell_another_runner_started_with_other_flags_after_this_one_looked_is_not_continued(
+    tmp_path, monkeypatch, capsys
+):
+    """Two grids with other flags on one --out at once: each checks the recorded flags before it
+    starts, and again once it holds a cell's lock. A cell the other grid started in between is not
+    continued with this grid's flags (its results would mix the two); it is named, the exit code is
+    1, and the rest of the grid runs."""
+    monkeypatch.syspath_prepend(str(ROOT / "benchmark"))
+    import run as grid_runner
+
+    changed = grid_runner.changed_flags
+    looks = []
+
+    def changed_since(args, env_id, seed):  # seed 1's flags differ from the second look on
+        looks.append(seed)
+        return "--ent-coef 0.01 -> 0" if seed == 1 and looks.count(1) > 1 else changed(args, env_id, seed)
+
+    monkeypatch.setattr(grid_runner, "changed_flags", changed_since)
+    argv = [*GRID[:-1], "--eval-freq 200 --eval-episodes 2", "--seeds", "1", "2", "--out", str(tmp_path / "grid")]
+    assert grid_runner.main(argv) == 1
+    out = capsys.readouterr().out
+    assert "skipped CartPole-v1 seed 1: another runner started it with other flags (--ent-coef 0.01 -> 0)" in out
+    assert "1 of 2 runs failed: a2c CartPole-v1 seed 1" in out, out
+    seed_1 = tmp_path / "grid" / "a2c" / "CartPole-v1" / "seed_1"
+    assert not (seed_1 / "log.txt").exists() and (seed_1.parent / "seed_2" / "DONE").exists()
+
+
 def values_from_the_event_files(root, tag) -> list:
     """Each run's [(step, value)] of `tag` in the order written, read record by record with
     tensorboard's raw event file loader."""
