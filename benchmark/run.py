@@ -481,7 +481,9 @@ def main(argv=None) -> int:
                         flush=True,
                     )
                 elif stop and code in (128 + signal.SIGTERM, 128 + signal.SIGINT, -signal.SIGTERM, -signal.SIGINT):
-                    print(f"{run.name} stopped (exit {code}); it resumes from its checkpoint next time", flush=True)
+                    wrote = glob.glob(os.path.join(run.directory, "runs", "*", "checkpoint.pt"))
+                    then = "resumes from its checkpoint" if wrote else "starts afresh (it wrote no checkpoint)"
+                    print(f"{run.name} stopped (exit {code}); it {then} next time", flush=True)
                 else:
                     failed.append(run.name)
                     print(

@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import numpy as np
@@ -241,6 +242,22 @@ def test_a_cell_another_runner_started_with_other_flags_after_this_one_looked_is
     assert "1 of 2 runs failed: a2c CartPole-v1 seed 1" in out, out
     seed_1 = tmp_path / "grid" / "a2c" / "CartPole-v1" / "seed_1"
     assert not (seed_1 / "log.txt").exists() and (seed_1.parent / "seed_2" / "DONE").exists()
+
+
+def test_a_run_stopped_before_its_first_checkpoint_is_said_to_start_afresh(tmp_path, monkeypatch, capsys):
+    """Ctrl-C before a run wrote a checkpoint (here a stand-in run that never writes one): the
+    runner says the run starts afresh next time, not that it resumes."""
+    monkeypatch.syspath_prepend(str(ROOT / "benchmark"))
+    import run as grid_runner
+
+    def command(*args, **kwargs):  # once the runner's handlers are in place: a Ctrl-C in a second
+        threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT)).start()
+        return [sys.executable, "-c", "import time; time.sleep(60)"]
+
+    monkeypatch.setattr(grid_runner, "command", command)
+    assert grid_runner.main([*GRID, "--seeds", "1", "--out", str(tmp_path / "grid")]) == 128 + signal.SIGINT
+    out = capsys.readouterr().out
+    assert "a2c CartPole-v1 seed 1 stopped (exit -15); it starts afresh (it wrote no checkpoint) next time" in out, out
 
 
 def values_from_the_event_files(root, tag) -> list:
