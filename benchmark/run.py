@@ -55,7 +55,7 @@ def cuda_host() -> bool:
 
 def default_workers(args) -> int:
     """--workers when not given: GPU_WORKERS for local runs on a CUDA GPU's host, else 1."""
-    local = args.backend == "local" and args.run_index is None and not args.dry_run
+    local = args.backend == "local" and args.run_index is None and not (args.dry_run or args.check_flags)
     return GPU_WORKERS if local and cuda_host() else 1
 
 
@@ -79,12 +79,17 @@ def flags(args, env_id: str, seed: int) -> list:
     ]
 
 
+def checkpoints(directory: str) -> list:
+    """The checkpoint the run in this cell left, if any: [path] or []."""
+    return glob.glob(os.path.join(directory, "runs", "*", "checkpoint.pt"))
+
+
 def command(args, env_id: str, seed: int, directory: str, fresh: bool = False) -> list:
     """The script's command line for this run: --resume from its checkpoint if it left one (and is
     not to start afresh), a fresh start otherwise."""
-    checkpoints = [] if fresh else glob.glob(os.path.join(directory, "runs", "*", "checkpoint.pt"))
-    if checkpoints:
-        return [sys.executable, os.path.join(ROOT, f"{args.script}.py"), "--resume", os.path.abspath(checkpoints[0])]
+    left = [] if fresh else checkpoints(directory)
+    if left:
+        return [sys.executable, os.path.join(ROOT, f"{args.script}.py"), "--resume", os.path.abspath(left[0])]
     return [sys.executable, os.path.join(ROOT, f"{args.script}.py"), *flags(args, env_id, seed)]
 
 
@@ -113,7 +118,7 @@ def refused(args) -> int:
     """0, or 2 once the script's own message is printed: each env's flags are parsed by the
     script's Args (tyro prints what it cannot parse) and checked by its setup(), which makes and
     steps a trial env, as its main() does before it writes anything. A grid with a bad flag or env
-    id starts no run."""
+    id starts no run. It runs in a child (run.py --check-flags), so that the runner stays light."""
     sys.path.insert(0, ROOT)
     module = importlib.import_module(args.script)
     wrap = getattr(module, "observation_wrappers", None) or getattr(module, "actions_in_bounds", None)
@@ -348,6 +353,7 @@ def main(argv=None) -> int:
     slurm.add_argument("--mem", default=None, help="memory of each task, e.g. 8G (sbatch --mem)")
     slurm.add_argument("--wait", action="store_true", help="wait for the array to end, then write the report")
     slurm.add_argument("--run-index", type=int, default=None, help=argparse.SUPPRESS)  # what each array task runs
+    parser.add_argument("--check-flags", action="store_true", help=argparse.SUPPRESS)  # refused(), in a child
     args = parser.parse_args(argv)
     if args.workers is None:
         args.workers = default_workers(args)
@@ -390,7 +396,9 @@ def main(argv=None) -> int:
     grid = [(env_id, seed) for env_id in args.envs for seed in args.seeds]
     if args.run_index is not None:
         return run_one(args, *grid[args.run_index])
-    code = refused(args)
+    if args.check_flags:
+        return refused(args)
+    code = subprocess.run([sys.executable, os.path.abspath(__file__), *argv, "--check-flags"]).returncode
     if code:
         return code
     rerun = []  # the cells --rerun deletes and runs afresh
@@ -481,7 +489,7 @@ def main(argv=None) -> int:
                         flush=True,
                     )
                 elif stop and code in (128 + signal.SIGTERM, 128 + signal.SIGINT, -signal.SIGTERM, -signal.SIGINT):
-                    wrote = glob.glob(os.path.join(run.directory, "runs", "*", "checkpoint.pt"))
+                    wrote = checkpoints(run.directory)
                     then = "resumes from its checkpoint" if wrote else "starts afresh (it wrote no checkpoint)"
                     print(f"{run.name} stopped (exit {code}); it {then} next time", flush=True)
                 else:
