@@ -299,6 +299,8 @@ def main(args: Args) -> dict:
         update = a2c_updates(agent, optimizer, args)
         if args.compile:  # the same function, compiled
             warnings.filterwarnings("ignore", "TensorFloat32")  # inductor on a GPU: float32 matmuls kept
+            for logger in ["torch._dynamo.variables.ctx_manager", "torch.utils.cpp_extension"]:
+                logging.getLogger(logger).setLevel(logging.ERROR)  # torch's notes
             update = torch.compile(update)
         low, high = (0, space.n - 1) if agent.discrete else (space.low, space.high)  # np.clip leaves Discrete as it is
 
@@ -609,8 +611,6 @@ def setup(args, check_args, check_spaces, wrap=None):
     device = torch.device("cuda" if cuda else "cpu")
     compiler = cuda or shutil.which(os.environ.get("CXX", "g++"))  # torch.compile's on the CPU
     check([(args.compile and not compiler, "--compile needs a C++ compiler (g++, or $CXX)")])
-    for logger in ["torch._dynamo.variables.ctx_manager", "torch.utils.cpp_extension"]:
-        logging.getLogger(logger).setLevel(logging.ERROR)  # torch's notes under --compile
     return args, checkpoint, device
 
 
@@ -666,7 +666,7 @@ class Run(contextlib.AbstractContextManager):
         thunks = [lambda env=env: env for env in envs]
         self.envs = gym.vector.SyncVectorEnv(thunks, autoreset_mode="SameStep")
         self.last_return = checkpoint["last_return"] if checkpoint else None
-        self.eval_return = self.eval_step = None
+        self.eval_return = self.eval_step = self.counters = None  # counters: at the last step's end
         self.stop_signal = []
         signals = (signal.SIGINT, signal.SIGTERM)
         self.handlers = {sig: signal.signal(sig, self.on_signal) for sig in signals}
@@ -713,7 +713,7 @@ class Run(contextlib.AbstractContextManager):
             obs = self.checkpoint["obs"] if self.exact else None
             self.load(stateful)
             where = self.at(self.args, counters)
-            print(f"resumed {self.dir} {where}" + ("" if self.exact else "; new episodes start"))
+            print(f"resumed {self.dir} {where}" + ("" if obs is not None else "; new episodes start"))
         # what a killed run logged after its last checkpoint is dropped
         purge_step = counters[0] + 1 if self.checkpoint else None
         self.writer = SummaryWriter(self.dir, purge_step=purge_step)
@@ -817,6 +817,7 @@ class Run(contextlib.AbstractContextManager):
 
     def after_step(self, previous_step: int, counters: tuple, obs, policy) -> None:
         """Evaluate and checkpoint where their intervals were crossed."""
+        self.counters = counters
         if crossed(previous_step, counters[0], self.args.eval_freq):
             self.evaluate(policy, counters[0])
         if crossed(previous_step, counters[0], self.args.checkpoint_freq):
@@ -829,11 +830,7 @@ class Run(contextlib.AbstractContextManager):
             self.evaluate(policy, step)  # the final evaluation
         stopped = self.stop_signal[0] if self.stop_signal else None
         if stopped:
-            path = self.save_checkpoint(counters, obs)
-            where = self.at(self.args, counters)
-            print(f"\nstopped by signal {stopped} {where}; checkpoint written to {path}")
-            here = os.path.abspath(__file__)
-            print("continue with:\n" + shlex.join(["python", here, "--resume", os.path.abspath(path)]))
+            self.stop(counters, obs, f"stopped by signal {stopped}")
         else:
             print(f"step {step:,}: final eval/episodic_return {self.eval_return:.2f}")
             if self.args.save_model:
@@ -844,8 +841,15 @@ class Run(contextlib.AbstractContextManager):
             self.save(lambda f: f.write(done), "finished", step, "its last checkpoint, if any, is kept")
         return dict(run_dir=self.dir, global_step=step, eval_return=self.eval_return, stopped_by=stopped)
 
+    def stop(self, counters: tuple, obs, why: str) -> None:
+        """A checkpoint, and the command that continues the run from it."""
+        path = self.save_checkpoint(counters, obs)
+        print(f"\n{why} {self.at(self.args, counters)}; checkpoint written to {path}")
+        here = os.path.abspath(__file__)
+        print("continue with:\n" + shlex.join(["python", here, "--resume", os.path.abspath(path)]), flush=True)
+
     def __exit__(self, kind, error, tb) -> None:
-        """Close the run; running out of memory becomes one line naming `memory_flags`."""
+        """Close; after an error, a checkpoint; out of memory: one line naming `memory_flags`."""
         for sig, handler in self.handlers.items():
             signal.signal(sig, handler)
         self.envs.close()
@@ -853,6 +857,9 @@ class Run(contextlib.AbstractContextManager):
             self.writer.close()
             if error is not None and sys.stdout.isatty():  # the error on a line of its own
                 print(flush=True)
+            if isinstance(error, Exception) and self.counters:  # what the run holds, its networks finite
+                with contextlib.suppress(ConfigError):
+                    self.stop(self.counters, None, "ended by an error")  # resumed with new episodes
         if isinstance(error, (MemoryError, RuntimeError)) and "alloc" in str(error):
             first = str(error).splitlines()[0]
             raise ConfigError(f"out of memory ({first}): lower {self.memory_flags}") from None
