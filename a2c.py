@@ -298,10 +298,7 @@ def main(args: Args) -> dict:
         )
         update = a2c_updates(agent, optimizer, args)
         if args.compile:  # the same function, compiled
-            warnings.filterwarnings("ignore", "TensorFloat32")  # inductor on a GPU: float32 matmuls kept
-            for logger in ["torch._dynamo.variables.ctx_manager", "torch.utils.cpp_extension"]:
-                logging.getLogger(logger).setLevel(logging.ERROR)  # torch's notes
-            update = torch.compile(update)
+            update = compiled(update)
         low, high = (0, space.n - 1) if agent.discrete else (space.low, space.high)  # np.clip leaves Discrete as it is
 
         # ROLLOUT STORAGE: (T, N) per quantity; rewards and dones in numpy until the rollout is
@@ -367,6 +364,16 @@ def main(args: Args) -> dict:
             run.after_step(previous_step, (global_step, updates), obs, policy)
         summary = run.finish((global_step, updates), obs, policy, {"agent": agent.state_dict()})
     return {**summary, "updates": updates}
+
+
+def compiled(update):
+    """`update` through torch.compile as it is written (its loss, backward pass and optimizer step
+    traced at the first call, so an edit above is what runs), its random draws as eager mode's."""
+    importlib.import_module("torch._inductor.config").fallback_random = True  # random draws as eager mode's
+    warnings.filterwarnings("ignore", "TensorFloat32")  # inductor on a GPU: float32 matmuls kept
+    for logger in ["torch._dynamo.variables.ctx_manager", "torch.utils.cpp_extension"]:
+        logging.getLogger(logger).setLevel(logging.ERROR)  # torch's notes
+    return torch.compile(update)
 
 
 # VALIDATION AND ATARI OBSERVATIONS

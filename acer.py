@@ -359,10 +359,7 @@ def main(args: Args) -> dict:
         (global_step, replay_updates), obs = run.resume(stateful, (0, 0))
         update = acer_updates(agent, avg_agent, optimizer, args)
         if args.compile:  # the same function, compiled
-            warnings.filterwarnings("ignore", "TensorFloat32")  # inductor on a GPU: float32 matmuls kept
-            for logger in ["torch._dynamo.variables.ctx_manager", "torch.utils.cpp_extension"]:
-                logging.getLogger(logger).setLevel(logging.ERROR)  # torch's notes
-            update = torch.compile(update)
+            update = compiled(update)
 
         def policy(obs):  # the greedy action argmax_a pi(a|s), for evaluation
             return agent(torch.as_tensor(obs, device=device))[0].argmax(-1).cpu().numpy()
@@ -403,6 +400,16 @@ def main(args: Args) -> dict:
         model = {"agent": agent.state_dict(), "avg_agent": avg_agent.state_dict()}
         summary = run.finish((global_step, replay_updates), obs, policy, model)
     return {**summary, "iterations": global_step // (T * N), "replay_updates": replay_updates}
+
+
+def compiled(update):
+    """`update` through torch.compile as it is written (its loss, backward pass and optimizer step
+    traced at the first call, so an edit above is what runs), its random draws as eager mode's."""
+    importlib.import_module("torch._inductor.config").fallback_random = True  # random draws as eager mode's
+    warnings.filterwarnings("ignore", "TensorFloat32")  # inductor on a GPU: float32 matmuls kept
+    for logger in ["torch._dynamo.variables.ctx_manager", "torch.utils.cpp_extension"]:
+        logging.getLogger(logger).setLevel(logging.ERROR)  # torch's notes
+    return torch.compile(update)
 
 
 # VALIDATION AND ATARI OBSERVATIONS

@@ -405,10 +405,7 @@ def main(args: Args) -> dict:
             actor, qf1, qf2, qf1_target, qf2_target, log_alpha, q_optimizer, actor_optimizer, alpha_optimizer, args
         )
         if args.compile:  # the same function, compiled
-            warnings.filterwarnings("ignore", "TensorFloat32")  # inductor on a GPU: float32 matmuls kept
-            for logger in ["torch._dynamo.variables.ctx_manager", "torch.utils.cpp_extension"]:
-                logging.getLogger(logger).setLevel(logging.ERROR)  # torch's notes
-            update = torch.compile(update)
+            update = compiled(update)
 
         def policy(obs):  # the greedy action argmax_a pi(a|s), for evaluation
             return actor(torch.as_tensor(obs, device=device)).argmax(dim=1).cpu().numpy()
@@ -447,6 +444,16 @@ def main(args: Args) -> dict:
         model = {"actor": actor.state_dict(), "qf1": qf1.state_dict(), "qf2": qf2.state_dict()}
         summary = run.finish((global_step, updates), obs, policy, {**model, "log_alpha": log_alpha.detach().cpu()})
     return {**summary, "critic_updates": updates, "actor_updates": updates}
+
+
+def compiled(update):
+    """`update` through torch.compile as it is written (its loss, backward pass and optimizer step
+    traced at the first call, so an edit above is what runs), its random draws as eager mode's."""
+    importlib.import_module("torch._inductor.config").fallback_random = True  # random draws as eager mode's
+    warnings.filterwarnings("ignore", "TensorFloat32")  # inductor on a GPU: float32 matmuls kept
+    for logger in ["torch._dynamo.variables.ctx_manager", "torch.utils.cpp_extension"]:
+        logging.getLogger(logger).setLevel(logging.ERROR)  # torch's notes
+    return torch.compile(update)
 
 
 # VALIDATION AND ATARI OBSERVATIONS

@@ -47,6 +47,16 @@ def fake_envs(low, high, obs_dim=3):
     )
 
 
+@pytest.fixture(autouse=True)
+def inductor_as_in_a_new_process():
+    """Inductor's settings as a new process has them, at each test's start: a setting that one
+    script's --compile makes (fallback_random) must not reach another script's test in the same
+    worker and make it pass."""
+    config = sys.modules.get("torch._inductor.config")
+    if config is not None:
+        config.fallback_random = False
+
+
 @pytest.fixture
 def in_tmp(tmp_path, monkeypatch):
     """Run the test inside an empty directory, so that runs/ lands there."""
