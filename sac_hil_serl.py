@@ -2468,13 +2468,14 @@ def serve(args, checkpoint, device, zmq) -> dict:
 # --------------------------------------------------------------------------------------------------
 class Outbox:
     """An actor's rows, numbered on from the learner's count for its id, kept until the learner's
-    checkpoint holds them (at most --outbox-size); sent without blocking, one message at a time,
-    from the first the learner lacks, again when unanswered for RESEND seconds."""
+    checkpoint holds them (at most --outbox-size; the actor's checkpoint holds them too); sent
+    without blocking, one message at a time, from the first the learner lacks, again when unanswered
+    for RESEND seconds."""
 
     def __init__(self, args, socket, zmq, spaces: list, load):
         self.args, self.socket, self.zmq, self.spaces, self.load = args, socket, zmq, spaces, load
         self.rows = []  # [(number, {key: array of one row})], oldest first
-        self.next = self.expected = self.version = self.step = self.overruns = self.takeovers = 0
+        self.next = self.expected = self.saved = self.version = self.step = self.overruns = self.takeovers = 0
         self.sent, self.in_flight, self.answered = -math.inf, False, time.monotonic()
         self.done, self.episodes, self.sps = False, [], 0.0
 
@@ -2524,8 +2525,9 @@ class Outbox:
         if header["kind"] == "hello":  # a restarted learner: greet it again
             self.greet()
             return "hello"
-        self.expected, self.step, self.done = header["expected"], header["step"], header["done"]
-        self.rows = [(number, row) for number, row in self.rows if number >= header["saved"]]
+        self.expected, self.saved = header["expected"], header["saved"]  # counts: received, checkpointed
+        self.step, self.done = header["step"], header["done"]
+        self.rows = [(number, row) for number, row in self.rows if number >= self.saved]
         if blob is not None:
             self.load(blob)
             self.version = header["version"]
@@ -2552,6 +2554,16 @@ class Outbox:
     def full(self) -> bool:
         return len(self.rows) >= self.args.outbox_size
 
+    def state_dict(self) -> dict:
+        return {"rows": self.rows, "next": self.next, "takeovers": self.takeovers}
+
+    def load_state_dict(self, state: dict) -> None:
+        """A resumed actor's: the rows the learner's checkpoint still lacks, sent again (a learner
+        that kept them takes none twice), and new rows numbered on after them."""
+        self.rows = [(number, row) for number, row in state["rows"] if number >= self.saved]
+        self.next = max(self.next, state["next"])
+        self.takeovers = state["takeovers"]
+
 
 def act_for_learner(args, checkpoint, device, zmq) -> dict:
     """--role actor: steps the envs at --control-hz on a deadline schedule (a step late by over a
@@ -2576,7 +2588,7 @@ def act_for_learner(args, checkpoint, device, zmq) -> dict:
         outbox = Outbox(args, socket, zmq, spaces, load)
         outbox.hello()
         person = Interventions(args, envs.single_action_space)
-        (global_step, *_), obs = run.resume({}, (0, 0, 0, 0))
+        (global_step, *_), obs = run.resume({"outbox": outbox}, (0, 0, 0, 0))  # its rows kept on a stop or an error
         policy = greedy_policy(actor, grip, device)
         act = torch.no_grad()(lambda x: actor.get_action(x)[0])
         period = 1.0 / args.control_hz if args.control_hz else 0.0
@@ -2618,6 +2630,7 @@ def act_for_learner(args, checkpoint, device, zmq) -> dict:
                     {"r": float(episode["r"][i]), "l": int(episode["l"][i]), "intervention_rate": rate}
                 )
             previous_step, global_step = global_step, global_step + args.num_envs
+            run.counters = (global_step, 0, 0, 0)  # an error's checkpoint: the outbox's rows
             run.log(infos, {}, previous_step, global_step)
             person.log(run.writer, dones, outbox.takeovers, global_step)
             obs = next_obs

@@ -9,6 +9,7 @@ import inspect
 import math
 import os
 import re
+import shlex
 import signal
 import socket
 import subprocess
@@ -1336,6 +1337,47 @@ def test_a_learner_killed_and_resumed_ends_with_every_actor_step_once(in_tmp):
     np.testing.assert_array_equal(np.sort(rows[:, 0]), np.arange(400))
     np.testing.assert_array_equal(origins[:, 1], rows[:, 0])
     np.testing.assert_array_equal(np.sort(demos[:, 0]), np.arange(50))
+
+
+def wait_for(pattern: str) -> None:
+    waited = 0.0
+    while not glob.glob(pattern) and waited < DEADLINE:
+        time.sleep(0.1)
+        waited += 0.1
+
+
+@pytest.mark.parametrize("end", ["SIGINT", "the learner gone"])
+def test_an_actor_that_ends_keeps_the_rows_the_learner_s_checkpoint_lacks_and_its_resume_sends_them(in_tmp, end):
+    """An actor stopped by Ctrl-C, or ended by the learner's silence (kill -9 of the learner, its
+    outbox full), with rows that the learner's last checkpoint lacks: kill -9 of the learner, its
+    --resume, then the actor's by the command it printed. The replay ends with each step exactly
+    once and the demo buffer with exactly the person's takeovers."""
+    address = free_address()
+    flags = ["--total-timesteps", "400", "--checkpoint-freq", "100"]
+    learner = start("learner", address, *flags, cwd=in_tmp)
+    actor_flags = ["--control-hz", "100", "--env-kwargs", "person_episodes:20", "--outbox-size", "150"]
+    actor = start("actor", address, *flags, *actor_flags, "--network-timeout", "2", cwd=in_tmp)
+    wait_for(str(in_tmp / "runs" / "*" / "checkpoint.pt"))  # the learner's, at row 100
+    time.sleep(0.5)  # rows past it arrive, to be lost with the learner
+    if end == "SIGINT":
+        actor.send_signal(signal.SIGINT)
+        out = actor.communicate(timeout=DEADLINE)[0]
+        assert actor.returncode == 128 + signal.SIGINT, out
+    learner.kill()
+    learner.wait()
+    if end == "the learner gone":
+        out = actor.communicate(timeout=DEADLINE)[0]
+        assert actor.returncode == 2 and "ended by an error at step" in out and "has not answered" in out, out
+    (checkpoint,) = glob.glob(str(in_tmp / "runs" / "*-learner__*" / "checkpoint.pt"))
+    assert torch.load(checkpoint, weights_only=False)["counters"][0] < 200
+    resumed = spawn([sys.executable, str(ROOT / "sac_hil_serl.py"), "--resume", checkpoint], in_tmp)
+    command = out.strip().splitlines()[-1 if end == "SIGINT" else -2]
+    assert command.startswith("python ") and "--resume" in command, out
+    finish(spawn([sys.executable, *shlex.split(command)[1:]], in_tmp))
+    finish(resumed)
+    rows, origins, demos = replay_rows(checkpoint)  # the last checkpoint, at row 400
+    np.testing.assert_array_equal(np.sort(rows[:, 0]), np.arange(400))
+    np.testing.assert_array_equal(np.sort(demos[:, 0]), np.arange(200))
 
 
 def test_an_unreachable_learner_ends_an_actor_in_one_line_after_its_deadline(in_tmp, capsys):
