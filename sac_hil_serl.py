@@ -219,7 +219,7 @@ class Args:
     learner_address: str = "tcp://127.0.0.1:5555"
     """ZeroMQ address the learner binds (a port * takes a free one) and actors connect to"""
     actor_id: int = 0
-    """this actor's id among one learner's; an actor restarted with its id goes on with its rows"""
+    """this actor's id among one learner's; it seeds with --seed + id, and goes on with its rows"""
     control_hz: float = 10.0
     """the actor's env steps per second, on a deadline schedule (LeRobot's: 10); 0: no limit"""
     outbox_size: int = 10_000
@@ -1064,6 +1064,8 @@ def collect_actions(obs, actor, act, grip, global_step: int, learning_starts: in
 def main(args: Args) -> dict:
     """Train; returns a summary. Raises ConfigError, before writing anything, on bad flags, envs or
     checkpoints."""
+    if args.role == "actor" and not args.resume:  # actors of one --seed draw apart: each seeds with --seed + its id
+        args = replace(args, seed=args.seed + args.actor_id)
     args, checkpoint, device = setup(args, check_args, check_spaces, observation_wrappers)
     files = ("offline_data", "save_replay", "image_encoder_weights")  # made absolute: a resume runs from anywhere
     args = replace(args, **{key: os.path.abspath(path) for key in files if (path := getattr(args, key))})
@@ -1207,11 +1209,10 @@ def check_args(args: Args) -> None:
                 args.offline_steps and not args.offline_data,
                 "--offline-steps needs --offline-data PATH, an .npz written by --save-replay",
             ),
-            (
-                min(args.control_hz, args.actor_id) < 0 or args.outbox_size < 1 or not args.network_timeout > 0,
-                "--control-hz and --actor-id must be non-negative, --outbox-size at least 1 "
-                "and --network-timeout positive",
-            ),
+            (args.control_hz < 0, f"--control-hz must be non-negative (0: no limit), not {args.control_hz}"),
+            (args.actor_id < 0, f"--actor-id must be non-negative, not {args.actor_id}"),
+            (args.outbox_size < 1, f"--outbox-size must be at least 1, not {args.outbox_size}"),
+            (not args.network_timeout > 0, f"--network-timeout must be positive, not {args.network_timeout}"),
             (
                 args.role == "both" and args.outbox_size < args.checkpoint_freq,
                 "--role both: --outbox-size must be at least --checkpoint-freq (the actor keeps a checkpoint's rows)",
@@ -1219,7 +1220,7 @@ def check_args(args: Args) -> None:
             (
                 args.save_replay
                 and args.offline_data
-                and os.path.abspath(args.save_replay) == os.path.abspath(args.offline_data),
+                and os.path.realpath(args.save_replay) == os.path.realpath(args.offline_data),  # links too
                 "--save-replay would overwrite the --offline-data file; pass another file name",
             ),
         ]

@@ -43,6 +43,10 @@ OUT_OF_RANGE = {  # script: [(field, a value out of its range), ...]
         ("offline_steps", -1),
         ("num_discrete_actions", 1),
         ("gripper_epsilon", 1.5),
+        ("control_hz", -1.0),
+        ("actor_id", -1),
+        ("outbox_size", 0),
+        ("network_timeout", 0.0),
         ("demo_buffer_size", 1),
     ],
     "td3_continuous_action": [

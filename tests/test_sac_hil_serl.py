@@ -616,6 +616,10 @@ BAD_INPUT = {  # this script's flags; the common ones are in test_common_block.p
         ["--offline-data", "pendulum.npz", "--save-replay", "pendulum.npz"],
         "would overwrite the --offline-data file",
     ),
+    "save replay onto the offline data through a link": (
+        ["--offline-data", "link.npz", "--save-replay", "pendulum.npz"],
+        "would overwrite the --offline-data file",
+    ),
     "save replay as a directory": (["--save-replay", "."], "is a directory"),
     "learning never starts": (["--learning-starts", "1000", "--total-timesteps", "1000"], "--learning-starts"),
     "too few critics": (["--num-critics", "1"], "--num-critics"),
@@ -682,6 +686,7 @@ def test_bad_input_one_line_exit_2_nothing_written(in_tmp, capsys, case):
     (in_tmp / "notes.txt").write_text("some words, no arrays\n")
     np.savez(in_tmp / "norewards.npz", **{key: x for key, x in data.items() if key != "rewards"})
     np.savez(in_tmp / "extra.npz", **data, foo=np.zeros(3))
+    os.symlink("pendulum.npz", in_tmp / "link.npz")
     before = sorted(os.listdir(in_tmp))
     argv, needle = BAD_INPUT[case]
     with pytest.raises(SystemExit) as exit_info:
@@ -1472,6 +1477,23 @@ def test_two_actors_one_replaced_mid_run_end_with_each_row_once(in_tmp):
     taken = rows[rows[:, -1] == 1]
     assert len(demos) == len(taken) >= 40  # both actors' first 2 episodes, the replacement's too
     np.testing.assert_array_equal(demos[np.lexsort(demos.T)], taken[np.lexsort(taken.T)])
+
+
+def test_two_actors_of_one_seed_draw_apart(in_tmp):
+    """Two actors given the same --seed (the page's command for a second one adds --actor-id 1
+    alone) act at random until learning starts: each seeds with --seed + its id, so their random
+    actions differ (the same draws would store each transition twice)."""
+    address = free_address()
+    learner = start("learner", address, "--total-timesteps", "120", "--checkpoint-freq", "60", cwd=in_tmp)
+    flags = ["--total-timesteps", "60", "--control-hz", "200", "--learning-starts", "50"]
+    actors = [start("actor", address, *flags, "--actor-id", str(i), cwd=in_tmp) for i in (0, 1)]
+    for process in [*actors, learner]:
+        finish(process)
+    (checkpoint,) = glob.glob(str(in_tmp / "runs" / "*-learner__*" / "checkpoint.pt"))
+    rows, origins, _ = replay_rows(checkpoint)
+    actions = [rows[origins[:, 0] == i][np.argsort(origins[origins[:, 0] == i, 1]), 2] for i in (0, 1)]
+    assert len(actions[0]) == len(actions[1]) == 60  # the first 20 are at random: learning starts at row 50 of 120
+    assert not np.isclose(actions[0][:20], actions[1][:20]).any(), actions
 
 
 def gone(pid: int) -> bool:
