@@ -2566,6 +2566,21 @@ class Outbox:
         self.takeovers = state["takeovers"]
 
 
+def paced(policy, hz: float):
+    """`policy`, called at most `hz` times a second (0: no limit): an actor's evaluation steps a
+    robot at its control rate, as its training does."""
+    period = 1.0 / hz if hz else 0.0
+    last = -math.inf
+
+    def policy_at_rate(obs):
+        nonlocal last
+        time.sleep(max(0.0, last + period - time.monotonic()))
+        last = time.monotonic()
+        return policy(obs)
+
+    return policy_at_rate
+
+
 def act_for_learner(args, checkpoint, device, zmq) -> dict:
     """--role actor: steps the envs at --control-hz on a deadline schedule (a step late by over a
     tenth of a period is an overrun, and the schedule restarts from it: no catching up), sends each
@@ -2590,7 +2605,7 @@ def act_for_learner(args, checkpoint, device, zmq) -> dict:
         outbox.hello()
         person = Interventions(args, envs.single_action_space)
         (global_step, *_), obs = run.resume({"outbox": outbox}, (0, 0, 0, 0))  # its rows kept on a stop or an error
-        policy = greedy_policy(actor, grip, device)
+        policy = paced(greedy_policy(actor, grip, device), args.control_hz)  # evaluation on a robot at its rate
         act = torch.no_grad()(lambda x: actor.get_action(x)[0])
         period = 1.0 / args.control_hz if args.control_hz else 0.0
         starts, paused = [], False

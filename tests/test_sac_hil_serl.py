@@ -1496,6 +1496,30 @@ def test_two_actors_of_one_seed_draw_apart(in_tmp):
     assert not np.isclose(actions[0][:20], actions[1][:20]).any(), actions
 
 
+def test_an_actor_evaluates_at_its_control_rate(in_tmp, monkeypatch):
+    """On a robot, an actor's final evaluation steps at --control-hz, as its training does (it ran
+    flat out): each of its policy's calls comes a period or more after the one before."""
+    address = free_address()
+    learner = start("learner", address, "--total-timesteps", "60", cwd=in_tmp)
+    calls = []
+    evaluate = sac.Run.evaluate
+
+    def timed(run, policy, global_step):
+        def action(obs):  # the time each action leaves for the env
+            actions = policy(obs)
+            calls.append(time.monotonic())
+            return actions
+
+        return evaluate(run, action, global_step)
+
+    monkeypatch.setattr(sac.Run, "evaluate", timed)
+    flags = ["--role", "actor", "--learner-address", address, "--total-timesteps", "60", "--control-hz", "50"]
+    summary = sac.cli([*SPLIT, *flags, "--eval-episodes", "2"])
+    finish(learner)
+    assert summary["eval_return"] is not None and len(calls) == 20  # two episodes of 10 steps
+    assert np.diff(calls).min() >= 0.99 / 50, np.diff(calls)
+
+
 def gone(pid: int) -> bool:
     """True once process `pid` ended, within DEADLINE seconds (a zombie its new parent has yet to
     reap has ended)."""
