@@ -1214,6 +1214,10 @@ def check_args(args: Args) -> None:
             (args.outbox_size < 1, f"--outbox-size must be at least 1, not {args.outbox_size}"),
             (not args.network_timeout > 0, f"--network-timeout must be positive, not {args.network_timeout}"),
             (
+                args.role == "actor" and bool(args.offline_data or args.offline_steps or args.save_replay),
+                "--offline-data, --offline-steps and --save-replay are the learner's: give them to --role learner",
+            ),
+            (
                 args.role == "both" and args.outbox_size < args.checkpoint_freq,
                 "--role both: --outbox-size must be at least --checkpoint-freq (the actor keeps a checkpoint's rows)",
             ),
@@ -2598,6 +2602,7 @@ def act_for_learner(args, checkpoint, device, zmq) -> dict:
             raise ConfigError(f"--learner-address {args.learner_address}: {e}") from None
         run = stack.enter_context(Run(args, checkpoint, device, "--image-size", observation_wrappers))
         envs = run.envs
+        robot_learning_setup(args, envs.single_observation_space, envs.single_action_space)  # the flags checked
         actor, qf, _, grip = networks(args, envs, device)
         load = functools.partial(load_policy_parameters, actor=actor, qf=qf, grip=grip)
         spaces = [repr(envs.single_observation_space), repr(envs.single_action_space)]
@@ -2697,6 +2702,7 @@ def actor_child(args, address: str, finished):
     --network-timeout to end as the last acknowledgement tells it; else, or after that, it is
     killed, losing only the steps the learner had not received, as any actor killed does."""
     child_args = replace(args, role="actor", learner_address=address, resume=None, resume_anyway=False)
+    child_args = replace(child_args, offline_data=None, offline_steps=0, save_replay=None)  # the learner's
     process = torch.multiprocessing.get_context("spawn").Process(target=child_main, args=(child_args,))
     process.start()
     try:

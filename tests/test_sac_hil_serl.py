@@ -1423,6 +1423,42 @@ REFUSED_ACTORS = {
 }
 
 
+ACTOR_BAD_INPUT = {  # refused by the actor itself, before it looks for a learner
+    "a gripper on one action dimension": (["--env-id", "Pendulum-v1", "--num-discrete-actions", "3"], "one action"),
+    "offline data": (
+        ["--offline-data", "some.npz"],
+        "--offline-data, --offline-steps and --save-replay are the learner",
+    ),
+    "encoder weights that are a list": (
+        [
+            "--env-id",
+            "InvertedPendulum-v5",
+            "--from-pixels",
+            "--image-size",
+            "16",
+            "--image-encoder-weights",
+            "list.pt",
+        ],
+        "list.pt holds a list, not a state dict",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(ACTOR_BAD_INPUT))
+def test_an_actor_checks_its_flags_as_a_learner_does_one_line_nothing_written(in_tmp, capsys, case):
+    """The image, gripper and data flags of an actor: one line, exit code 2, nothing written (a
+    list for encoder weights was a traceback; offline data and a gripper on one dimension went
+    unremarked)."""
+    torch.save([1, 2], in_tmp / "list.pt")
+    argv, needle = ACTOR_BAD_INPUT[case]
+    flags = ["--role", "actor", "--learner-address", free_address(), "--network-timeout", "1"]
+    with pytest.raises(SystemExit) as stop:
+        sac.cli([*SPLIT, *flags, *argv])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and err.count("\n") == 1 and needle in err, err
+    assert sorted(os.listdir(in_tmp)) == ["list.pt"]
+
+
 @pytest.mark.parametrize("learner_flags, actor_flags, refused", REFUSED_ACTORS.values(), ids=REFUSED_ACTORS.keys())
 def test_an_actor_the_learner_cannot_take_is_refused_at_its_hello_in_one_line(
     in_tmp, capsys, learner_flags, actor_flags, refused
