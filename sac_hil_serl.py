@@ -2505,11 +2505,14 @@ class Outbox:
         """A hello: this actor's spaces and outbox size, for the learner to check."""
         self.send({"kind": "hello", "spaces": self.spaces, "outbox": self.args.outbox_size})
 
-    def hello(self) -> None:
+    def hello(self, stop_signal: list) -> None:
         """Greet the learner with this actor's spaces and take its count and parameters; a deadline
-        of --network-timeout, then one line."""
+        of --network-timeout, then one line; a signal ends the actor at once, nothing written."""
         deadline = time.monotonic() + self.args.network_timeout
+        print(f"actor {self.args.actor_id}: greeting the learner at {self.args.learner_address}", flush=True)
         while time.monotonic() < deadline:
+            if stop_signal:
+                raise SystemExit(128 + stop_signal[0])
             if time.monotonic() - self.sent > RESEND:
                 self.greet()
             if self.socket.poll(100) and self.receive() == "ack":
@@ -2615,7 +2618,7 @@ def act_for_learner(args, checkpoint, device, zmq) -> dict:
         load = functools.partial(load_policy_parameters, actor=actor, qf=qf, grip=grip)
         spaces = [repr(envs.single_observation_space), repr(envs.single_action_space)]
         outbox = Outbox(args, socket, zmq, spaces, load)
-        outbox.hello()
+        outbox.hello(run.stop_signal)
         person = Interventions(args, envs.single_action_space)
         (global_step, *_), obs = run.resume({"outbox": outbox}, (0, 0, 0, 0))  # its rows kept on a stop or an error
         policy = paced(greedy_policy(actor, grip, device), args.control_hz)  # evaluation on a robot at its rate

@@ -1397,6 +1397,17 @@ def test_an_unreachable_learner_ends_an_actor_in_one_line_after_its_deadline(in_
     assert not (in_tmp / "runs").exists()
 
 
+def test_a_signal_while_an_actor_waits_for_its_learner_ends_it_at_once_writing_nothing(in_tmp):
+    """Ctrl-C while an actor greets a learner that does not answer: exit code 130 at once, not the
+    deadline's error --network-timeout later; nothing written."""
+    actor = start("actor", free_address(), "--network-timeout", "60", cwd=in_tmp)
+    assert "greeting the learner" in actor.stdout.readline()  # its signal handlers in place
+    actor.send_signal(signal.SIGINT)
+    out = actor.communicate(timeout=20)[0]
+    assert actor.returncode == 128 + signal.SIGINT and "error" not in out, out
+    assert os.listdir(in_tmp) == []
+
+
 def test_a_second_learner_on_one_address_ends_in_one_line(in_tmp, capsys):
     zmq = pytest.importorskip("zmq")
     address = free_address()
