@@ -1013,6 +1013,13 @@ class Learner:
         self.rb = replay_buffer(args, args.buffer_size, obs_space, action_space.shape[0], device, encoder, num_envs)
         self.demo = demo_buffer(args, data, obs_space, action_space.shape[0], device, encoder)  # offline, takeovers
         self.replay = MixedReplay(self.rb, self.demo, args.offline_ratio)  # RLPD's batches, once demos hold a share
+        share = round(args.batch_size * self.replay.ratio)
+        if data is not None and not args.offline_steps and not 0 < share <= self.demo.size:  # takeovers may fill it
+            print(
+                f"note: --offline-data gives the demo buffer {self.demo.size:,} transitions; a batch draws "
+                f"{share} (--batch-size x --offline-ratio) from it once it holds that many",
+                file=sys.stderr,
+            )
         self.stateful = dict(actor=self.actor, qf=self.qf, qf_target=self.qf_target, q_optimizer=q_optimizer)
         self.stateful.update(log_alpha=self.log_alpha, actor_optimizer=actor_optimizer, rb=self.rb, demo=self.demo)
         self.stateful.update(alpha_optimizer=alpha_optimizer)

@@ -697,6 +697,18 @@ def test_bad_input_one_line_exit_2_nothing_written(in_tmp, capsys, case):
     assert sorted(os.listdir(in_tmp)) == before
 
 
+@pytest.mark.parametrize("rows, noted", [(100, True), (128, False)])
+def test_offline_data_below_a_batch_s_share_is_noted(in_tmp, capsys, rows, noted):
+    """RLPD's batches draw round(batch_size * ratio) demos once the demo buffer holds that many: a
+    file of fewer, with no person to add to it, would never be drawn, and a note says so."""
+    data = dict(obs=np.zeros((rows, 3), np.float32), actions=np.zeros((rows, 1), np.float32), rewards=np.zeros(rows))
+    np.savez(in_tmp / "few.npz", **data, next_obs=data["obs"], terminations=np.zeros(rows))
+    flags = ["--env-id", "Pendulum-v1", "--total-timesteps", "300", "--learning-starts", "256", "--batch-size", "256"]
+    sac.cli([*flags, "--offline-data", "few.npz", "--eval-episodes", "1", "--no-cuda"])
+    note = f"note: --offline-data gives the demo buffer {rows} transitions; a batch draws 128 (--batch-size x"
+    assert (note in capsys.readouterr().err) == noted
+
+
 @pytest.mark.parametrize("shape", [(8, 8, 3), (3, 12, 12), (40, 15, 3)])
 def test_an_env_s_image_under_16_pixels_a_side_is_refused_naming_image_size(shape):
     """DrQ's convolutions need 16 pixels a side (a smaller image was a traceback at the first
