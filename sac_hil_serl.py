@@ -1319,7 +1319,7 @@ def robot_learning_setup(args, obs_space, action_space) -> dict | None:
         {x.shape[0] if channels_first(x.shape) else x.shape[-1] for x in spaces.values() if is_image(x)}
     ):
         check_encoder_weights(args.image_encoder_weights, channels)
-    if not args.offline_data:
+    if not args.offline_data or args.resume:  # a resumed run's demo buffer is its checkpoint's: the file may be gone
         return None
     try:
         with np.load(args.offline_data) as f:
@@ -2205,6 +2205,9 @@ PUSH_EVERY = 1.0  # seconds between parameter pushes to an actor (LeRobot's defa
 HEARTBEAT = 0.5  # seconds after which an actor with nothing to send asks for news (parameters, acknowledgements)
 MAX_ROWS = 256  # rows in one message from an actor
 POLL_MS = 50  # how long a learner that is not updating yet waits for a message
+
+
+RESUMABLE += ["learner_address", "network_timeout", "control_hz"]  # a resumed learner or actor may move, or pace anew
 
 
 def split(args, checkpoint, device) -> dict:

@@ -709,6 +709,32 @@ def test_offline_data_below_a_batch_s_share_is_noted(in_tmp, capsys, rows, noted
     assert (note in capsys.readouterr().err) == noted
 
 
+def test_a_resume_needs_no_offline_file_and_takes_a_new_address_and_control_rate(in_tmp, capsys):
+    """The checkpoint holds the demo buffer, so --resume runs with the --offline-data file gone; a
+    resumed learner or actor may move to another address and pace (they were ignored)."""
+    rows = 64
+    data = dict(obs=np.zeros((rows, 3), np.float32), actions=np.zeros((rows, 1), np.float32), rewards=np.zeros(rows))
+    np.savez(in_tmp / "off.npz", **data, next_obs=data["obs"], terminations=np.zeros(rows))
+    flags = ["--env-id", "Pendulum-v1", "--total-timesteps", "300", "--learning-starts", "100", "--batch-size", "32"]
+    first = sac.cli(
+        [*flags, "--offline-data", "off.npz", "--checkpoint-freq", "200", "--eval-episodes", "1", "--no-cuda"]
+    )
+    os.remove(in_tmp / "off.npz")
+    checkpoint = f"{first['run_dir']}/checkpoint.pt"
+    moved = ["--learner-address", "tcp://127.0.0.1:6001", "--network-timeout", "5", "--control-hz", "20"]
+    capsys.readouterr()
+    resumed = sac.cli(["--resume", checkpoint, "--resume-anyway", "--total-timesteps", "400", *moved])
+    out = capsys.readouterr().out
+    assert resumed["global_step"] == 400 and "ignored" not in out, out
+    saved = torch.load(checkpoint, weights_only=False)  # written at step 400
+    assert saved["counters"][0] == 400 and saved["demo"]["size"] == rows
+    assert (saved["args"]["learner_address"], saved["args"]["network_timeout"], saved["args"]["control_hz"]) == (
+        "tcp://127.0.0.1:6001",
+        5.0,
+        20.0,
+    )
+
+
 @pytest.mark.parametrize("shape", [(8, 8, 3), (3, 12, 12), (40, 15, 3)])
 def test_an_env_s_image_under_16_pixels_a_side_is_refused_naming_image_size(shape):
     """DrQ's convolutions need 16 pixels a side (a smaller image was a traceback at the first
