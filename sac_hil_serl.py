@@ -2294,15 +2294,17 @@ class Actors:
         self.expected, self.saved, self.received = {}, {}, {}
         self.peers, self.seen, self.pushed = {}, {}, {}  # of each id: its socket's routing id, last message, push
         self.origins = np.zeros((capacity, 2), dtype=np.int64)
+        self.filled = 0  # the replay rows written: a checkpoint holds their origins alone
         self.blob = (-1, b"")  # the parameters' version and bytes, made once a version
         self.last_return = None
 
     def state_dict(self) -> dict:
-        return {"expected": dict(self.expected), "origins": torch.from_numpy(self.origins.copy())}
+        return {"expected": dict(self.expected), "origins": torch.from_numpy(self.origins[: self.filled].copy())}
 
     def load_state_dict(self, state: dict) -> None:
         self.expected, self.saved = dict(state["expected"]), dict(state["expected"])
-        self.origins[:] = state["origins"].numpy()
+        self.filled = len(state["origins"])
+        self.origins[: self.filled] = state["origins"].numpy()
 
     def checkpointed(self) -> None:
         """A checkpoint was written: it holds every row received so far."""
@@ -2391,6 +2393,7 @@ class Actors:
         idx = learner.rb.add(obs, *columns, next_obs, *extras)  # each row its own s and s': actors interleave
         add_demos(learner.demo, intervened, obs, *columns, next_obs, take["terminations"], take["penalties"])
         self.origins[idx.numpy()] = np.stack([np.full(n, actor), expected + np.arange(n)], 1)
+        self.filled = max(self.filled, int(idx.max()) + 1)
         self.expected[actor] = expected + n
         self.received[actor] = self.received.get(actor, 0) + n
         step = global_step + n

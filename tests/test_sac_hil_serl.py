@@ -1348,6 +1348,8 @@ def test_a_learner_and_an_actor_store_each_step_once_and_the_person_s_as_demos(i
     learner_dir = next(p for p in glob.glob(str(in_tmp / "runs" / "*")) if os.path.isfile(f"{p}/checkpoint.pt"))
     rows, origins, demos = replay_rows(f"{learner_dir}/checkpoint.pt")
     np.testing.assert_array_equal(np.sort(rows[:, 0]), np.arange(300))  # every step once
+    saved = torch.load(f"{learner_dir}/checkpoint.pt", weights_only=False)["actors"]["origins"]
+    assert saved.shape == (300, 2)  # the stored rows' origins, not a table of --buffer-size
     np.testing.assert_array_equal(origins, np.stack([np.zeros(300), rows[:, 0]], 1))  # numbered as the env counts
     np.testing.assert_array_equal(rows[:, -1].astype(bool), rows[:, 0] < 30)  # the person's steps flagged
     np.testing.assert_array_equal(np.sort(demos[:, 0]), np.arange(30))
