@@ -1217,6 +1217,10 @@ def check_args(args: Args) -> None:
                 args.offline_steps and not args.offline_data,
                 "--offline-steps needs --offline-data PATH, an .npz written by --save-replay",
             ),
+            (
+                not re.fullmatch(r"(tcp://(\[[0-9a-fA-F:.]+\]|[^:/]+):(\d+|\*)|ipc://.+)", args.learner_address),
+                f"--learner-address must read tcp://HOST:PORT (or ipc://PATH), not {args.learner_address}",
+            ),
             (args.control_hz < 0, f"--control-hz must be non-negative (0: no limit), not {args.control_hz}"),
             (args.actor_id < 0, f"--actor-id must be non-negative, not {args.actor_id}"),
             (args.outbox_size < 1, f"--outbox-size must be at least 1, not {args.outbox_size}"),
@@ -2239,7 +2243,7 @@ def unpack(frames: list) -> tuple:
         dtype = np.dtype(dtype)
         if dtype.kind not in "biuf":
             raise ValueError(f"array {key} of dtype {dtype}")
-        arrays[key] = np.frombuffer(frame, dtype).reshape(shape)
+        arrays[key] = np.frombuffer(frame, dtype).reshape(shape).copy()  # writable: torch takes it with no warning
     return header, arrays, frames[len(specs) + 1] if len(frames) > len(specs) + 1 else None
 
 

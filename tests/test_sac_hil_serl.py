@@ -621,6 +621,10 @@ BAD_INPUT = {  # this script's flags; the common ones are in test_common_block.p
         "would overwrite the --offline-data file",
     ),
     "save replay as a directory": (["--save-replay", "."], "is a directory"),
+    "a learner address without its scheme": (
+        ["--role", "actor", "--learner-address", "127.0.0.1:5555"],
+        "--learner-address must read tcp://HOST:PORT (or ipc://PATH), not 127.0.0.1:5555",
+    ),
     "learning never starts": (["--learning-starts", "1000", "--total-timesteps", "1000"], "--learning-starts"),
     "too few critics": (["--num-critics", "1"], "--num-critics"),
     "no subsampled critics": (["--num-subsample-critics", "0"], "--num-subsample-critics must lie in [1, "),
