@@ -1370,7 +1370,8 @@ def robot_learning_setup(args, obs_space, action_space) -> dict | None:
     rows = {key: ~np.isfinite(x).reshape(n, -1).all(1) for key, x in data.items() if x.dtype != np.uint8}
     rows["actions"] |= ~within(action_space, actions)
     rows["actions"] |= (len(levels) > 0) & ~np.isin(actions[:, -1], levels)  # the gripper's: one of its K commands
-    rows["terminations"] |= ~np.isin(data["terminations"], (0, 1))
+    for key in {"terminations", "interventions"} & {*data}:  # flags
+        rows[key] |= ~np.isin(data[key], (0, 1))
     grip = (
         f", the last one of the {len(levels)} gripper commands {levels} (save with the same K)" if len(levels) else ""
     )
@@ -1379,7 +1380,8 @@ def robot_learning_setup(args, obs_space, action_space) -> dict | None:
             (
                 bad.any(),
                 f"--offline-data {args.offline_data}: {key} row {bad.argmax():,} holds {data[key][bad.argmax()]}"
-                f"; values must be finite, actions within {args.env_id}'s bounds{grip}, terminations 0 or 1",
+                f"; values must be finite, actions within {args.env_id}'s bounds{grip}, terminations and "
+                "interventions 0 or 1",
             )
             for key, bad in rows.items()
         ]

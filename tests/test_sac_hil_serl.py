@@ -612,6 +612,7 @@ BAD_INPUT = {  # this script's flags; the common ones are in test_common_block.p
     "offline data with a NaN reward": (["--offline-data", "nan.npz"], "rewards row 1 holds nan"),
     "offline actions outside the bounds": (["--offline-data", "far.npz"], "actions row 2 holds [200.]"),
     "offline terminations neither 0 nor 1": (["--offline-data", "half.npz"], "terminations row 0 holds 0.5"),
+    "offline interventions neither 0 nor 1": (["--offline-data", "taken.npz"], "interventions row 1 holds -3.0"),
     "save replay onto the offline data": (
         ["--offline-data", "pendulum.npz", "--save-replay", "pendulum.npz"],
         "would overwrite the --offline-data file",
@@ -683,6 +684,7 @@ def test_bad_input_one_line_exit_2_nothing_written(in_tmp, capsys, case):
     np.savez(in_tmp / "nan.npz", **{**data, "rewards": np.array([0, np.nan, 0])})
     np.savez(in_tmp / "far.npz", **{**data, "actions": np.array([[0], [2], [200]], np.float32)})  # bounds [-2, 2]
     np.savez(in_tmp / "half.npz", **{**data, "terminations": np.array([0.5, 0, 1])})
+    np.savez(in_tmp / "taken.npz", **data, interventions=np.array([1, -3, 0.0]))
     np.savez(in_tmp / "scalar.npz", **{**data, "actions": np.array(0.0)})
     np.savez(in_tmp / "text.npz", **{**data, "rewards": np.array(["a", "b", "c"])})
     torch.save(sac.ResNet10(6).state_dict(), in_tmp / "six.pt")  # for 6-channel images: 2 stacked frames
