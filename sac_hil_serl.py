@@ -1104,7 +1104,7 @@ def main(args: Args) -> dict:
                 # COLLECT: random actions for learning_starts steps (DEVIATION(6)), then a ~ pi(.|s)
                 actions = collect_actions(obs, actor, act, grip, global_step, args.learning_starts)
                 next_obs, rewards, terminations, truncations, infos = run.envs.step(actions)
-                check_rewards(rewards, args.env_id, global_step)
+                check_rewards(rewards, actions, args.env_id, global_step)
                 previous_step, global_step = global_step, global_step + args.num_envs
                 dones = terminations | truncations
 
@@ -1477,10 +1477,11 @@ def offline_phase(run, update, offline, metrics: dict, counters, args) -> None:
     run.last_log = time.time(), counters()[0]
 
 
-def check_rewards(rewards: np.ndarray, env_id: str, global_step: int) -> None:
-    """A NaN or infinite reward is the env's (a reward classifier's, say), not the learning rates':
-    one line before it is stored, which the networks never see."""
-    bad = rewards[~np.isfinite(rewards)].tolist()
+def check_rewards(rewards: np.ndarray, actions: np.ndarray, env_id: str, global_step: int) -> None:
+    """A NaN or infinite reward for a finite action is the env's (a reward classifier's, say), not
+    the learning rates': one line before it is stored, which the networks never see. (A diverged
+    policy's NaN action is the NaN guard's.)"""
+    bad = rewards[~np.isfinite(rewards) & np.isfinite(actions).all(-1)].tolist()
     check([(bad, f"step {global_step:,}: {env_id} returned rewards {bad}; fix the env, rewards must be finite")])
 
 
@@ -2664,7 +2665,7 @@ def act_for_learner(args, checkpoint, device, zmq) -> dict:
             starts.append(time.monotonic())
             actions = collect_actions(obs, actor, act, grip, outbox.step, args.learning_starts)
             next_obs, rewards, terminations, truncations, infos = envs.step(actions)
-            check_rewards(rewards, args.env_id, global_step)
+            check_rewards(rewards, actions, args.env_id, global_step)
             dones = terminations | truncations
             actions, intervened = person.actions(infos, actions, dones)
             penalties = np.array([p or 0.0 for p in step_info(infos, "discrete_penalty", dones)], np.float32)
