@@ -2442,7 +2442,9 @@ def serve(args, checkpoint, device, zmq) -> dict:
                 f"--learner-address {args.learner_address}: {zmq.strerror(e.errno)} (a second learner there?); "
                 "pass another, such as tcp://127.0.0.1:5556"
             ) from None
-        run = stack.enter_context(Run(args, checkpoint, device, memory_flags, observation_wrappers))
+        run = stack.enter_context(
+            Run(args, checkpoint, device, memory_flags, observation_wrappers, at=offline_position)
+        )
         obs_space, action_space = run.envs.single_observation_space, run.envs.single_action_space
         data = robot_learning_setup(args, obs_space, action_space)
         learner = Learner(args, run.envs, device, data, num_envs=1)  # each row its own frames: actors interleave
@@ -2540,8 +2542,8 @@ class Outbox:
                 return
         raise ConfigError(
             f"no learner answered at {self.args.learner_address} within --network-timeout "
-            f"{self.args.network_timeout:g} s: start one with --role learner, or check --learner-address (from "
-            "another machine, an SSH tunnel to the learner's)"
+            f"{self.args.network_timeout:g} s: start one with --role learner (one in its --offline-steps answers "
+            "after them), or check --learner-address (from another machine, an SSH tunnel to the learner's)"
         )
 
     def add(self, arrays: dict) -> None:
