@@ -2260,14 +2260,24 @@ def row_shapes(obs_space, action_space) -> dict:
     return shapes
 
 
-def policy_parameters(actor, qf, grip) -> bytes:
-    """What an actor needs to act, by torch.save: the actor's, the critics' encoder's (the actor
-    reads it with --shared-encoder) and the gripper's critic's state dicts."""
+def policy_state(actor, qf, grip) -> dict:
+    """What an actor needs to act: the actor's, the critics' encoder's (the actor reads it with
+    --shared-encoder) and the gripper's critic's state dicts."""
     state = {"actor": actor.state_dict(), "encoder": qf.encoder.state_dict()}
-    state.update({"dq": grip.dq.state_dict()} if grip else {})
+    return {**state, "dq": grip.dq.state_dict()} if grip else state
+
+
+def policy_parameters(actor, qf, grip) -> bytes:
+    """policy_state's tensors by torch.save, on the CPU."""
     buffer = io.BytesIO()
+    state = policy_state(actor, qf, grip)
     torch.save({key: {k: v.cpu() for k, v in part.items()} for key, part in state.items()}, buffer)
     return buffer.getvalue()
+
+
+def policy_shapes(actor, qf, grip) -> dict:
+    """policy_state's tensor shapes, for a hello: an actor of other networks is refused at once."""
+    return {f"{key}/{k}": list(v.shape) for key, part in policy_state(actor, qf, grip).items() for k, v in part.items()}
 
 
 def load_policy_parameters(blob: bytes, actor, qf, grip) -> None:
@@ -2293,8 +2303,8 @@ class Actors:
     replay), `saved[id]` the first its last checkpoint lacks. `origins` names each replay row's
     actor and number."""
 
-    def __init__(self, args, envs, capacity: int):
-        self.args = args
+    def __init__(self, args, envs, capacity: int, networks: dict):
+        self.args, self.networks = args, networks  # networks: policy_shapes, which each actor's must match
         self.spaces = [repr(envs.single_observation_space), repr(envs.single_action_space)]
         self.shapes = row_shapes(envs.single_observation_space, envs.single_action_space)
         self.dict_obs = isinstance(envs.single_observation_space, gym.spaces.Dict)
@@ -2359,6 +2369,13 @@ class Actors:
             if header["spaces"] != self.spaces:
                 theirs, mine = "; ".join(map(str, header["spaces"])), "; ".join(self.spaces)
                 return self.refuse(socket, peer, f"actor {actor}'s spaces {theirs} are not the learner's {mine}")
+            if header.get("networks") != self.networks:
+                return self.refuse(
+                    socket,
+                    peer,
+                    f"actor {actor}'s networks are not the learner's: give it the learner's network flags "
+                    "(--from-pixels, --image-*, --num-discrete-actions, --shared-encoder, ...)",
+                )
             size, every = header.get("outbox", 0), self.args.checkpoint_freq
             if size < every:  # its outbox would fill before a checkpoint held its rows
                 reason = f"actor {actor}'s --outbox-size {size:,} is below the learner's --checkpoint-freq {every:,}"
@@ -2448,7 +2465,7 @@ def serve(args, checkpoint, device, zmq) -> dict:
         obs_space, action_space = run.envs.single_observation_space, run.envs.single_action_space
         data = robot_learning_setup(args, obs_space, action_space)
         learner = Learner(args, run.envs, device, data, num_envs=1)  # each row its own frames: actors interleave
-        actors = Actors(args, run.envs, args.buffer_size)
+        actors = Actors(args, run.envs, args.buffer_size, policy_shapes(learner.actor, learner.qf, learner.grip))
         counts, _ = run.resume({**learner.stateful, "actors": actors}, (0, 0, 0, 0))
         global_step, learner.critic_updates, learner.actor_updates, learner.update_steps = counts
         if args.compile:
@@ -2507,8 +2524,9 @@ class Outbox:
     without blocking, one message at a time, from the first the learner lacks, again when unanswered
     for RESEND seconds."""
 
-    def __init__(self, args, socket, zmq, spaces: list, load):
+    def __init__(self, args, socket, zmq, spaces: list, networks: dict, load):
         self.args, self.socket, self.zmq, self.spaces, self.load = args, socket, zmq, spaces, load
+        self.networks = networks  # policy_shapes, for the learner to check
         self.rows = []  # [(number, {key: array of one row})], oldest first
         self.next = self.expected = self.saved = self.version = self.step = self.overruns = self.takeovers = 0
         self.sent, self.in_flight, self.answered = -math.inf, False, time.monotonic()
@@ -2525,7 +2543,7 @@ class Outbox:
 
     def greet(self) -> None:
         """A hello: this actor's spaces and outbox size, for the learner to check."""
-        self.send({"kind": "hello", "spaces": self.spaces, "outbox": self.args.outbox_size})
+        self.send({"kind": "hello", "spaces": self.spaces, "networks": self.networks, "outbox": self.args.outbox_size})
 
     def hello(self, stop_signal: list) -> None:
         """Greet the learner with this actor's spaces and take its count and parameters; a deadline
@@ -2639,7 +2657,7 @@ def act_for_learner(args, checkpoint, device, zmq) -> dict:
         actor, qf, _, grip = networks(args, envs, device)
         load = functools.partial(load_policy_parameters, actor=actor, qf=qf, grip=grip)
         spaces = [repr(envs.single_observation_space), repr(envs.single_action_space)]
-        outbox = Outbox(args, socket, zmq, spaces, load)
+        outbox = Outbox(args, socket, zmq, spaces, policy_shapes(actor, qf, grip), load)
         outbox.hello(run.stop_signal)
         person = Interventions(args, envs.single_action_space)
         (global_step, *_), obs = run.resume({"outbox": outbox}, (0, 0, 0, 0))  # its rows kept on a stop or an error

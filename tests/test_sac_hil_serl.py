@@ -1473,6 +1473,13 @@ REFUSED_ACTORS = {
         ["--env-id", "hil_env:PointReach-v0"],
         "the learner refused this actor: actor 0's spaces",
     ),
+    # the actor's networks of other flags than the learner's: refused at its hello, before the
+    # learner stores any of its rows (it was refused at the first parameter push)
+    "networks that differ": (
+        ["--env-id", "grasp_env:PointGrasp-v0"],
+        ["--env-id", "grasp_env:PointGrasp-v0", "--num-discrete-actions", "3"],
+        "the learner refused this actor: actor 0's networks are not the learner's: give it the learner's network",
+    ),
     # an outbox below the learner's --checkpoint-freq would fill before any checkpoint held its
     # rows, and the actor would wait for ever
     "an outbox a checkpoint could never empty": (
