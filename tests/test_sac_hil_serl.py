@@ -1409,6 +1409,7 @@ def test_an_actor_that_ends_keeps_the_rows_the_learner_s_checkpoint_lacks_and_it
     address = free_address()
     flags = ["--total-timesteps", "400", "--checkpoint-freq", "100"]
     learner = start("learner", address, *flags, cwd=in_tmp)
+    wait_for(str(in_tmp / "runs" / "*-learner__*"))  # listening: the actor's 2 s start once the learner is up
     actor_flags = ["--control-hz", "100", "--env-kwargs", "person_episodes:20", "--outbox-size", "150"]
     actor = start("actor", address, *flags, *actor_flags, "--network-timeout", "2", cwd=in_tmp)
     wait_for(str(in_tmp / "runs" / "*" / "checkpoint.pt"))  # the learner's, at row 100
@@ -1427,7 +1428,8 @@ def test_an_actor_that_ends_keeps_the_rows_the_learner_s_checkpoint_lacks_and_it
     resumed = spawn([sys.executable, str(ROOT / "sac_hil_serl.py"), "--resume", checkpoint], in_tmp)
     command = out.strip().splitlines()[-1 if end == "SIGINT" else -2]
     assert command.startswith("python ") and "--resume" in command, out
-    finish(spawn([sys.executable, *shlex.split(command)[1:]], in_tmp))
+    waits = ["--network-timeout", str(DEADLINE)]  # a loaded machine may start the resumed learner past 2 s
+    finish(spawn([sys.executable, *shlex.split(command)[1:], *waits], in_tmp))
     finish(resumed)
     rows, origins, demos = replay_rows(checkpoint)  # the last checkpoint, at row 400
     np.testing.assert_array_equal(np.sort(rows[:, 0]), np.arange(400))
