@@ -1074,8 +1074,8 @@ def main(args: Args) -> dict:
     if args.role == "actor" and not args.resume:  # actors of one --seed draw apart: each seeds with --seed + its id
         args = replace(args, seed=args.seed + args.actor_id)
     args, checkpoint, device = setup(args, check_args, check_spaces, observation_wrappers)
-    files = ("offline_data", "save_replay", "image_encoder_weights")  # made absolute: a resume runs from anywhere
-    args = replace(args, **{key: os.path.abspath(path) for key in files if (path := getattr(args, key))})
+    files = ("offline_data", "save_replay", "image_encoder_weights")  # absolute, links followed: resumes run anywhere
+    args = replace(args, **{key: os.path.realpath(path) for key in files if (path := getattr(args, key))})
     if args.role != "local":  # the actor and the learner apart, below their fence
         return split(args, checkpoint, device)
     memory_flags = "--buffer-size or --batch-size (with images, also --image-size)"

@@ -456,6 +456,14 @@ def test_a_replay_that_cannot_be_written_leaves_no_partial_file(in_tmp, monkeypa
     assert not (in_tmp / "replay.npz").exists() and not (in_tmp / "replay.npz.tmp").exists()
 
 
+def test_save_replay_through_a_link_writes_the_file_it_points_to_and_keeps_the_link(in_tmp):
+    (in_tmp / "data").mkdir()
+    (in_tmp / "data" / "replay.npz").write_bytes(b"an older replay")
+    (in_tmp / "replay.npz").symlink_to(in_tmp / "data" / "replay.npz")
+    sac.main(tiny(save_replay=str(in_tmp / "replay.npz")))
+    assert (in_tmp / "replay.npz").is_symlink() and len(np.load(in_tmp / "data" / "replay.npz")["rewards"]) > 0
+
+
 def test_pure_offline_training_evaluates_and_saves(in_tmp):
     path = str(in_tmp / "replay.npz")
     sac.main(tiny(save_replay=path))
