@@ -324,6 +324,7 @@ def main(args: Args) -> dict:
                     # a Box action clipped, in its dtype, for the env only: the rollout keeps it
                     actions = np.clip(rollout_actions[t].cpu().numpy(), low, high, dtype=space.dtype)
                     obs, rewards, terminations, truncations, infos = envs.step(actions)  # SAME_STEP: no reset steps
+                    check_rewards(rewards, actions, args.env_id, global_step)
                     global_step += N
                     run.log(infos, None, global_step - N, global_step)
                     if truncations.any():  # bootstrap through truncations, never terminations (DEVIATION(2))
@@ -549,6 +550,13 @@ def final_observations(next_obs: np.ndarray, infos: dict) -> np.ndarray:
     for i in np.flatnonzero(infos.get("_final_obs", [])):
         real_next_obs[i] = infos["final_obs"][i]
     return real_next_obs
+
+
+def check_rewards(rewards: np.ndarray, actions: np.ndarray, env_id: str, step: int) -> None:
+    """A NaN or infinite reward for a finite action: the env's fault, one line, never stored."""
+    acted = np.isfinite(actions).reshape(len(rewards), -1).all(-1)  # a NaN action: the NaN guard's
+    bad = rewards[acted & ~np.isfinite(rewards)].tolist()
+    check([(bad, f"step {step:,}: {env_id} returned rewards {bad}; fix the env")])
 
 
 def simulator_state(env):

@@ -370,7 +370,9 @@ def main(args: Args) -> dict:
             for t in range(T):  # COLLECT a segment: T steps of the N envs in lockstep (DEVIATION(1)), with mu
                 segment["obs"][t] = torch.as_tensor(obs)
                 segment["actions"][t], segment["mu"][t] = agent.act(segment["obs"][t])
-                obs, rewards, terminations, truncations, infos = run.envs.step(segment["actions"][t].cpu().numpy())
+                actions = segment["actions"][t].cpu().numpy()
+                obs, rewards, terminations, truncations, infos = run.envs.step(actions)
+                check_rewards(rewards, actions, args.env_id, global_step)
                 global_step += N  # SAME_STEP autoreset: every step a transition, no reset step enters a segment
                 run.log(infos, None, global_step - N, global_step)
                 # a truncation's final obs, not a termination's: DEVIATION(2)
@@ -602,6 +604,13 @@ def final_observations(next_obs: np.ndarray, infos: dict) -> np.ndarray:
     for i in np.flatnonzero(infos.get("_final_obs", [])):
         real_next_obs[i] = infos["final_obs"][i]
     return real_next_obs
+
+
+def check_rewards(rewards: np.ndarray, actions: np.ndarray, env_id: str, step: int) -> None:
+    """A NaN or infinite reward for a finite action: the env's fault, one line, never stored."""
+    acted = np.isfinite(actions).reshape(len(rewards), -1).all(-1)  # a NaN action: the NaN guard's
+    bad = rewards[acted & ~np.isfinite(rewards)].tolist()
+    check([(bad, f"step {step:,}: {env_id} returned rewards {bad}; fix the env")])
 
 
 def simulator_state(env):

@@ -420,6 +420,7 @@ def main(args: Args) -> dict:
                 with torch.no_grad():
                     actions = actor.get_action(torch.as_tensor(obs, device=device))[0].cpu().numpy()
             next_obs, rewards, terminations, truncations, infos = run.envs.step(actions)
+            check_rewards(rewards, actions, args.env_id, global_step)
             previous_step, global_step = global_step, global_step + args.num_envs
 
             # STORE the true final s': bootstrap through truncations, never terminations; no
@@ -649,6 +650,13 @@ def final_observations(next_obs: np.ndarray, infos: dict) -> np.ndarray:
     for i in np.flatnonzero(infos.get("_final_obs", [])):
         real_next_obs[i] = infos["final_obs"][i]
     return real_next_obs
+
+
+def check_rewards(rewards: np.ndarray, actions: np.ndarray, env_id: str, step: int) -> None:
+    """A NaN or infinite reward for a finite action: the env's fault, one line, never stored."""
+    acted = np.isfinite(actions).reshape(len(rewards), -1).all(-1)  # a NaN action: the NaN guard's
+    bad = rewards[acted & ~np.isfinite(rewards)].tolist()
+    check([(bad, f"step {step:,}: {env_id} returned rewards {bad}; fix the env")])
 
 
 def simulator_state(env):

@@ -1477,14 +1477,6 @@ def offline_phase(run, update, offline, metrics: dict, counters, args) -> None:
     run.last_log = time.time(), counters()[0]
 
 
-def check_rewards(rewards: np.ndarray, actions: np.ndarray, env_id: str, global_step: int) -> None:
-    """A NaN or infinite reward for a finite action is the env's (a reward classifier's, say), not
-    the learning rates': one line before it is stored, which the networks never see. (A diverged
-    policy's NaN action is the NaN guard's.)"""
-    bad = rewards[~np.isfinite(rewards) & np.isfinite(actions).all(-1)].tolist()
-    check([(bad, f"step {global_step:,}: {env_id} returned rewards {bad}; fix the env, rewards must be finite")])
-
-
 def offline_position(args, counters: tuple) -> str:
     """Where a run stands, for its stop and resume lines: in the offline phase, its offline update;
     after it, its env step."""
@@ -1784,6 +1776,13 @@ def final_observations(next_obs: np.ndarray, infos: dict) -> np.ndarray:
     for i in np.flatnonzero(infos.get("_final_obs", [])):
         real_next_obs[i] = infos["final_obs"][i]
     return real_next_obs
+
+
+def check_rewards(rewards: np.ndarray, actions: np.ndarray, env_id: str, step: int) -> None:
+    """A NaN or infinite reward for a finite action: the env's fault, one line, never stored."""
+    acted = np.isfinite(actions).reshape(len(rewards), -1).all(-1)  # a NaN action: the NaN guard's
+    bad = rewards[acted & ~np.isfinite(rewards)].tolist()
+    check([(bad, f"step {step:,}: {env_id} returned rewards {bad}; fix the env")])
 
 
 def simulator_state(env):
