@@ -1131,9 +1131,8 @@ def main(args: Args) -> dict:
                 person.log(run.writer, dones, demo.size, global_step)
                 run.after_step(previous_step, counters(), obs, policy)
         summary = run.finish(counters(), obs, policy, learner.model())
-        if args.save_replay:  # durably, whole or not at all
-            run.save(lambda f: np.savez(f, **replay_arrays(rb)), args.save_replay, global_step, "other files are kept")
-            print(f"replay buffer saved to {args.save_replay}")
+        if args.save_replay:
+            save_replay(run, rb, args.save_replay, global_step)
     return {**summary, "critic_updates": learner.critic_updates, "actor_updates": learner.actor_updates}
 
 
@@ -1515,6 +1514,17 @@ def keep_data(run, counters: tuple, learner, args) -> None:
         lines.append(f"replay buffer saved to {args.save_replay}")
     if lines:
         print("\n" + "\n".join(lines), flush=True)
+
+
+def save_replay(run, rb: ReplayBuffer, path: str, global_step: int) -> None:
+    """--save-replay's .npz at the run's end, durably, whole or not at all; an empty replay (a run
+    stopped before its first step) writes nothing, so that a file already there is kept."""
+    if not rb.size:
+        print(f"the replay is empty: {path} is not written")
+        return
+    arrays = replay_arrays(rb)
+    run.save(lambda f: np.savez(f, **arrays), path, global_step, "other files are kept")
+    print(f"replay buffer saved to {path}")
 
 
 def saved_anyway(run, arrays: dict, name: str, global_step: int) -> str:
@@ -2509,9 +2519,7 @@ def serve(args, checkpoint, device, zmq) -> dict:
                 actors.receive(socket, learner, run.writer, global_step)
         summary = run.finish(counters(), None, policy, learner.model())
         if args.save_replay:
-            arrays = replay_arrays(learner.rb)
-            run.save(lambda f: np.savez(f, **arrays), args.save_replay, global_step, "other files are kept")
-            print(f"replay buffer saved to {args.save_replay}")
+            save_replay(run, learner.rb, args.save_replay, global_step)
     return {**summary, "critic_updates": learner.critic_updates, "actor_updates": learner.actor_updates}
 
 

@@ -464,6 +464,16 @@ def test_save_replay_through_a_link_writes_the_file_it_points_to_and_keeps_the_l
     assert (in_tmp / "replay.npz").is_symlink() and len(np.load(in_tmp / "data" / "replay.npz")["rewards"]) > 0
 
 
+def test_an_empty_replay_writes_no_save_replay_file_and_keeps_the_one_there(in_tmp, capsys):
+    """A run with no env step (pure offline training, or a run stopped at its start) has nothing
+    for --save-replay: a file already at that path is kept, not replaced by an empty one."""
+    sac.main(tiny(save_replay=str(in_tmp / "replay.npz")))
+    (in_tmp / "older.npz").write_bytes(b"an older replay")
+    sac.main(tiny(total_timesteps=0, offline_data="replay.npz", offline_steps=10, save_replay="older.npz"))
+    assert (in_tmp / "older.npz").read_bytes() == b"an older replay"
+    assert f"the replay is empty: {os.path.realpath('older.npz')} is not written" in capsys.readouterr().out
+
+
 def test_pure_offline_training_evaluates_and_saves(in_tmp):
     path = str(in_tmp / "replay.npz")
     sac.main(tiny(save_replay=path))
