@@ -362,7 +362,7 @@ def main(argv=None) -> int:
     except ValueError as e:  # an unterminated quote
         print(f"error: --extra {args.extra!r} does not split into flags ({e}): close its quotes", file=sys.stderr)
         return 2
-    own = [flag for flag in extra if flag.split("=")[0] in OWN_FLAGS]
+    own = [flag for flag in extra if flag.split("=")[0].replace("_", "-") in OWN_FLAGS]  # tyro reads --env_id too
     slurm = dict(partition=None, cpus_per_task=1, gpus_per_task=0, time=None, mem=None, wait=False)
     slurm_only = ["--" + key.replace("_", "-") for key, default in slurm.items() if getattr(args, key) != default]
     twice = sorted(
@@ -386,7 +386,7 @@ def main(argv=None) -> int:
             args.cpus_per_task < 1 or args.gpus_per_task < 0,
             "--cpus-per-task must be at least 1 and --gpus-per-task at least 0",
         ),
-        (args.backend == "local" and slurm_only, f"{', '.join(slurm_only)} work with --backend slurm only"),
+        (args.backend == "local" and slurm_only, f"{', '.join(slurm_only)} need --backend slurm"),
         (os.path.exists(args.out) and not os.path.isdir(args.out), f"--out {args.out} is a file: pass a directory"),
     ]:
         if bad:

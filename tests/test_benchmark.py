@@ -1162,11 +1162,15 @@ def test_a_single_flag_passes_through_extra(tmp_path, extra):
     [
         (["--extra", '--unterminated "quote'], "does not split into flags"),
         (["--seeds", "1", "--extra", "--seed 5"], "--extra sets --seed, which run.py sets for each run"),
+        (
+            ["--extra", "--env_id Acrobot-v1 --total_timesteps=800"],
+            "--extra sets --env_id, --total_timesteps=800, which",
+        ),
         (["--seeds", "1", "1", "--dry-run"], "--envs and --seeds list 1 twice"),
         (["--envs", "CartPole-v1", "CartPole-v1", "--seeds", "1", "1"], "list 1, CartPole-v1 twice"),
         (["--backend", "slurm", "--cpus-per-task", "0", "--dry-run"], "--cpus-per-task must be at least 1"),
         (["--backend", "slurm", "--gpus-per-task", "-1", "--dry-run"], "--gpus-per-task at least 0"),
-        (["--partition", "big", "--wait"], "--partition, --wait work with --backend slurm only"),
+        (["--partition", "big", "--wait"], "--partition, --wait need --backend slurm"),
         (["--workers", "0"], "--workers and --total-timesteps must be at least 1"),
         (["--out", "a-file"], "--out a-file is a file: pass a directory"),
     ],
