@@ -103,10 +103,11 @@ def find_runs(root: str, scripts=None) -> dict:
             for events in glob.glob(os.path.join(root, "**", "events.out.tfevents.*"), recursive=True)
         }
     ):
-        parts = os.path.basename(run_dir).split("__")
-        if len(parts) == 4 and (not scripts or parts[1] in scripts):
-            env_id, script, seed, started = parts
-            found[(script, env_id, int(seed))].append((int(started), run_dir))
+        parts = os.path.basename(run_dir).split("__")  # env__script__seed__time; an --exp-name may hold "__"
+        if len(parts) >= 4 and parts[-2].isdigit() and parts[-1].isdigit():
+            env_id, script, seed, started = parts[0], "__".join(parts[1:-2]), parts[-2], parts[-1]
+            if not scripts or script in scripts:
+                found[(script, env_id, int(seed))].append((int(started), run_dir))
     runs = defaultdict(dict)
     for (script, env_id, seed), candidates in sorted(found.items()):
         runs[(script, env_id)][seed] = kept = max(candidates)[1]

@@ -523,6 +523,14 @@ def test_report_file_names_replace_colons_and_slashes_in_env_ids(tmp_path):
     assert "| `sac` | grasp_env:PointGrasp-v0 | 1 |" in results_row(tmp_path / "out", "sac")
 
 
+def test_report_reads_an_exp_name_that_holds_a_double_underscore(tmp_path):
+    """--exp-name my__exp names runs CartPole-v1__my__exp__1__1000: reported as my__exp (it was
+    left out, silently)."""
+    fake_run(tmp_path / "runs", "CartPole-v1__my__exp__1__1000", evals=EVALS)
+    assert report_main(tmp_path / "runs", "--out", tmp_path / "out", "--scripts", "my__exp") == 0
+    assert "| 1 | 300 | 30.0 ± 0.0 | 30.0 |" in results_row(tmp_path / "out", "my__exp")
+
+
 def test_report_speed_draws_a_bar_per_row_with_a_peer(tmp_path):
     """report.py --speed reads speed.py's tables: rows with a peer become bars, a row without one is
     left out."""
