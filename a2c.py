@@ -309,11 +309,12 @@ def main(args: Args) -> dict:
         rollout_rewards, rollout_dones = np.zeros((T, N), dtype=np.float32), np.zeros((T, N), dtype=np.float32)
         rollout_values = torch.zeros((T, N), device=device)
         num_updates = args.total_timesteps // (T * N)
-        (global_step, updates), obs = run.resume(dict(agent=agent, optimizer=optimizer), (0, 0))
 
         def policy(obs):  # greedy: the most probable action, or the Gaussian's mean clipped to the bounds
             stats = agent(torch.as_tensor(obs, device=device))[0]
             return np.clip((stats.argmax(-1) if agent.discrete else stats).cpu().numpy(), low, high, dtype=space.dtype)
+
+        (global_step, updates), obs = run.resume(dict(agent=agent, optimizer=optimizer), (0, 0), policy)
 
         while updates < num_updates and not run.stop_signal:
             previous_step = global_step
@@ -682,6 +683,7 @@ class Run(contextlib.AbstractContextManager):
         self.envs = gym.vector.SyncVectorEnv(thunks, autoreset_mode="SameStep")
         self.last_return = checkpoint["last_return"] if checkpoint else None
         self.eval_return = self.eval_step = self.counters = None  # counters: at the last step's end
+        self.eval_due = None  # the step of an evaluation begun, not ended
         self.stop_signal = []
         signals = (signal.SIGINT, signal.SIGTERM)
         self.handlers = {sig: signal.signal(sig, self.on_signal) for sig in signals}
@@ -708,8 +710,9 @@ class Run(contextlib.AbstractContextManager):
         with contextlib.suppress(RuntimeError):  # a print that the signal interrupted
             print(f"\nsignal {signum}: the run stops after this step", flush=True)
 
-    def resume(self, stateful: dict, counters: tuple):
-        """(counters, obs): these and a first obs, or the checkpoint's, `stateful` loaded."""
+    def resume(self, stateful: dict, counters: tuple, policy):
+        """(counters, obs): these and a first obs, or the checkpoint's, `stateful` loaded; an
+        evaluation a signal cut short is made, of `policy`."""
         self.stateful = stateful
         try:  # once main() has built all: a failure before leaves nothing
             os.makedirs(self.dir, exist_ok=bool(self.checkpoint))
@@ -719,7 +722,7 @@ class Run(contextlib.AbstractContextManager):
             stem, stamp = self.name.rsplit("__", 1)
             self.name = f"{stem}__{int(stamp) + 1}"
             self.dir = f"runs/{self.name}"
-            return self.resume(stateful, counters)
+            return self.resume(stateful, counters, policy)
         except OSError as e:
             raise ConfigError(f"cannot make {self.dir} ({e.strerror}): nothing is written") from None
         obs = None
@@ -737,6 +740,8 @@ class Run(contextlib.AbstractContextManager):
         self.last_log = time.time(), counters[0]
         if obs is None:
             obs = self.envs.reset(seed=self.args.seed + counters[0])[0]
+        if self.checkpoint and self.checkpoint.get("eval_due") is not None:
+            self.evaluate(policy, self.checkpoint["eval_due"])
         return counters, obs
 
     def load(self, stateful: dict) -> None:
@@ -761,7 +766,7 @@ class Run(contextlib.AbstractContextManager):
         rng.append(torch.cuda.get_rng_state_all() if self.device.type == "cuda" else [])
         state.update(script=os.path.basename(__file__), args=asdict(self.args), rng=rng)
         state.update(run_name=self.name, counters=counters, obs=obs, last_return=self.last_return)
-        state.update(envs=pickle_envs(self.envs.envs))
+        state.update(envs=pickle_envs(self.envs.envs), eval_due=self.eval_due)
         return self.save(state, "checkpoint.pt", counters[0], "the previous checkpoint, if any, is kept")
 
     def save(self, obj, name: str, global_step: int, kept: str) -> str:
@@ -813,7 +818,7 @@ class Run(contextlib.AbstractContextManager):
         video_dir = f"{self.dir}/videos/step_{global_step}" if self.args.capture_video else None
         env = make_env(self.args, self.wrap, video_dir)
         envs = gym.vector.SyncVectorEnv([env], autoreset_mode="SameStep")
-        returns = []
+        self.eval_due, returns = global_step, []
         try:
             for k in range(self.args.eval_episodes):
                 obs, infos = envs.reset(seed=self.args.seed + EVAL_SEED_OFFSET + k)
@@ -826,7 +831,7 @@ class Run(contextlib.AbstractContextManager):
         finally:
             envs.close()
         self.eval_return = float(np.mean(returns))
-        self.eval_step = global_step
+        self.eval_step, self.eval_due = global_step, None
         self.writer.add_scalar("eval/episodic_return", self.eval_return, global_step)
         print(f"\nstep {global_step:,}: eval/episodic_return {self.eval_return:.2f}")
 

@@ -1086,7 +1086,8 @@ def main(args: Args) -> dict:
         actor, grip, rb, demo = learner.actor, learner.grip, learner.rb, learner.demo
         person = Interventions(args, action_space)  # a person's takeovers: the actions the envs ran
         stateful = {**learner.stateful, "person": person}
-        counts, obs = run.resume(stateful, (0, 0, 0, 0))  # global_step, critic_updates, actor_updates, update_steps
+        policy = greedy_policy(actor, grip, device)  # for evaluation
+        counts, obs = run.resume(stateful, (0, 0, 0, 0), policy)  # env steps, critic, actor and update steps
         global_step, learner.critic_updates, learner.actor_updates, learner.update_steps = counts
         act = learner.act
         if args.compile:  # the same functions, compiled (on a GPU, captured too)
@@ -1096,7 +1097,6 @@ def main(args: Args) -> dict:
         def counters():  # where the run stands: its env steps, then the learner's update counts
             return global_step, learner.critic_updates, learner.actor_updates, learner.update_steps
 
-        policy = greedy_policy(actor, grip, device)  # for evaluation
         metrics = learner.metrics
         offline_phase(run, learner.update, demo, metrics, counters, args)  # --offline-steps on the offline data alone
         with data_kept(run, counters, learner, args):  # an error from here on writes the person's data first
@@ -1918,6 +1918,7 @@ class Run(contextlib.AbstractContextManager):
         self.envs = gym.vector.SyncVectorEnv(thunks, autoreset_mode="SameStep")
         self.last_return = checkpoint["last_return"] if checkpoint else None
         self.eval_return = self.eval_step = self.counters = None  # counters: at the last step's end
+        self.eval_due = None  # the step of an evaluation begun, not ended
         self.stop_signal = []
         signals = (signal.SIGINT, signal.SIGTERM)
         self.handlers = {sig: signal.signal(sig, self.on_signal) for sig in signals}
@@ -1944,8 +1945,9 @@ class Run(contextlib.AbstractContextManager):
         with contextlib.suppress(RuntimeError):  # a print that the signal interrupted
             print(f"\nsignal {signum}: the run stops after this step", flush=True)
 
-    def resume(self, stateful: dict, counters: tuple):
-        """(counters, obs): these and a first obs, or the checkpoint's, `stateful` loaded."""
+    def resume(self, stateful: dict, counters: tuple, policy):
+        """(counters, obs): these and a first obs, or the checkpoint's, `stateful` loaded; an
+        evaluation a signal cut short is made, of `policy`."""
         self.stateful = stateful
         try:  # once main() has built all: a failure before leaves nothing
             os.makedirs(self.dir, exist_ok=bool(self.checkpoint))
@@ -1955,7 +1957,7 @@ class Run(contextlib.AbstractContextManager):
             stem, stamp = self.name.rsplit("__", 1)
             self.name = f"{stem}__{int(stamp) + 1}"
             self.dir = f"runs/{self.name}"
-            return self.resume(stateful, counters)
+            return self.resume(stateful, counters, policy)
         except OSError as e:
             raise ConfigError(f"cannot make {self.dir} ({e.strerror}): nothing is written") from None
         obs = None
@@ -1973,6 +1975,8 @@ class Run(contextlib.AbstractContextManager):
         self.last_log = time.time(), counters[0]
         if obs is None:
             obs = self.envs.reset(seed=self.args.seed + counters[0])[0]
+        if self.checkpoint and self.checkpoint.get("eval_due") is not None:
+            self.evaluate(policy, self.checkpoint["eval_due"])
         return counters, obs
 
     def load(self, stateful: dict) -> None:
@@ -1997,7 +2001,7 @@ class Run(contextlib.AbstractContextManager):
         rng.append(torch.cuda.get_rng_state_all() if self.device.type == "cuda" else [])
         state.update(script=os.path.basename(__file__), args=asdict(self.args), rng=rng)
         state.update(run_name=self.name, counters=counters, obs=obs, last_return=self.last_return)
-        state.update(envs=pickle_envs(self.envs.envs))
+        state.update(envs=pickle_envs(self.envs.envs), eval_due=self.eval_due)
         return self.save(state, "checkpoint.pt", counters[0], "the previous checkpoint, if any, is kept")
 
     def save(self, obj, name: str, global_step: int, kept: str) -> str:
@@ -2049,7 +2053,7 @@ class Run(contextlib.AbstractContextManager):
         video_dir = f"{self.dir}/videos/step_{global_step}" if self.args.capture_video else None
         env = make_env(self.args, self.wrap, video_dir)
         envs = gym.vector.SyncVectorEnv([env], autoreset_mode="SameStep")
-        returns = []
+        self.eval_due, returns = global_step, []
         try:
             for k in range(self.args.eval_episodes):
                 obs, infos = envs.reset(seed=self.args.seed + EVAL_SEED_OFFSET + k)
@@ -2062,7 +2066,7 @@ class Run(contextlib.AbstractContextManager):
         finally:
             envs.close()
         self.eval_return = float(np.mean(returns))
-        self.eval_step = global_step
+        self.eval_step, self.eval_due = global_step, None
         self.writer.add_scalar("eval/episodic_return", self.eval_return, global_step)
         print(f"\nstep {global_step:,}: eval/episodic_return {self.eval_return:.2f}")
 
@@ -2475,7 +2479,8 @@ def serve(args, checkpoint, device, zmq) -> dict:
         data = robot_learning_setup(args, obs_space, action_space)
         learner = Learner(args, run.envs, device, data, num_envs=1)  # each row its own frames: actors interleave
         actors = Actors(args, run.envs, args.buffer_size, policy_shapes(learner.actor, learner.qf, learner.grip))
-        counts, _ = run.resume({**learner.stateful, "actors": actors}, (0, 0, 0, 0))
+        policy = greedy_policy(learner.actor, learner.grip, device)
+        counts, _ = run.resume({**learner.stateful, "actors": actors}, (0, 0, 0, 0), policy)
         global_step, learner.critic_updates, learner.actor_updates, learner.update_steps = counts
         if args.compile:
             functions = [learner.update_critic, learner.update_actor]
@@ -2484,7 +2489,6 @@ def serve(args, checkpoint, device, zmq) -> dict:
         def counters():  # where the run stands: its env steps, then the learner's update counts
             return global_step, learner.critic_updates, learner.actor_updates, learner.update_steps
 
-        policy = greedy_policy(learner.actor, learner.grip, device)
         offline_phase(run, learner.update, learner.demo, learner.metrics, counters, args)
         address = socket.getsockopt_string(zmq.LAST_ENDPOINT)  # the port chosen where --learner-address has *
         child = None
@@ -2667,8 +2671,8 @@ def act_for_learner(args, checkpoint, device, zmq) -> dict:
         outbox = Outbox(args, socket, zmq, spaces, policy_shapes(actor, qf, grip), load)
         outbox.hello(run.stop_signal)
         person = Interventions(args, envs.single_action_space)
-        (global_step, *_), obs = run.resume({"outbox": outbox}, (0, 0, 0, 0))  # its rows kept on a stop or an error
         policy = paced(greedy_policy(actor, grip, device), args.control_hz)  # evaluation on a robot at its rate
+        (global_step, *_), obs = run.resume({"outbox": outbox}, (0, 0, 0, 0), policy)  # its rows kept on a stop
         act = torch.no_grad()(lambda x: actor.get_action(x)[0])
         period = 1.0 / args.control_hz if args.control_hz else 0.0
         starts, paused = [], False
