@@ -399,6 +399,14 @@ def check_args(args: Args) -> None:
                 f"--total-timesteps ({args.total_timesteps}) must be at least one rollout, --num-envs x --num-steps "
                 f"= {args.num_envs * args.num_steps}",
             ),
+            (
+                args.advantage == "nstep" and args.gae_lambda != Args.gae_lambda,
+                "--gae-lambda is GAE's: add --advantage gae, or drop it",
+            ),
+            (
+                args.optimizer == "adam" and args.rms_alpha != Args.rms_alpha,
+                "--rms-alpha is RMSprop's: drop it, or use --optimizer rmsprop",
+            ),
         ]
     )
 

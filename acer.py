@@ -341,6 +341,10 @@ def main(args: Args) -> dict:
     if args.total_timesteps % (T * N):  # whole segments only
         args = replace(args, total_timesteps=args.total_timesteps // (T * N) * T * N)
         print(f"note: --total-timesteps rounded down to {args.total_timesteps:,}, whole segments", file=sys.stderr)
+    if args.replay_ratio and args.replay_start > args.total_timesteps:
+        print(
+            f"note: --replay-start {args.replay_start:,} is past the run's end: on-policy updates only", file=sys.stderr
+        )
     with Run(args, checkpoint, device, "--buffer-size, --num-envs or --num-steps", observation_wrappers) as run:
         agent, avg_agent = Agent(run.envs).to(device), Agent(run.envs).to(device).requires_grad_(False)
         avg_agent.load_state_dict(agent.state_dict())  # theta_avg, the average policy's network, starts at theta
@@ -436,6 +440,14 @@ def check_args(args: Args) -> None:
             (not 0 < args.gamma <= 1, f"--gamma must lie in (0, 1], not {args.gamma}"),
             (not 0 <= args.avg_decay < 1, f"--avg-decay must lie in [0, 1), not {args.avg_decay}"),
             (not 0 <= args.rms_alpha < 1, f"--rms-alpha must lie in [0, 1), not {args.rms_alpha}"),
+            (
+                args.optimizer == "adam" and args.rms_alpha != Args.rms_alpha,
+                "--rms-alpha is RMSprop's: drop it, or use --optimizer rmsprop",
+            ),
+            (
+                not args.trust_region and args.max_kl != Args.max_kl,
+                "--max-kl bounds the trust region: drop it, or drop --no-trust-region",
+            ),
         ]
     )
     segment = args.num_envs * args.num_steps

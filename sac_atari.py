@@ -498,6 +498,14 @@ def check_args(args: Args) -> None:
                 args.learning_starts < args.batch_size,
                 f"--learning-starts ({args.learning_starts}) must be at least --batch-size ({args.batch_size})",
             ),
+            (
+                args.autotune and args.alpha != Args.alpha,
+                "--alpha fixes the temperature, which --autotune tunes from 1: add --no-autotune, or drop --alpha",
+            ),
+            (
+                not args.autotune and args.target_entropy_scale != Args.target_entropy_scale,
+                "--target-entropy-scale sets what --autotune aims at: drop it, or drop --no-autotune",
+            ),
         ]
     )
 

@@ -537,6 +537,14 @@ def check_args(args: Args) -> None:
                 args.num_subsample_critics not in (None, *range(1, args.num_critics + 1)),
                 f"--num-subsample-critics must lie in [1, --num-critics={args.num_critics}]",
             ),
+            (
+                args.autotune and args.alpha != Args.alpha,
+                "--alpha fixes the temperature, which --autotune tunes from 1: add --no-autotune, or drop --alpha",
+            ),
+            (
+                not args.autotune and args.target_entropy is not None,
+                "--target-entropy is what --autotune aims at: drop it, or drop --no-autotune",
+            ),
         ]
     )
 

@@ -1213,6 +1213,14 @@ def check_args(args: Args) -> None:
                 f"--num-subsample-critics must lie in [1, --num-critics={args.num_critics}]",
             ),
             (
+                args.autotune and args.alpha != Args.alpha,
+                "--alpha fixes the temperature, which --autotune tunes from 1: add --no-autotune, or drop --alpha",
+            ),
+            (
+                not args.autotune and args.target_entropy is not None,
+                "--target-entropy is what --autotune aims at: drop it, or drop --no-autotune",
+            ),
+            (
                 args.offline_steps and not args.offline_data,
                 "--offline-steps needs --offline-data PATH, an .npz written by --save-replay",
             ),

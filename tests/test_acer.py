@@ -360,6 +360,16 @@ def test_logged_losses_are_the_latest_updates(in_tmp, monkeypatch):
     assert [step for step, _ in logged["charts/SPS"]] == [step for step, _ in expected]
 
 
+def test_a_replay_start_past_the_run_s_end_gets_a_note(in_tmp, capsys):
+    """--replay-start (10,000 by default) above --total-timesteps: no replayed update ever runs,
+    which the run says (it trained on-policy alone, silently)."""
+    summary = acer.main(tiny(total_timesteps=200, replay_start=400))
+    assert "note: --replay-start 400 is past the run's end: on-policy updates only" in capsys.readouterr().err
+    assert summary["replay_updates"] == 0
+    acer.main(tiny(total_timesteps=200, replay_start=200))
+    assert "note" not in capsys.readouterr().err
+
+
 def test_total_timesteps_is_rounded_down_to_whole_segments_and_says_so(in_tmp, capsys):
     assert acer.main(tiny(total_timesteps=819))["global_step"] == 800
     assert "note: --total-timesteps rounded down to 800" in capsys.readouterr().err

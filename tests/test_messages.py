@@ -158,3 +158,42 @@ def test_frame_stack_messages_say_plainly_what_to_change():
     import sac_hil_serl
 
     sac_hil_serl.check_args(sac_hil_serl.Args(frame_stack=5, from_pixels=True, image_size=16))  # 15 channels < 16
+
+
+IGNORED = {  # a flag that another flag leaves without effect: (script, overrides, the refusal's start)
+    "sac alpha beside autotune": ("sac_continuous_action", dict(alpha=0.5), "--alpha fixes the temperature"),
+    "sac target entropy, no autotune": (
+        "sac_continuous_action",
+        dict(autotune=False, target_entropy=-1.0),
+        "--target-entropy is what --autotune aims at",
+    ),
+    "hil alpha beside autotune": ("sac_hil_serl", dict(alpha=0.5), "--alpha fixes the temperature"),
+    "hil target entropy, no autotune": (
+        "sac_hil_serl",
+        dict(autotune=False, target_entropy=-1.0),
+        "--target-entropy is what --autotune aims at",
+    ),
+    "atari alpha beside autotune": ("sac_atari", dict(alpha=0.5), "--alpha fixes the temperature"),
+    "atari entropy scale, no autotune": (
+        "sac_atari",
+        dict(autotune=False, target_entropy_scale=0.5),
+        "--target-entropy-scale sets what --autotune aims at",
+    ),
+    "a2c lambda beside n-step": ("a2c", dict(gae_lambda=0.5), "--gae-lambda is GAE's"),
+    "a2c rms alpha beside adam": ("a2c", dict(optimizer="adam", rms_alpha=0.5), "--rms-alpha is RMSprop's"),
+    "acer rms alpha beside adam": ("acer", dict(optimizer="adam", rms_alpha=0.5), "--rms-alpha is RMSprop's"),
+    "acer max kl, no trust region": ("acer", dict(trust_region=False, max_kl=0.5), "--max-kl bounds the trust region"),
+}
+
+
+@pytest.mark.parametrize("script, overrides, start", IGNORED.values(), ids=IGNORED.keys())
+def test_a_flag_that_another_leaves_without_effect_is_refused_and_accepted_where_it_acts(script, overrides, start):
+    """--alpha beside --autotune (which tunes the temperature from 1) trained silently at another
+    temperature than the one asked for; so the others. Each is refused, and accepted with the flag
+    it needs."""
+    assert refusal(script, **overrides).startswith(start)
+    module = importlib.import_module(script)
+    needed = {"autotune": not overrides.get("autotune", True), "advantage": "gae", "optimizer": "rmsprop"}
+    needed["trust_region"] = True
+    fields = {key: value for key, value in needed.items() if hasattr(module.Args, key)}
+    module.check_args(module.Args(**{**overrides, **fields}))
