@@ -2108,8 +2108,8 @@ class Run(contextlib.AbstractContextManager):
         """A checkpoint, and the command that continues the run from it."""
         path = self.save_checkpoint(counters, obs)
         print(f"\n{why} {self.at(self.args, counters)}; checkpoint written to {path}")
-        here = os.path.abspath(__file__)
-        print("continue with:\n" + shlex.join(["python", here, "--resume", os.path.abspath(path)]), flush=True)
+        command = [sys.executable, os.path.abspath(__file__), "--resume", os.path.abspath(path)]
+        print("continue with:\n" + shlex.join(command), flush=True)
 
     def __exit__(self, kind, error, tb) -> None:
         """Close; after an error, a checkpoint; out of memory: one line naming `memory_flags`."""

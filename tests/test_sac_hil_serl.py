@@ -1445,7 +1445,7 @@ def test_an_actor_that_ends_keeps_the_rows_the_learner_s_checkpoint_lacks_and_it
     assert torch.load(checkpoint, weights_only=False)["counters"][0] < 400  # a loaded machine may checkpoint later
     resumed = spawn([sys.executable, str(ROOT / "sac_hil_serl.py"), "--resume", checkpoint], in_tmp)
     command = out.strip().splitlines()[-1 if end == "SIGINT" else -2]
-    assert command.startswith("python ") and "--resume" in command, out
+    assert command.startswith(f"{sys.executable} ") and "--resume" in command, out
     waits = ["--network-timeout", str(DEADLINE)]  # a loaded machine may start the resumed learner past 2 s
     finish(spawn([sys.executable, *shlex.split(command)[1:], *waits], in_tmp))
     finish(resumed)
