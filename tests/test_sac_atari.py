@@ -272,7 +272,7 @@ def test_ale_snapshot_restores_the_game_exactly(in_tmp):
         sa.Args(env_id="BreakoutNoFrameskip-v4", num_envs=2, cuda=False), wrap=sa.observation_wrappers
     )
     run = sa.Run(args, None, device, "--batch-size", sa.observation_wrappers)
-    _, obs = run.resume({}, (0,))
+    _, obs = run.resume({}, (0,), None)
     rng = np.random.default_rng(0)
     for _ in range(50):
         obs = run.envs.step(rng.integers(0, 4, 2))[0]
