@@ -1621,26 +1621,29 @@ def test_two_actors_of_one_seed_draw_apart(in_tmp):
 
 def test_an_actor_evaluates_at_its_control_rate(in_tmp, monkeypatch):
     """On a robot, an actor's final evaluation steps at --control-hz, as its training does (it ran
-    flat out): each of its policy's calls comes a period or more after the one before."""
+    flat out): each call reaches its policy a period or more after the one before. (The 10% slack
+    is for the instant between the pacer's clock read and the policy's; flat out, calls are under a
+    millisecond apart.)"""
     address = free_address()
     learner = start("learner", address, "--total-timesteps", "60", cwd=in_tmp)
     calls = []
-    evaluate = sac.Run.evaluate
+    greedy_policy = sac.greedy_policy
 
-    def timed(run, policy, global_step):
-        def action(obs):  # the time each action leaves for the env
-            actions = policy(obs)
+    def timed(*args):
+        policy = greedy_policy(*args)
+
+        def action(obs):  # the time each paced call reaches the policy
             calls.append(time.monotonic())
-            return actions
+            return policy(obs)
 
-        return evaluate(run, action, global_step)
+        return action
 
-    monkeypatch.setattr(sac.Run, "evaluate", timed)
+    monkeypatch.setattr(sac, "greedy_policy", timed)
     flags = ["--role", "actor", "--learner-address", address, "--total-timesteps", "60", "--control-hz", "50"]
     summary = sac.cli([*SPLIT, *flags, "--eval-episodes", "2"])
     finish(learner)
     assert summary["eval_return"] is not None and len(calls) == 20  # two episodes of 10 steps
-    assert np.diff(calls).min() >= 0.99 / 50, np.diff(calls)
+    assert np.diff(calls).min() >= 0.9 / 50, np.diff(calls)
 
 
 def gone(pid: int) -> bool:
