@@ -1429,7 +1429,8 @@ def test_an_actor_that_ends_keeps_the_rows_the_learner_s_checkpoint_lacks_and_it
     learner = start("learner", address, *flags, cwd=in_tmp)
     wait_for(str(in_tmp / "runs" / "*-learner__*"))  # listening: the actor's 2 s start once the learner is up
     actor_flags = ["--control-hz", "100", "--env-kwargs", "person_episodes:20", "--outbox-size", "150"]
-    actor = start("actor", address, *flags, *actor_flags, "--network-timeout", "2", cwd=in_tmp)
+    timeout = "2" if end == "the learner gone" else str(DEADLINE)  # Ctrl-C's actor must not end by itself
+    actor = start("actor", address, *flags, *actor_flags, "--network-timeout", timeout, cwd=in_tmp)
     wait_for(str(in_tmp / "runs" / "*" / "checkpoint.pt"))  # the learner's, at row 100
     time.sleep(0.5)  # rows past it arrive, to be lost with the learner
     if end == "SIGINT":
