@@ -444,6 +444,11 @@ def observation_wrappers(args, make):
     max-pooled, episodic life, fire on reset, 84 x 84 grey frames, clipped rewards) stacked by 4;
     ALE/* ids (ale_py) keep their sticky actions."""
     if not (args.env_id.startswith("ALE/") or "NoFrameskip" in args.env_id):
+        name = args.env_id.split(":")[-1]
+        if re.fullmatch(r"\w+-v[04]", name) and importlib.util.find_spec("ale_py"):  # ale_py's Pong-v4 skips frames
+            gym.register_envs(importlib.import_module("ale_py"))
+            ale = "ale_py" in str(getattr(gym.registry.get(name), "entry_point", ""))
+            check([(ale, f"{name} skips frames itself: use {name[:-3]}NoFrameskip-v4 or ALE/{name[:-3]}-v5")])
         return make()
     ale_py = importlib.import_module("ale_py")  # registers ALE's ids with gymnasium
     ale_py.ALEInterface.setLoggerMode(ale_py.LoggerMode.Error)  # its banner would precede an error's line

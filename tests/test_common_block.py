@@ -540,6 +540,18 @@ def test_an_atari_id_in_a_continuous_script_is_one_line_that_names_it(tmp_path, 
     assert os.listdir(tmp_path) == []
 
 
+@pytest.mark.parametrize("env_id", ["Pong-v4", "ale_py:Breakout-v0"])
+@pytest.mark.parametrize("name", ["sac_atari", "a2c", "acer"])
+def test_an_ale_id_that_skips_frames_itself_is_one_line_that_names_the_ids_to_use(tmp_path, name, env_id):
+    """ALE's v0 and v4 ids without NoFrameskip skip 2 to 4 frames themselves, which the 4 that the
+    Atari scripts skip would multiply: refused in one line that names the two ids to use instead."""
+    game = env_id.split(":")[-1][:-3]
+    result = run_cli(importlib.import_module(name), ["--env-id", env_id], tmp_path)
+    assert result.returncode == 2 and result.stdout == "" and result.stderr.count("\n") == 1, result.stderr
+    assert f"use {game}NoFrameskip-v4 or ALE/{game}-v5" in result.stderr, result.stderr
+    assert os.listdir(tmp_path) == []
+
+
 def test_a_missing_package_is_one_line_that_says_what_to_install(in_tmp, capsys, monkeypatch, script):
     """gymnasium's DependencyNotInstalled (pygame for classic control's --capture-video) is passed
     on in the one line for an env that cannot be made, with what it says to install."""
