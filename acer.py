@@ -338,13 +338,12 @@ def main(args: Args) -> dict:
     checkpoints."""
     args, checkpoint, device = setup(args, check_args, check_spaces, observation_wrappers)
     T, N = args.num_steps, args.num_envs
+    notes = []  # printed once nothing can refuse the run, so an error stays one line
     if args.total_timesteps % (T * N):  # whole segments only
         args = replace(args, total_timesteps=args.total_timesteps // (T * N) * T * N)
-        print(f"note: --total-timesteps rounded down to {args.total_timesteps:,}, whole segments", file=sys.stderr)
+        notes.append(f"--total-timesteps rounded down to {args.total_timesteps:,}, whole segments")
     if args.replay_ratio and args.replay_start > args.total_timesteps:
-        print(
-            f"note: --replay-start {args.replay_start:,} is past the run's end: on-policy updates only", file=sys.stderr
-        )
+        notes.append(f"--replay-start {args.replay_start:,} is past the run's end: on-policy updates only")
     with Run(args, checkpoint, device, "--buffer-size, --num-envs or --num-steps", observation_wrappers) as run:
         agent, avg_agent = Agent(run.envs).to(device), Agent(run.envs).to(device).requires_grad_(False)
         avg_agent.load_state_dict(agent.state_dict())  # theta_avg, the average policy's network, starts at theta
@@ -365,6 +364,8 @@ def main(args: Args) -> dict:
             return agent(torch.as_tensor(obs, device=device))[0].argmax(-1).cpu().numpy()
 
         (global_step, replay_updates), obs = run.resume(stateful, (0, 0), policy)
+        for note in notes:
+            print(f"note: {note}", file=sys.stderr)
         update = acer_updates(agent, avg_agent, optimizer, args)
         if args.compile:  # the same function, compiled
             update = compiled(update)

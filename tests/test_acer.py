@@ -368,6 +368,9 @@ def test_a_replay_start_past_the_run_s_end_gets_a_note(in_tmp, capsys):
     assert summary["replay_updates"] == 0
     acer.main(tiny(total_timesteps=200, replay_start=200))
     assert "note" not in capsys.readouterr().err
+    with pytest.raises(acer.ConfigError, match="out of memory"):  # a refused run: its error alone, no note
+        acer.main(tiny(total_timesteps=210, replay_start=400, buffer_size=10**11))
+    assert "note" not in capsys.readouterr().err
 
 
 def test_total_timesteps_is_rounded_down_to_whole_segments_and_says_so(in_tmp, capsys):
