@@ -443,8 +443,8 @@ def observation_wrappers(args, make):
     """`make`'s env or, for Atari, SB3's AtariWrapper (no-op starts, 4 frames skipped and
     max-pooled, episodic life, fire on reset, 84 x 84 grey frames, clipped rewards) stacked by 4;
     ALE/* ids (ale_py) keep their sticky actions."""
-    if not (args.env_id.startswith("ALE/") or "NoFrameskip" in args.env_id):
-        name = args.env_id.split(":")[-1]
+    name = args.env_id.split(":")[-1]  # an ale_py:ALE/Pong-v5 id too
+    if not (name.startswith("ALE/") or "NoFrameskip" in name):
         if re.fullmatch(r"\w+-v[04]", name) and importlib.util.find_spec("ale_py"):  # ale_py's Pong-v4 skips frames
             gym.register_envs(importlib.import_module("ale_py"))
             ale = "ale_py" in str(getattr(gym.registry.get(name), "entry_point", ""))
@@ -455,7 +455,7 @@ def observation_wrappers(args, make):
     gym.register_envs(ale_py)
     from stable_baselines3.common.atari_wrappers import AtariWrapper
 
-    env = make(**({"frameskip": 1} if args.env_id.startswith("ALE/") else {}))  # AtariWrapper's MaxAndSkip skips
+    env = make(**({"frameskip": 1} if name.startswith("ALE/") else {}))  # AtariWrapper's MaxAndSkip skips
     env = gym.wrappers.TransformObservation(AtariWrapper(env), np.squeeze, gym.spaces.Box(0, 255, (84, 84), np.uint8))
     return gym.wrappers.FrameStackObservation(env, 4)  # pads a new episode with its first frame
 

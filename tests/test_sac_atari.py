@@ -219,8 +219,10 @@ def test_frame_stacks_are_taken_only_from_atari_ids_whose_wrappers_stack_them():
     """The buffer keeps each step's newest frame and rebuilds the stacks: an env of its own (4, 84,
     84) uint8 observations, which need not be a stack of its last 4 frames, is refused."""
     frames, actions = gym.spaces.Box(0, 255, (4, 84, 84), np.uint8), gym.spaces.Discrete(4)
-    for env_id in ("ALE/Pong-v5", "PongNoFrameskip-v4"):
+    for env_id in ("ALE/Pong-v5", "PongNoFrameskip-v4", "ale_py:ALE/Pong-v5"):
         sa.check_spaces(env_id, frames, actions)
+    env = sa.make_env(sa.Args(env_id="ale_py:ALE/Pong-v5"), wrap=sa.observation_wrappers)()
+    assert env.observation_space == frames and env.unwrapped._frameskip == 1  # AtariWrapper's skip alone
     with pytest.raises(sa.ConfigError, match="not an Atari id's frames"):
         sa.check_spaces("MyFrames-v0", frames, actions)
 
