@@ -2331,6 +2331,7 @@ class Actors:
         self.dict_obs = isinstance(envs.single_observation_space, gym.spaces.Dict)
         self.expected, self.saved, self.received = {}, {}, {}
         self.peers, self.seen, self.pushed = {}, {}, {}  # of each id: its socket's routing id, last message, push
+        self.told = set()  # the actors answered that the run is done, or that sent their last rows
         self.origins = np.zeros((capacity, 2), dtype=np.int64)
         self.filled = 0  # the replay rows written: a checkpoint holds their origins alone
         self.blob = (-1, b"")  # the parameters' version and bytes, made once a version
@@ -2365,6 +2366,8 @@ class Actors:
         header = dict(kind="ack", expected=expected, saved=saved, version=current, step=global_step)
         header.update(done=global_step >= self.args.total_timesteps)
         self.send(socket, peer, pack(header, blob=self.blob[1] if push else None))
+        if header["done"]:
+            self.told.add(actor)
 
     @staticmethod
     def send(socket, peer: bytes, message: list) -> None:
@@ -2412,6 +2415,8 @@ class Actors:
         self.seen[actor] = time.monotonic()
         n = self.store(actor, header, arrays, learner, writer, global_step) if kind == "rows" else 0
         self.answer(socket, peer, actor, learner, global_step + n, int(header.get("version", -1)))
+        if header.get("last"):  # an actor at its own --total-timesteps ends untold
+            self.told.add(actor)
         return n
 
     def store(self, actor: int, header: dict, arrays: dict, learner, writer, global_step: int) -> int:
@@ -2527,8 +2532,10 @@ def serve(args, checkpoint, device, zmq) -> dict:
                 run.after_step(previous_step, counters(), None, policy)
                 if crossed(previous_step, global_step, args.checkpoint_freq):
                     actors.checkpointed()
-            while socket.poll(0):  # the last messages' acknowledgements say that the run is done
-                actors.receive(socket, learner, run.writer, global_step)
+            until = time.monotonic() + args.network_timeout
+            while {*actors.seen} - actors.told and time.monotonic() < until and not run.stop_signal:
+                if socket.poll(100):  # until each actor is told that the run is done; rows that come are kept
+                    global_step += actors.receive(socket, learner, run.writer, global_step)
         summary = run.finish(counters(), None, policy, learner.model())
         if args.save_replay:
             save_replay(run, learner.rb, args.save_replay, global_step)
@@ -2623,6 +2630,7 @@ class Outbox:
         arrays = {key: np.stack([row[key] for _, row in pending]) for key in pending[0][1]}
         first = pending[0][0]
         header = dict(kind="rows", first=first, lost=first > self.expected, SPS=self.sps, overruns=self.overruns)
+        header.update(last=pending[-1][0] + 1 >= self.args.total_timesteps)  # its own end: no rows after these
         if self.send({**header, "episodes": self.episodes}, arrays):
             self.episodes = []
 

@@ -1620,6 +1620,24 @@ def test_two_actors_of_one_seed_draw_apart(in_tmp):
     assert not np.isclose(actions[0][:20], actions[1][:20]).any(), actions
 
 
+def test_two_actors_end_with_the_learner_and_its_count_is_every_row_it_stored(in_tmp):
+    """Two actors at a robot's rate, each told to run far longer than the learner: the learner's end
+    reaches both (an actor that missed it went on stepping with no learner until its outbox filled,
+    then ended in an error), and rows that arrive as the learner ends are stored and counted, so
+    the run's last step is the number of rows its replay holds."""
+    address = free_address()
+    flags = ["--total-timesteps", "200", "--checkpoint-freq", "100", "--save-replay", "replay.npz"]
+    learner = start("learner", address, *flags, cwd=in_tmp)
+    flags = ["--total-timesteps", "100000", "--control-hz", "20", "--outbox-size", "200"]
+    actors = [start("actor", address, *flags, "--actor-id", str(i), cwd=in_tmp) for i in (0, 1)]
+    for process in [learner, *actors]:
+        finish(process)
+    (finished,) = glob.glob(str(in_tmp / "runs" / "*-learner__*" / "finished"))
+    step = int(open(finished).read().split()[-1].replace(",", ""))
+    with np.load(in_tmp / "replay.npz") as replay:
+        assert step == len(replay["rewards"]) >= 200, (step, len(replay["rewards"]))
+
+
 def test_an_actor_evaluates_at_its_control_rate(in_tmp, monkeypatch):
     """On a robot, an actor's final evaluation steps at --control-hz, as its training does (it ran
     flat out): each call reaches its policy a period or more after the one before. (The 10% slack
