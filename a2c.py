@@ -608,12 +608,15 @@ def setup(args, check_args, check_spaces, wrap=None):
     check([(args.seed >= 2**32, "--seed must lie in [0, 2**32 - 1]")])
     too_few = 0 < args.total_timesteps < args.num_envs
     check([(too_few, "--total-timesteps must be 0 or at least --num-envs")])
-    no_moviepy = args.capture_video and not importlib.util.find_spec("moviepy")
-    check([(no_moviepy, "--capture-video needs moviepy (the `video` extra)")])
     check_args(args)
     if args.capture_video:
         os.environ.setdefault("MUJOCO_GL", "egl")  # headless MuJoCo, read at its first import
         __import__("torch._dynamo")  # CUDA wheels' triton segfaults if loaded after MuJoCo's EGL
+        ffmpeg = None
+        with contextlib.suppress(Exception):  # no moviepy, or a bad $FFMPEG_BINARY
+            ffmpeg = importlib.import_module("moviepy.config").FFMPEG_BINARY
+            ffmpeg = shutil.which(ffmpeg)
+        check([(not ffmpeg, "--capture-video needs moviepy and its ffmpeg (the `video` extra)")])
     try:  # a trial env, reset, stepped (and rendered): bad input fails here
         with warnings.catch_warnings():  # a warning would precede the error's line
             warnings.simplefilter("ignore")

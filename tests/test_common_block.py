@@ -65,7 +65,7 @@ TYRO_BAD_INPUT = {
     "missing value": (["--seed"], ["--seed"]),
 }
 BLOCK_START = "# COMMON BLOCK:"
-BLOCK_LINES = 453  # the block may shrink; it grows only for a guarantee, with its test
+BLOCK_LINES = 456  # the block may shrink; it grows only for a guarantee, with its test
 MEAN_CHARS = 59.4  # its mean characters per non-blank line (#56: at most 60): never raised by packing
 ARGS_START, ARGS_END = "    # --- COMMON ARGS:", "    # --- END OF COMMON ARGS ---\n"
 
@@ -615,6 +615,23 @@ def test_compile_without_a_cpp_compiler_is_one_line_from_the_shell(tmp_path, scr
     )
     assert result.returncode == 2 and result.stdout == ""
     assert result.stderr.count("\n") == 1 and "--compile needs a C++ compiler" in result.stderr, result.stderr
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("variable", ["IMAGEIO_FFMPEG_EXE", "FFMPEG_BINARY"])
+def test_capture_video_without_its_ffmpeg_is_one_line_before_anything_is_written(tmp_path, script, variable):
+    """moviepy finds its encoder through imageio-ffmpeg, or through $FFMPEG_BINARY; one that is not
+    there is refused before the run starts, not met at the first evaluation as a traceback."""
+    tiny = {"env_id": "Pendulum-v1", **TINY[script.__name__][0], "total_timesteps": 200, "eval_episodes": 1}
+    flags = [f"--{key.replace('_', '-')}={value}" for key, value in tiny.items()]
+    result = run_cli(
+        script,
+        [*flags, "--capture-video", "--no-cuda"],
+        tmp_path,
+        env={**os.environ, variable: str(tmp_path / "no-such-ffmpeg")},
+    )
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.count("\n") == 1 and "--capture-video needs moviepy and its ffmpeg" in result.stderr
     assert os.listdir(tmp_path) == []
 
 
