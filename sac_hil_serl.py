@@ -2334,7 +2334,7 @@ class Actors:
         self.dict_obs = isinstance(envs.single_observation_space, gym.spaces.Dict)
         self.expected, self.saved, self.received = {}, {}, {}
         self.peers, self.seen, self.pushed = {}, {}, {}  # of each id: its socket's routing id, last message, push
-        self.told = set()  # the actors answered that the run is done, or that sent their last rows
+        self.told = set()  # the actors that sent their last rows
         self.origins = np.zeros((capacity, 2), dtype=np.int64)
         self.filled = 0  # the replay rows written: a checkpoint holds their origins alone
         self.blob = (-1, b"")  # the parameters' version and bytes, made once a version
@@ -2352,11 +2352,13 @@ class Actors:
         """A checkpoint was written: it holds every row received so far."""
         self.saved = dict(self.expected)
 
-    def answer(self, socket, peer: bytes, actor: int, learner, global_step: int, version: int) -> None:
-        """An acknowledgement: the next row expected and the first the checkpoint lacks (with
-        --checkpoint-freq 0, as no checkpoint is promised, the next expected); the parameters too
-        where the actor has none (version -1), or older ones and the last push is PUSH_EVERY
-        ago."""
+    def answer(self, socket, peer: bytes, actor: int, learner, global_step: int, header: dict) -> None:
+        """An acknowledgement of the message `header`: the next row expected and the first the
+        checkpoint lacks (with --checkpoint-freq 0, as no checkpoint is promised, the next
+        expected); the parameters too where the actor has none (version -1), or older ones and the
+        last push is PUSH_EVERY ago; whether the run is done, and whether the message was the
+        actor's last."""
+        version = int(header.get("version", -1))
         now, current = time.monotonic(), learner.actor_updates
         since = now - self.pushed.get(actor, -math.inf)
         push = version < 0 or version < current and since >= PUSH_EVERY
@@ -2366,11 +2368,9 @@ class Actors:
             self.pushed[actor] = now
         expected = self.expected.get(actor, 0)
         saved = self.saved.get(actor, 0) if self.args.checkpoint_freq else expected
-        header = dict(kind="ack", expected=expected, saved=saved, version=current, step=global_step)
-        header.update(done=global_step >= self.args.total_timesteps)
-        self.send(socket, peer, pack(header, blob=self.blob[1] if push else None))
-        if header["done"]:
-            self.told.add(actor)
+        ack = dict(kind="ack", expected=expected, saved=saved, version=current, step=global_step)
+        ack.update(done=global_step >= self.args.total_timesteps, last=bool(header.get("last")))
+        self.send(socket, peer, pack(ack, blob=self.blob[1] if push else None))
 
     @staticmethod
     def send(socket, peer: bytes, message: list) -> None:
@@ -2417,8 +2417,8 @@ class Actors:
             return 0
         self.seen[actor] = time.monotonic()
         n = self.store(actor, header, arrays, learner, writer, global_step) if kind == "rows" else 0
-        self.answer(socket, peer, actor, learner, global_step + n, int(header.get("version", -1)))
-        if header.get("last"):  # an actor at its own --total-timesteps ends untold
+        self.answer(socket, peer, actor, learner, global_step + n, header)
+        if header.get("last"):  # the actor ends: no rows come after these
             self.told.add(actor)
         return n
 
@@ -2560,6 +2560,7 @@ class Outbox:
         self.next = self.expected = self.saved = self.version = self.step = self.overruns = self.takeovers = 0
         self.sent, self.in_flight, self.answered = -math.inf, False, time.monotonic()
         self.done, self.episodes, self.sps = False, [], 0.0
+        self.closed = False  # the learner acknowledged this actor's last rows
 
     def send(self, header: dict, arrays: dict | None = None) -> bool:
         header = {**header, "actor": self.args.actor_id, "version": self.version}
@@ -2612,6 +2613,7 @@ class Outbox:
             return "hello"
         self.expected, self.saved = header["expected"], header["saved"]  # counts: received, checkpointed
         self.step, self.done = header["step"], header["done"]
+        self.closed = header["last"] and self.expected >= self.next
         self.rows = [(number, row) for number, row in self.rows if number >= self.saved]
         if blob is not None:
             self.load(blob)
@@ -2627,14 +2629,15 @@ class Outbox:
         if self.in_flight and since < RESEND:
             return
         pending = [(number, row) for number, row in self.rows if number >= self.expected][:MAX_ROWS]
+        ending = self.done or self.next >= self.args.total_timesteps  # the learner's end, or its own
+        last = ending and (not pending or pending[-1][0] + 1 == self.next)  # no rows after these
         if not pending:
-            self.send({"kind": "beat"}) if since > HEARTBEAT else None
+            self.send({"kind": "beat", "last": last}) if since > HEARTBEAT or last else None
             return
         arrays = {key: np.stack([row[key] for _, row in pending]) for key in pending[0][1]}
         first = pending[0][0]
         header = dict(kind="rows", first=first, lost=first > self.expected, SPS=self.sps, overruns=self.overruns)
-        header.update(last=pending[-1][0] + 1 >= self.args.total_timesteps)  # its own end: no rows after these
-        if self.send({**header, "episodes": self.episodes}, arrays):
+        if self.send({**header, "last": last, "episodes": self.episodes}, arrays):
             self.episodes = []
 
     def full(self) -> bool:
@@ -2751,18 +2754,12 @@ def act_for_learner(args, checkpoint, device, zmq) -> dict:
                     run.writer.add_scalar(f"charts/{key}", value, global_step)
         gc.unfreeze()
         until = time.monotonic() + args.network_timeout
-        while outbox.expected < outbox.next and not outbox.done and not run.stop_signal:
-            check(
-                [
-                    (
-                        time.monotonic() > until,
-                        f"the learner at {args.learner_address} did not acknowledge the last "
-                        f"{outbox.next - outbox.expected:,} rows within --network-timeout {args.network_timeout:g} s",
-                    )
-                ]
-            )
-            outbox.exchange()
+        while not outbox.closed and time.monotonic() < until and not run.stop_signal:
+            outbox.exchange()  # the rows stepped after the last message too, marked as the last
             socket.poll(100)
+        unsent = outbox.next - outbox.expected
+        message = f"the learner at {args.learner_address} did not acknowledge the last {unsent:,} rows"
+        check([(unsent and not run.stop_signal, f"{message} within --network-timeout {args.network_timeout:g} s")])
         periods = np.diff(starts)
         rate = len(periods) / max(periods.sum(), 1e-9)
         p99 = float(np.percentile(periods, 99)) if len(periods) else 0.0

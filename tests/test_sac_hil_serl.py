@@ -1623,19 +1623,20 @@ def test_two_actors_of_one_seed_draw_apart(in_tmp):
 def test_two_actors_end_with_the_learner_and_its_count_is_every_row_it_stored(in_tmp):
     """Two actors at a robot's rate, each told to run far longer than the learner: the learner's end
     reaches both (an actor that missed it went on stepping with no learner until its outbox filled,
-    then ended in an error), and rows that arrive as the learner ends are stored and counted, so
-    the run's last step is the number of rows its replay holds."""
+    then ended in an error), each sends the rows it stepped after its last message (they were
+    dropped), and the learner stores and counts them, so the run's last step is the number of rows
+    its replay holds and the number its actors stepped."""
     address = free_address()
     flags = ["--total-timesteps", "200", "--checkpoint-freq", "100", "--save-replay", "replay.npz"]
     learner = start("learner", address, *flags, cwd=in_tmp)
     flags = ["--total-timesteps", "100000", "--control-hz", "20", "--outbox-size", "200"]
     actors = [start("actor", address, *flags, "--actor-id", str(i), cwd=in_tmp) for i in (0, 1)]
-    for process in [learner, *actors]:
-        finish(process)
+    finish(learner)
+    stepped = [int(re.search(r"actor \d: ([\d,]+) steps", finish(a))[1].replace(",", "")) for a in actors]
     (finished,) = glob.glob(str(in_tmp / "runs" / "*-learner__*" / "finished"))
     step = int(open(finished).read().split()[-1].replace(",", ""))
     with np.load(in_tmp / "replay.npz") as replay:
-        assert step == len(replay["rewards"]) >= 200, (step, len(replay["rewards"]))
+        assert step == len(replay["rewards"]) == sum(stepped) >= 200, (step, len(replay["rewards"]), stepped)
 
 
 def test_an_actor_evaluates_at_its_control_rate(in_tmp, monkeypatch):
