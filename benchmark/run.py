@@ -153,6 +153,7 @@ class Run:
 
     def __init__(self, name: str, directory: str, cmd: list, threads: int | None, own_session=False, differs=None):
         self.name, self.directory, self.started = name, directory, time.time()
+        self.stopping = False  # sent the SIGTERM that makes it write a checkpoint and exit
         self.lock = lock(directory)
         if os.path.exists(os.path.join(directory, "DONE")):  # another runner finished it since this one looked
             self.lock.close()
@@ -472,10 +473,10 @@ def main(argv=None) -> int:
                 except ValueError as e:  # not continued with these flags: its results would mix two grids
                     failed.append(f"{args.script} {env_id} seed {seed}")
                     print(f"skipped {env_id} seed {seed}: another runner started it with other flags ({e})", flush=True)
-            if stop:
-                for run in running:
-                    if run.proc.poll() is None:
-                        run.proc.send_signal(signal.SIGTERM)  # each writes a checkpoint and exits
+            for run in running if stop else []:
+                if run.proc.poll() is None and not run.stopping:  # once: a second ends it as it closes
+                    run.proc.send_signal(signal.SIGTERM)  # it writes a checkpoint and exits
+                    run.stopping = True
             for run in [r for r in running if r.proc.poll() is not None]:
                 running.remove(run)
                 code = run.finish()

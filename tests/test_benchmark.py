@@ -1103,6 +1103,36 @@ def test_a_run_that_crashes_while_the_runner_stops_is_reported_failed(tmp_path, 
     assert "seed 1 stopped (exit 143)" in out and "FAILED a2c CartPole-v1 seed 2 (exit 1)" in out, out
 
 
+def test_a_stopping_runner_signals_each_run_once(tmp_path, monkeypatch, capsys):
+    """A run that a SIGTERM stops restores the default handler once its checkpoint is written, then
+    closes its logs (here a stand-in that takes a second over it): a second SIGTERM from the runner
+    would kill it there (exit -15), losing the logs' end."""
+    import threading
+
+    monkeypatch.syspath_prepend(str(ROOT / "benchmark"))
+    import run as grid_runner
+
+    def command(args, env_id, seed, directory):
+        return [
+            sys.executable,
+            "-c",
+            "import pathlib, signal, sys, time\n"
+            "def stop(*a):\n    signal.signal(signal.SIGTERM, signal.SIG_DFL)\n    time.sleep(1)\n    sys.exit(143)\n"
+            "signal.signal(signal.SIGTERM, stop)\npathlib.Path('started').touch()\ntime.sleep(60)",
+        ]
+
+    def stop_once_it_runs():
+        deadline = time.time() + 60
+        while not glob.glob(f"{tmp_path}/grid/**/started", recursive=True) and time.time() < deadline:
+            time.sleep(0.05)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    monkeypatch.setattr(grid_runner, "command", command)
+    threading.Thread(target=stop_once_it_runs, daemon=True).start()
+    assert grid_runner.main([*GRID, "--seeds", "1", "--out", str(tmp_path / "grid")]) == 143
+    assert "a2c CartPole-v1 seed 1 stopped (exit 143)" in capsys.readouterr().out
+
+
 @pytest.mark.parametrize("cuda", [True, False])
 def test_the_runner_runs_four_at_once_by_default_on_a_gpu_host_and_one_elsewhere(tmp_path, monkeypatch, capsys, cuda):
     """Without --workers, runs at a time: GPU_WORKERS (4, the measured best total on one GPU) where
