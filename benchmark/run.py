@@ -184,6 +184,15 @@ class Run:
         return code
 
 
+def time_left(durations: list, queued: int, ages: list, workers: int) -> float:
+    """Seconds until the grid ends, were each run as long as the mean of those finished: the queued
+    runs' whole length and what the running ones (`ages` seconds old) have left, shared by the
+    workers, and no less than the longest single run left."""
+    mean = sum(durations) / len(durations)
+    left = [max(mean - age, 0.0) for age in ages] + [mean] * queued
+    return max(sum(left) / workers, max(left, default=0.0))
+
+
 def tail(path: str, lines: int = 15) -> str:
     with open(path, errors="replace") as f:
         return "".join(f.readlines()[-lines:])
@@ -446,7 +455,7 @@ def main(argv=None) -> int:
         sig: signal.signal(sig, lambda signum, frame: stop.append(signum)) for sig in (signal.SIGINT, signal.SIGTERM)
     }
     threads = 1 if args.workers > 1 else None
-    running, failed, held, done, start = [], [], [], 0, time.time()
+    running, failed, held, done, durations = [], [], [], 0, []
     queue = list(todo)
     try:
         while (queue and not stop) or running:
@@ -482,8 +491,9 @@ def main(argv=None) -> int:
                 code = run.finish()
                 if code == 0:
                     done += 1
-                    left = len(queue) + len(running)
-                    eta = (time.time() - start) / done * left  # at the rate runs have finished so far
+                    durations.append(time.time() - run.started)
+                    ages = [time.time() - r.started for r in running]
+                    eta = time_left(durations, len(queue), ages, args.workers)
                     print(
                         f"[{done + len(grid) - len(todo)}/{len(grid)}] {run.name} finished in "
                         f"{time.time() - run.started:.0f} s; about {eta / 60:.1f} min left",

@@ -1103,6 +1103,18 @@ def test_a_run_that_crashes_while_the_runner_stops_is_reported_failed(tmp_path, 
     assert "seed 1 stopped (exit 143)" in out and "FAILED a2c CartPole-v1 seed 2 (exit 1)" in out, out
 
 
+def test_the_time_left_counts_what_running_runs_have_left_over_the_workers(monkeypatch):
+    """Four workers, the first run done in 100 s, three more 100 s old and eight queued: 800 s of
+    work over four workers (it read 1,100 s: each running run counted whole, and no workers); two
+    done (a mean of 90 s) and one left, 30 s old: its 60 s, not a quarter of them."""
+    monkeypatch.syspath_prepend(str(ROOT / "benchmark"))
+    import run as grid_runner
+
+    assert grid_runner.time_left([100.0], 8, [100.0] * 3, 4) == pytest.approx(200.0)
+    assert grid_runner.time_left([100.0, 80.0], 0, [30.0], 4) == pytest.approx(60.0)
+    assert grid_runner.time_left([100.0], 0, [250.0], 2) == 0.0
+
+
 def test_a_stopping_runner_signals_each_run_once(tmp_path, monkeypatch, capsys):
     """A run that a SIGTERM stops restores the default handler once its checkpoint is written, then
     closes its logs (here a stand-in that takes a second over it): a second SIGTERM from the runner
