@@ -2702,6 +2702,8 @@ def act_for_learner(args, checkpoint, device, zmq) -> dict:
         deadline = time.monotonic()
         while outbox.next < args.total_timesteps and not outbox.done and not run.stop_signal:
             outbox.exchange()
+            if outbox.done:  # no step after the rows it just sent as its last
+                break
             if outbox.full():  # paused until the learner's checkpoint holds more rows; a deadline
                 if not paused:
                     print(
