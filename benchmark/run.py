@@ -16,10 +16,10 @@ runner SIGTERMs its runs, which write one) is continued with --resume; the other
 lock file held while a run is going keeps a second runner out of its directory. A failed run is
 reported by name with the tail of its log, and the others go on; a run another runner holds is left
 to it. A fresh run records its flags in flags.txt; a grid whose flags differ from a recorded run's
-is refused, naming the difference, unless --rerun says to delete such runs and run them again; a run
-that wrote nothing (its script refused a flag) binds no grid. With more than one worker each run
-gets one torch/OpenMP/MKL thread (oversubscribed threads are ruinous). --workers is 1 by default, or
-GPU_WORKERS where torch sees a CUDA GPU.
+is refused, naming the difference (--checkpoint-freq does not count), unless --rerun says to delete
+such runs and run them again; a run that wrote nothing (its script refused a flag) binds no grid.
+With more than one worker each run gets one torch/OpenMP/MKL thread (oversubscribed threads are
+ruinous). --workers is 1 by default, or GPU_WORKERS where torch sees a CUDA GPU.
 
 Then: python benchmark/report.py OUT
 """
@@ -109,7 +109,7 @@ def changed_flags(args, env_id: str, seed: int) -> str:
             table[key] = "" if token == key else f"{table[key]} {token}".strip()
     return "; ".join(
         f"{key} {old[0].get(key, '(unset)')} -> {old[1].get(key, '(unset)')}"
-        for key in sorted(old[0].keys() | old[1].keys())
+        for key in sorted((old[0].keys() | old[1].keys()) - {"--checkpoint-freq"})  # it changes no result
         if old[0].get(key) != old[1].get(key)
     )
 

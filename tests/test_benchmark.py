@@ -62,7 +62,10 @@ def test_grid_runs_to_the_end_and_a_second_invocation_runs_nothing(tmp_path):
 
 
 def test_a_grid_whose_flags_differ_from_a_recorded_run_is_refused_unless_told_to_rerun(tmp_path):
+    """Flags that change a run's results bind its cell; --checkpoint-freq, which changes none, does
+    not."""
     assert runner(tmp_path, "--seeds", "1").returncode == 0
+    assert "0 to run" in runner(tmp_path, "--seeds", "1", "--checkpoint-freq", "100").stdout
     recorded = tmp_path / "grid" / "a2c" / "CartPole-v1" / "seed_1" / "flags.txt"
     assert (
         recorded.read_text() == "--env-id CartPole-v1 --seed 1 --total-timesteps 400 --checkpoint-freq 40 "
