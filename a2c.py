@@ -885,17 +885,18 @@ class Run(contextlib.AbstractContextManager):
         print("continue with:\n" + shlex.join(command), flush=True)
 
     def __exit__(self, kind, error, tb) -> None:
-        """Close; after an error, a checkpoint; out of memory: one line naming `memory_flags`."""
-        for sig, handler in self.handlers.items():
-            signal.signal(sig, handler)
-        self.envs.close()
+        """After an error, a checkpoint (a signal meanwhile waits); close; out of memory: one line
+        naming `memory_flags`."""
         if hasattr(self, "writer"):  # none before resume(): nothing was written
-            self.writer.close()
             if error is not None and sys.stdout.isatty():  # the error on a line of its own
                 print(flush=True)
             if isinstance(error, Exception) and self.counters:  # what the run holds, its networks finite
                 with contextlib.suppress(ConfigError):
                     self.stop(self.counters, None, "ended by an error")  # resumed with new episodes
+            self.writer.close()
+        for sig, handler in self.handlers.items():
+            signal.signal(sig, handler)
+        self.envs.close()
         if isinstance(error, (MemoryError, RuntimeError)) and "alloc" in str(error):
             first = str(error).splitlines()[0]
             raise ConfigError(f"out of memory ({first}): lower {self.memory_flags}") from None

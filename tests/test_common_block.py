@@ -65,7 +65,7 @@ TYRO_BAD_INPUT = {
     "missing value": (["--seed"], ["--seed"]),
 }
 BLOCK_START = "# COMMON BLOCK:"
-BLOCK_LINES = 456  # the block may shrink; it grows only for a guarantee, with its test
+BLOCK_LINES = 457  # the block may shrink; it grows only for a guarantee, with its test
 MEAN_CHARS = 59.4  # its mean characters per non-blank line (#56: at most 60): never raised by packing
 ARGS_START, ARGS_END = "    # --- COMMON ARGS:", "    # --- END OF COMMON ARGS ---\n"
 
@@ -1242,6 +1242,47 @@ def test_an_error_mid_run_writes_a_checkpoint_of_what_the_run_holds_and_the_comm
     out = capsys.readouterr().out
     assert f"at step {counters[0]:,}; new episodes start" in out and summary["global_step"] > 300, out
     assert os.path.isfile(os.path.join(os.path.dirname(checkpoint), "finished"))
+
+
+SIGNALLED_WHILE_SAVED = """
+import os, signal
+import gymnasium as gym
+
+
+class Breaks(gym.Wrapper):  # raises at its `at`-th step; pickled after it, it sends its process a SIGINT
+    def __init__(self, base: str, at: int):
+        super().__init__(gym.make(base))
+        self.at, self.steps = at, 0
+
+    def step(self, action):
+        self.steps += 1
+        if self.steps == self.at:
+            raise OSError("the link to the robot dropped")
+        return self.env.step(action)
+
+    def __getstate__(self):
+        if self.steps >= self.at:
+            os.kill(os.getpid(), signal.SIGINT)
+        return self.__dict__
+
+
+gym.register("Breaks-v0", entry_point=Breaks)
+"""
+
+
+def test_a_ctrl_c_while_an_error_s_checkpoint_is_written_waits_for_it(tmp_path, script):
+    """The checkpoint an error leaves is written with the run's signal handlers in place: a Ctrl-C
+    then (a person who sees the traceback begin) is acknowledged and the save ends. It was a
+    KeyboardInterrupt inside the save, and no checkpoint."""
+    (tmp_path / "signalled.py").write_text(SIGNALLED_WHILE_SAVED)
+    base = TINY[script.__name__][0].get("env_id", "Pendulum-v1")
+    at = 250 // script.Args().num_envs  # each sub-env's steps
+    argv = [*tiny_argv(script, env_id="signalled:Breaks-v0", total_timesteps=400), "--env-kwargs", f"base:{base}"]
+    result = run_cli(script, [*argv, f"at:{at}"], tmp_path, env={**os.environ, "PYTHONPATH": str(tmp_path)})
+    assert result.returncode == 1 and "OSError: the link to the robot dropped" in result.stderr, result.stderr
+    assert "KeyboardInterrupt" not in result.stderr and "signal 2: the run stops" in result.stdout, result.stdout
+    (checkpoint,) = glob.glob(str(tmp_path / "runs" / "*" / "checkpoint.pt"))
+    assert "ended by an error at step" in result.stdout and torch.load(checkpoint, weights_only=False)["envs"]
 
 
 class NanReward(gym.Wrapper):
