@@ -803,6 +803,8 @@ def load_checkpoint(args) -> tuple:
     if ignored:
         print(f"--resume: {', '.join(ignored)} ignored: a resumed run keeps its checkpoint's")
     saved.update({key: getattr(args, key) for key in given if key in RESUMABLE})
+    step, total = checkpoint["counters"][0], saved["total_timesteps"]
+    check([(total < step, f"--total-timesteps {total:,} is below the checkpoint's step {step:,}")])
     return type(args)(**saved), checkpoint
 
 

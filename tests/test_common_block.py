@@ -65,7 +65,7 @@ TYRO_BAD_INPUT = {
     "missing value": (["--seed"], ["--seed"]),
 }
 BLOCK_START = "# COMMON BLOCK:"
-BLOCK_LINES = 457  # the block may shrink; it grows only for a guarantee, with its test
+BLOCK_LINES = 459  # the block may shrink; it grows only for a guarantee, with its test
 MEAN_CHARS = 59.4  # its mean characters per non-blank line (#56: at most 60): never raised by packing
 ARGS_START, ARGS_END = "    # --- COMMON ARGS:", "    # --- END OF COMMON ARGS ---\n"
 
@@ -1342,13 +1342,18 @@ def test_a_checkpoint_damaged_after_it_was_written_is_refused_in_one_line(in_tmp
 
 
 def test_flags_beside_resume_apply_where_safe_and_the_others_are_named_as_ignored(in_tmp, capsys):
-    """A longer --total-timesteps runs a checkpointed run on; --env-id and --learning-starts, which
-    would change the run itself, are named in one line as ignored, not silently dropped."""
+    """A longer --total-timesteps runs a checkpointed run on, and one below its step is refused (it
+    ended the run at once, marked finished); --env-id and --learning-starts, which would change the
+    run itself, are named in one line as ignored, not silently dropped."""
     import sac_continuous_action as sac
 
     summary = sac.main(tiny(sac, checkpoint_freq=300, total_timesteps=300))
     path = f"{summary['run_dir']}/checkpoint.pt"
     capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_info:
+        sac.cli(["--resume", path, "--resume-anyway", "--total-timesteps", "200"])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and err == "error: --total-timesteps 200 is below the checkpoint's step 300\n"
     argv = ["--resume", path, "--resume-anyway", "--total-timesteps", "500", "--env-id", "Hopper-v5"]
     resumed = sac.cli([*argv, "--learning-starts", "7"])
     out = capsys.readouterr().out
