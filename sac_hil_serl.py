@@ -1143,6 +1143,10 @@ def check_args(args: Args) -> None:
     range before the bounds flags set one another, so that each message names the flag to change."""
     replay_dir = os.path.dirname(os.path.abspath(args.save_replay or "."))
     size = args.image_size or PIXELS
+    given = [key for key, value in asdict(args).items() if value != getattr(Args, key)]  # not at their defaults
+    split = [f"--{key.replace('_', '-')}" for key in ("learner_address", "network_timeout") if key in given]
+    actor = [f"--{key.replace('_', '-')}" for key in ("control_hz", "actor_id", "outbox_size") if key in given]
+    gripper = [f"--{key.replace('_', '-')}" for key in ("gripper_epsilon", "discrete_q_lr") if key in given]
     check(
         [
             (not args.policy_lr > 0, f"--policy-lr must be positive, not {args.policy_lr}"),
@@ -1233,6 +1237,19 @@ def check_args(args: Args) -> None:
             (args.outbox_size < 1, f"--outbox-size must be at least 1, not {args.outbox_size}"),
             (not args.network_timeout > 0, f"--network-timeout must be positive, not {args.network_timeout}"),
             (
+                args.role == "local" and split + actor,
+                f"{', '.join(split + actor)}: for a learner and its actors apart, not --role local: add --role "
+                "learner, actor or both, or drop them",
+            ),
+            (
+                args.role == "learner" and actor,
+                f"{', '.join(actor)}: an actor's, unused by --role learner: give them to the actors",
+            ),
+            (
+                gripper and not args.num_discrete_actions,
+                f"{', '.join(gripper)}: the gripper's, unused without --num-discrete-actions: add it, or drop them",
+            ),
+            (
                 args.role == "actor" and bool(args.offline_data or args.offline_steps or args.save_replay),
                 "--offline-data, --offline-steps and --save-replay are the learner's: give them to --role learner",
             ),
@@ -1301,6 +1318,9 @@ def robot_learning_setup(args, obs_space, action_space) -> dict | None:
         "--image-encoder-weights": args.image_encoder_weights,
     }
     given = next((flag for flag, value in image_flags.items() if value), None)  # the first image flag set
+    image_flags.update({"--image-size": args.image_size, "--no-augment": not args.augment})
+    image_flags.update({"--no-shared-encoder": not args.shared_encoder})
+    unused = next((flag for flag, value in image_flags.items() if value), None)  # with no image, each is
     spaces, act_dim = getattr(obs_space, "spaces", {}), action_space.shape[0]
     sides = {key: x.shape[1:] if channels_first(x.shape) else x.shape[:2] for key, x in spaces.items() if is_image(x)}
     small = [key for key, side in sides.items() if min(side) < 16]  # the encoders' convolutions need 16
@@ -1317,8 +1337,8 @@ def robot_learning_setup(args, obs_space, action_space) -> dict | None:
                 "dimension; the gripper is the last of at least two",
             ),
             (
-                given and not any(map(is_image, spaces.values())),
-                f"{given} needs images: add --from-pixels, or use an env with image observations",
+                unused and not any(map(is_image, spaces.values())),
+                f"{unused} needs images: add --from-pixels, or use an env with image observations",
             ),
             (
                 given and not args.shared_encoder,

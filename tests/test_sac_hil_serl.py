@@ -657,6 +657,20 @@ BAD_INPUT = {  # this script's flags; the common ones are in test_common_block.p
         ["--freeze-image-encoder"],
         "--freeze-image-encoder needs images: add --from-pixels",
     ),
+    "an image size with no images": (["--image-size", "32"], "--image-size needs images: add --from-pixels"),
+    "no augmentation with no images": (["--no-augment"], "--no-augment needs images"),
+    "a gripper's flags with no gripper": (
+        ["--gripper-epsilon", "0.3", "--discrete-q-lr", "0.01"],
+        "--gripper-epsilon, --discrete-q-lr: the gripper's, unused without --num-discrete-actions",
+    ),
+    "a split run's flags in a local run": (
+        ["--learner-address", "tcp://10.0.0.2:5555", "--outbox-size", "50"],
+        "--learner-address, --outbox-size: for a learner and its actors apart, not --role local: add --role",
+    ),
+    "an actor's flags given to the learner": (
+        ["--role", "learner", "--control-hz", "5"],
+        "--control-hz: an actor's, unused by --role learner: give them to the actors",
+    ),
     "spatial pooling without a shared encoder": (
         ["--env-id", "InvertedPendulum-v5", "--from-pixels", "--image-pooling", "spatial", "--no-shared-encoder"],
         "--image-pooling spatial needs --shared-encoder",
@@ -735,7 +749,8 @@ def test_offline_data_below_a_batch_s_share_is_noted(in_tmp, capsys, rows, noted
 
 def test_a_resume_needs_no_offline_file_and_takes_a_new_address_and_control_rate(in_tmp, capsys):
     """The checkpoint holds the demo buffer, so --resume runs with the --offline-data file gone; a
-    resumed learner or actor may move to another address and pace (they were ignored)."""
+    resumed learner or actor may move to another address and pace (they were ignored), and a local
+    run, which uses neither, refuses them in one line."""
     rows = 64
     data = dict(obs=np.zeros((rows, 3), np.float32), actions=np.zeros((rows, 1), np.float32), rewards=np.zeros(rows))
     np.savez(in_tmp / "off.npz", **data, next_obs=data["obs"], terminations=np.zeros(rows))
@@ -746,17 +761,18 @@ def test_a_resume_needs_no_offline_file_and_takes_a_new_address_and_control_rate
     os.remove(in_tmp / "off.npz")
     checkpoint = f"{first['run_dir']}/checkpoint.pt"
     moved = ["--learner-address", "tcp://127.0.0.1:6001", "--network-timeout", "5", "--control-hz", "20"]
-    capsys.readouterr()
-    resumed = sac.cli(["--resume", checkpoint, "--resume-anyway", "--total-timesteps", "400", *moved])
-    out = capsys.readouterr().out
-    assert resumed["global_step"] == 400 and "ignored" not in out, out
+    with pytest.raises(SystemExit) as exit_info:
+        sac.cli(["--resume", checkpoint, "--resume-anyway", "--total-timesteps", "400", *moved])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and "--control-hz: for a learner and its actors apart, not --role local" in err
+    as_learner = dict(learner_address="tcp://127.0.0.1:6001", network_timeout=5.0, control_hz=20.0)
+    recorded = torch.load(checkpoint, weights_only=False)["args"]  # the run's flags, but for these
+    args, _ = sac.load_checkpoint(sac.Args(**{**recorded, "resume": checkpoint, "resume_anyway": True, **as_learner}))
+    assert {key: getattr(args, key) for key in as_learner} == as_learner and "ignored" not in capsys.readouterr().out
+    resumed = sac.cli(["--resume", checkpoint, "--resume-anyway", "--total-timesteps", "400"])
+    assert resumed["global_step"] == 400
     saved = torch.load(checkpoint, weights_only=False)  # written at step 400
     assert saved["counters"][0] == 400 and saved["demo"]["size"] == rows
-    assert (saved["args"]["learner_address"], saved["args"]["network_timeout"], saved["args"]["control_hz"]) == (
-        "tcp://127.0.0.1:6001",
-        5.0,
-        20.0,
-    )
 
 
 @pytest.mark.parametrize("shape", [(8, 8, 3), (3, 12, 12), (40, 15, 3)])
@@ -1793,7 +1809,8 @@ def test_an_actor_holds_its_control_rate_while_the_learner_updates_flat_out_and_
     54 ms), local mode 13.0/s."""
     ((rate, p99),) = control_rate(in_tmp, 1, record_property)
     assert abs(rate - 20) <= 1 and p99 < 0.1, (rate, p99)
-    local = sac.cli([*SPLIT, *RATE_FLAGS, "--total-timesteps", "300"])
+    at = SPLIT.index("--network-timeout")  # a split run's flag: a local run refuses it
+    local = sac.cli([*SPLIT[:at], *SPLIT[at + 2 :], *RATE_FLAGS, "--total-timesteps", "300"])
     sps = [value for step, value in scalars(local["run_dir"])["charts/SPS"] if step > 100]
     record_property("shown_in_summary", f"| local | {np.mean(sps):.1f} | | | |")
     assert np.mean(sps) < 19, sps
