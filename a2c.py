@@ -404,6 +404,10 @@ def check_args(args: Args) -> None:
                 "--gae-lambda is GAE's: add --advantage gae, or drop it",
             ),
             (
+                args.advantage == "nstep" and args.norm_adv != Args.norm_adv,
+                "--no-norm-adv: only GAE's advantages are normalized: add --advantage gae, or drop it",
+            ),
+            (
                 args.optimizer == "adam" and args.rms_alpha != Args.rms_alpha,
                 "--rms-alpha is RMSprop's: drop it, or use --optimizer rmsprop",
             ),
@@ -549,6 +553,7 @@ def parse_env_kwargs(pairs: tuple) -> dict:
     for pair in pairs:
         key, colon, value = pair.partition(":")
         check([(not (colon and key.isidentifier()), f"--env-kwargs {pair}: write KEY:VALUE")])
+        check([(key in kwargs, f"--env-kwargs {key} is given twice")])
         try:
             kwargs[key] = ast.literal_eval(value)
         except (ValueError, SyntaxError):  # a word, unless a literal mistyped

@@ -449,6 +449,10 @@ def check_args(args: Args) -> None:
                 not args.trust_region and args.max_kl != Args.max_kl,
                 "--max-kl bounds the trust region: drop it, or drop --no-trust-region",
             ),
+            (
+                args.replay_ratio_poisson and args.replay_ratio == 0,
+                "--replay-ratio-poisson draws around --replay-ratio, which is 0: raise it, or drop the flag",
+            ),
         ]
     )
     segment = args.num_envs * args.num_steps
@@ -608,6 +612,7 @@ def parse_env_kwargs(pairs: tuple) -> dict:
     for pair in pairs:
         key, colon, value = pair.partition(":")
         check([(not (colon and key.isidentifier()), f"--env-kwargs {pair}: write KEY:VALUE")])
+        check([(key in kwargs, f"--env-kwargs {key} is given twice")])
         try:
             kwargs[key] = ast.literal_eval(value)
         except (ValueError, SyntaxError):  # a word, unless a literal mistyped

@@ -650,6 +650,7 @@ def parse_env_kwargs(pairs: tuple) -> dict:
     for pair in pairs:
         key, colon, value = pair.partition(":")
         check([(not (colon and key.isidentifier()), f"--env-kwargs {pair}: write KEY:VALUE")])
+        check([(key in kwargs, f"--env-kwargs {key} is given twice")])
         try:
             kwargs[key] = ast.literal_eval(value)
         except (ValueError, SyntaxError):  # a word, unless a literal mistyped

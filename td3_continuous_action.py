@@ -385,6 +385,10 @@ def check_args(args: Args) -> None:
             (not args.policy_noise >= 0, f"--policy-noise must be non-negative, not {args.policy_noise}"),
             (not args.noise_clip >= 0, f"--noise-clip must be non-negative, not {args.noise_clip}"),
             (
+                args.policy_noise == 0 and args.noise_clip != Args.noise_clip,
+                "--noise-clip clips the target policy's noise, which --policy-noise 0 turns off: drop it",
+            ),
+            (
                 not args.exploration_noise >= 0,
                 f"--exploration-noise must be non-negative, not {args.exploration_noise}",
             ),
@@ -538,6 +542,7 @@ def parse_env_kwargs(pairs: tuple) -> dict:
     for pair in pairs:
         key, colon, value = pair.partition(":")
         check([(not (colon and key.isidentifier()), f"--env-kwargs {pair}: write KEY:VALUE")])
+        check([(key in kwargs, f"--env-kwargs {key} is given twice")])
         try:
             kwargs[key] = ast.literal_eval(value)
         except (ValueError, SyntaxError):  # a word, unless a literal mistyped

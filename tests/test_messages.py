@@ -183,6 +183,9 @@ IGNORED = {  # a flag that another flag leaves without effect: (script, override
     "a2c rms alpha beside adam": ("a2c", dict(optimizer="adam", rms_alpha=0.5), "--rms-alpha is RMSprop's"),
     "acer rms alpha beside adam": ("acer", dict(optimizer="adam", rms_alpha=0.5), "--rms-alpha is RMSprop's"),
     "acer max kl, no trust region": ("acer", dict(trust_region=False, max_kl=0.5), "--max-kl bounds the trust region"),
+    "a2c no normalization, n-step": ("a2c", dict(norm_adv=False), "--no-norm-adv: only GAE's advantages"),
+    "acer poisson, no replay": ("acer", dict(replay_ratio=0, replay_ratio_poisson=True), "--replay-ratio-poisson"),
+    "td3 noise clip, no noise": ("td3_continuous_action", dict(policy_noise=0.0, noise_clip=0.3), "--noise-clip clips"),
 }
 
 
@@ -194,6 +197,6 @@ def test_a_flag_that_another_leaves_without_effect_is_refused_and_accepted_where
     assert refusal(script, **overrides).startswith(start)
     module = importlib.import_module(script)
     needed = {"autotune": not overrides.get("autotune", True), "advantage": "gae", "optimizer": "rmsprop"}
-    needed["trust_region"] = True
+    needed.update(trust_region=True, replay_ratio=4, policy_noise=0.2)
     fields = {key: value for key, value in needed.items() if hasattr(module.Args, key)}
     module.check_args(module.Args(**{**overrides, **fields}))
