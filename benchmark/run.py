@@ -163,6 +163,8 @@ class Run:
             self.lock.close()
             raise ValueError(difference)
         env = dict(os.environ)
+        if env.get("PYTHONPATH"):  # each run works in its own folder: a relative entry would name another
+            env["PYTHONPATH"] = os.pathsep.join(map(os.path.abspath, env["PYTHONPATH"].split(os.pathsep)))
         if threads:
             env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
         self.log = open(os.path.join(directory, "log.txt"), "a")
@@ -523,7 +525,8 @@ def main(argv=None) -> int:
         print(f"{len(failed)} of {len(todo)} runs failed: {', '.join(failed)}", flush=True)
     if held or failed:
         return 1
-    print(f"all {len(grid)} runs finished; report: python benchmark/report.py {args.out}", flush=True)
+    report = shlex.join(["python", os.path.relpath(os.path.join(ROOT, "benchmark", "report.py")), args.out])
+    print(f"all {len(grid)} runs finished; report: {report}", flush=True)
     return 0
 
 

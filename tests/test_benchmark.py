@@ -61,6 +61,22 @@ def test_grid_runs_to_the_end_and_a_second_invocation_runs_nothing(tmp_path):
     assert [(path, os.path.getmtime(path)) for path in event_files(tmp_path)] == before
 
 
+def test_an_env_module_on_a_relative_pythonpath_reaches_each_run(tmp_path):
+    """Each run works in a folder of its own: a relative PYTHONPATH entry, which the runner's own
+    checks found, named nothing there, and every run failed on the env's import. The report command
+    it ends with runs from where it ran (it named benchmark/report.py, from the repository root)."""
+    (tmp_path / "mods").mkdir()
+    module = (
+        "import gymnasium as gym\ngym.register('Mine-v0', entry_point='gymnasium.envs.classic_control:CartPoleEnv')\n"
+    )
+    (tmp_path / "mods" / "myenv.py").write_text(module)
+    argv = [*GRID[:3], "myenv:Mine-v0", *GRID[4:], "--seeds", "1", "--out", "grid"]
+    result = run_py(*argv, cwd=tmp_path, env={**os.environ, "PYTHONPATH": "mods"})
+    assert result.returncode == 0 and "all 1 runs finished" in result.stdout, result.stdout + result.stderr
+    command = result.stdout.strip().splitlines()[-1].split("report: ")[1]  # from where it ran
+    assert command == f"python {os.path.relpath(ROOT / 'benchmark' / 'report.py', tmp_path)} grid"
+
+
 def test_a_grid_whose_flags_differ_from_a_recorded_run_is_refused_unless_told_to_rerun(tmp_path):
     """Flags that change a run's results bind its cell; --checkpoint-freq, which changes none, does
     not."""
