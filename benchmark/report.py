@@ -28,17 +28,18 @@ env across seeds, and writes:
                 training return, the mean of each seed's last K charts/episodic_return
                 (--last-episodes K), as mean ± std over seeds; and the published numbers of
                 --reference beside them.
-<env> is the env id with ':' and '/' replaced by '_'. A curve of one point is drawn as a marker. It
-warns, one line each, about two or more runs of one script, env and seed, and keeps the newest by
-the unix time that ends the run name (of equal times, the last path); about a run without
-evaluations, which it leaves out; about a seed whose last evaluation comes before the others', whose
-final return is then of that earlier step; and about an events file whose records stop at a
-truncated or corrupt one (a run killed while writing, a damaged disk), of which the report uses the
-whole records before that one and nothing after, as tensorboard's reader does. With --speed it reads
-instead the Markdown tables that benchmark/speed.py --out wrote into ROOT and draws speed.png: a bar
-per row with a peer, the median ratio of our env steps/s to the peer's over the rounds or
-measurements, a whisker from the least to the greatest, labelled with the script and the flags of
-our runs.
+<env> is the env id as run names hold it (':' and '/' become '-'). A curve of one point is drawn as
+a marker. It warns, one line each, about a run that has not finished (its folder holds no `finished`
+file: stopped, crashed or still going; the table's seeds count it), about two or more runs of one
+script, env and seed, and keeps the newest by the unix time that ends the run name (of equal times,
+the last path); about a run without evaluations, which it leaves out; about a seed whose last
+evaluation comes before the others', whose final return is then of that earlier step; and about an
+events file whose records stop at a truncated or corrupt one (a run killed while writing, a damaged
+disk), of which the report uses the whole records before that one and nothing after, as
+tensorboard's reader does. With --speed it reads instead the Markdown tables that benchmark/speed.py
+--out wrote into ROOT and draws speed.png: a bar per row with a peer, the median ratio of our env
+steps/s to the peer's over the rounds or measurements, a whisker from the least to the greatest,
+labelled with the script and the flags of our runs.
 """
 
 import argparse
@@ -302,6 +303,13 @@ def main(argv=None) -> int:
         if not curves:
             continue
         finals = [curve[-1][1] for curve in curves.values()]
+        unfinished = [seed for seed in curves if not os.path.isfile(os.path.join(seeds[seed], "finished"))]
+        for seed in unfinished:  # stopped, crashed or still going (the scripts write `finished` at the end)
+            print(
+                f"warning: {script} {env_id} seed {seed} has not finished (no `finished` file in {seeds[seed]}): "
+                f"its final return is of step {curves[seed][-1][0]:,}",
+                file=sys.stderr,
+            )
         steps = max(curve[-1][0] for curve in curves.values())
         for seed in [seed for seed, curve in curves.items() if curve[-1][0] < steps]:  # stopped, crashed or running
             print(
@@ -317,7 +325,8 @@ def main(argv=None) -> int:
             or "-"
         )
         rows.append(
-            f"| `{script}` | {env_id} | {len(finals)} | {steps:,} | {np.mean(finals):.1f} ± "
+            f"| `{script}` | {env_id} | {len(finals)}{f' ({len(unfinished)} unfinished)' if unfinished else ''} | "
+            f"{steps:,} | {np.mean(finals):.1f} ± "
             f"{np.std(finals):.1f} | {iqm(finals):.1f} | {train} | {published} |"
         )
         sparse = {seed: len(curve) for seed, curve in curves.items() if len(curve) < MIN_EVALS}
@@ -332,7 +341,11 @@ def main(argv=None) -> int:
     if not by_env:  # every run left out above: no curve, no row
         print(f"error: no run under {args.root} has an {EVAL_TAG}: nothing to report", file=sys.stderr)
         return 2
-    os.makedirs(out, exist_ok=True)
+    try:
+        os.makedirs(out, exist_ok=True)
+    except OSError as e:
+        print(f"error: --out {out}: {e.strerror}: pass a directory that can be written", file=sys.stderr)
+        return 2
 
     for env_id, entries in by_env.items():
         fig, ax = plt.subplots(figsize=(6, 4))

@@ -34,6 +34,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 import tyro
@@ -413,6 +414,13 @@ def main(argv=None) -> int:
     code = subprocess.run([sys.executable, os.path.abspath(__file__), *argv, "--check-flags"]).returncode
     if code:
         return code
+    if not args.dry_run:  # the grid's folder, made and written to before any run starts
+        try:
+            os.makedirs(args.out, exist_ok=True)
+            tempfile.TemporaryFile(dir=args.out).close()
+        except OSError as e:
+            print(f"error: --out {args.out}: {e.strerror}: pass a directory that can be written", file=sys.stderr)
+            return 2
     rerun = []  # the cells --rerun deletes and runs afresh
     for env_id, seed in grid:
         difference = changed_flags(args, env_id, seed)

@@ -331,9 +331,10 @@ def test_report_writes_a_png_and_a_table_of_the_event_files_numbers(tmp_path):
     assert not (tmp_path / "acer").exists()
 
 
-def fake_run(root, name, evals=(), episodes=()):
+def fake_run(root, name, evals=(), episodes=(), finished=True):
     """A run directory root/name whose event file holds `evals` as eval/episodic_return and
-    `episodes` as charts/episodic_return, [(step, value)] each, beside a loss."""
+    `episodes` as charts/episodic_return, [(step, value)] each, beside a loss; with the `finished`
+    file a run that ended writes."""
     from torch.utils.tensorboard import SummaryWriter
 
     writer = SummaryWriter(str(root / name))
@@ -342,6 +343,8 @@ def fake_run(root, name, evals=(), episodes=()):
         for step, value in points:
             writer.add_scalar(tag, value, step)
     writer.close()
+    if finished:
+        (root / name / "finished").write_text("finished\n")
     return str(root / name)
 
 
@@ -357,6 +360,18 @@ def results_row(out, script):
 
 
 EVALS = [(100, 10.0), (200, 20.0), (300, 30.0)]
+
+
+def test_report_names_a_run_that_has_not_finished_in_a_warning_and_in_its_row(tmp_path, capsys):
+    """A grid stopped halfway: seed 2 stopped at step 200 of 300, without the `finished` file a run
+    writes at its end. It was reported as a final result without a word."""
+    fake_run(tmp_path / "runs", "CartPole-v1__a2c__1__100", evals=EVALS)
+    fake_run(tmp_path / "runs", "CartPole-v1__a2c__2__100", evals=EVALS[:2], finished=False)
+    assert report_main(tmp_path / "runs", "--out", tmp_path / "out") == 0
+    err = capsys.readouterr().err
+    assert "warning: a2c CartPole-v1 seed 2 has not finished (no `finished` file in " in err, err
+    assert "its final return is of step 200" in err and "seed 1 has not" not in err
+    assert results_row(tmp_path / "out", "a2c").startswith("| `a2c` | CartPole-v1 | 2 (1 unfinished) | 300 |")
 
 
 def test_report_keeps_the_newest_of_runs_sharing_script_env_and_seed_and_warns(tmp_path, capsys):
@@ -1242,6 +1257,7 @@ def test_a_single_flag_passes_through_extra(tmp_path, extra):
         (["--partition", "big", "--wait"], "--partition, --wait need --backend slurm"),
         (["--workers", "0"], "--workers and --total-timesteps must be at least 1"),
         (["--out", "a-file"], "--out a-file is a file: pass a directory"),
+        (["--out", "/proc/no-such/grid"], "--out /proc/no-such/grid: No such file or directory: pass a directory"),
     ],
 )
 def test_bad_runner_flags_are_one_line(tmp_path, flags, message):
@@ -1258,14 +1274,15 @@ def test_bad_runner_flags_are_one_line(tmp_path, flags, message):
         "a reference that is no CSV",
         "a missing reference",
         "an --out that is a file",
+        "an --out that cannot be made",
         "scripts with no runs",
         "a script with no runs beside one with",
     ],
 )
 def test_report_refuses_bad_flags_in_one_line(tmp_path, capsys, case):
     """report.py names what is wrong instead of ignoring a --reference it can't read, tracing back
-    on an --out that is a file, or saying there are no runs where only the --scripts filter finds
-    none."""
+    on an --out that is a file or cannot be made, or saying there are no runs where only the
+    --scripts filter finds none."""
     sys.path.insert(0, str(ROOT / "benchmark"))
     import report
 
@@ -1279,6 +1296,7 @@ def test_report_refuses_bad_flags_in_one_line(tmp_path, capsys, case):
         ),
         "a missing reference": (["--reference", tmp_path / "nowhere.csv"], "cannot be read (No such file"),
         "an --out that is a file": (["--out", tmp_path / "a-file"], "is a file: pass a directory"),
+        "an --out that cannot be made": (["--out", "/proc/no-such/report"], "No such file or directory: pass a"),
         "scripts with no runs": (["--scripts", "nosuch"], "no runs of nosuch under"),
         "a script with no runs beside one with": (["--scripts", "a2c", "nosuch"], "no runs of nosuch under"),
     }[case]
