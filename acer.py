@@ -671,7 +671,7 @@ def setup(args, check_args, check_spaces, wrap=None):
         check([(isinstance(value, int) and value < least, f"{flag} must be at least {least}")])
     check([(args.seed >= 2**32, "--seed must lie in [0, 2**32 - 1]")])
     too_few = 0 < args.total_timesteps < args.num_envs
-    check([(too_few, "--total-timesteps must be 0 or at least --num-envs")])
+    check([(too_few, "--total-timesteps must be at least --num-envs")])
     check_args(args)
     if args.capture_video:
         os.environ.setdefault("MUJOCO_GL", "egl")  # headless MuJoCo, read at its first import
@@ -720,7 +720,7 @@ def load_checkpoint(args) -> tuple:
         damaged = f"{type(e).__name__}: {e}"
     check([(damaged, f"--resume {args.resume}: unreadable or damaged ({damaged})")])
     own = os.path.basename(__file__)
-    check([(script != own, f"--resume {args.resume}: a file of {script}, not of {own}")])
+    check([(script != own, f"--resume {args.resume}: a file of {script}, not a checkpoint of {own}")])
     finished = os.path.join(os.path.dirname(args.resume), "finished")  # by Run.finish
     if os.path.isfile(finished) and not args.resume_anyway:
         raise ConfigError(
@@ -980,6 +980,8 @@ def cli(argv=None) -> dict:
     except ConfigError as e:
         print("error: " + " ".join(str(e).split()), file=sys.stderr)
         raise SystemExit(2) from None
+    except KeyboardInterrupt:  # before the run handles signals: nothing written
+        raise SystemExit(128 + signal.SIGINT) from None
     if summary["stopped_by"]:
         raise SystemExit(128 + summary["stopped_by"])
     return summary

@@ -66,7 +66,7 @@ TYRO_BAD_INPUT = {
     "missing value": (["--seed"], ["--seed"]),
 }
 BLOCK_START = "# COMMON BLOCK:"
-BLOCK_LINES = 460  # the block may shrink; it grows only for a guarantee, with its test
+BLOCK_LINES = 462  # the block may shrink; it grows only for a guarantee, with its test
 MEAN_CHARS = 59.5  # its mean characters per non-blank line (#56: at most 60): never raised by packing
 ARGS_START, ARGS_END = "    # --- COMMON ARGS:", "    # --- END OF COMMON ARGS ---\n"
 
@@ -1002,9 +1002,9 @@ def test_resuming_another_script_s_checkpoint_or_a_model_says_what_the_file_is(i
     del unnamed["script"]
     torch.save(unnamed, in_tmp / "unnamed.pt")
     for argv, needle in (
-        (["--resume", checkpoint], "a file of sac_atari.py, not of td3_continuous_action.py"),
-        (["--resume", model], "a file of --save-model, not of td3_continuous_action.py"),
-        (["--resume", str(in_tmp / "unnamed.pt"), "--resume-anyway"], "a file of None, not of td3"),
+        (["--resume", checkpoint], "a file of sac_atari.py, not a checkpoint of td3_continuous_action.py"),
+        (["--resume", model], "a file of --save-model, not a checkpoint of td3_continuous_action.py"),
+        (["--resume", str(in_tmp / "unnamed.pt"), "--resume-anyway"], "a file of None, not a checkpoint of td3"),
     ):
         with pytest.raises(SystemExit) as exit_info:
             td3.cli(argv)
@@ -1269,6 +1269,19 @@ class Breaks(gym.Wrapper):  # raises at its `at`-th step; pickled after it, it s
 
 gym.register("Breaks-v0", entry_point=Breaks)
 """
+
+
+def test_a_ctrl_c_before_the_run_handles_signals_exits_130_quietly(in_tmp, capsys, monkeypatch, script):
+    """A Ctrl-C while setup checks the flags and makes its trial env, before the run's handlers are
+    in place: exit code 130, nothing printed or written (it was a KeyboardInterrupt traceback)."""
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(script, "setup", interrupted)
+    with pytest.raises(SystemExit) as exit_info:
+        script.cli(tiny_argv(script))
+    assert exit_info.value.code == 130 and capsys.readouterr() == ("", "") and os.listdir(in_tmp) == []
 
 
 def test_a_ctrl_c_while_an_error_s_checkpoint_is_written_waits_for_it(tmp_path, script):

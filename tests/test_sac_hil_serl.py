@@ -586,7 +586,7 @@ BAD_INPUT = {  # this script's flags; the common ones are in test_common_block.p
     ),
     "offline data with an array of no use": (
         ["--offline-data", "extra.npz"],
-        "does not fit Pendulum-v1: it holds an array foo that no --save-replay writes; it needs these arrays",
+        "does not fit Pendulum-v1: it holds an array foo that these observations lack; it needs these arrays",
     ),
     "offline data of another env": (
         ["--env-id", "InvertedPendulum-v5", "--offline-data", "pendulum.npz"],
