@@ -2166,6 +2166,7 @@ def cli(argv=None) -> dict:
         summary = main(args)
     except ConfigError as e:
         print("error: " + " ".join(str(e).split()), file=sys.stderr)
+        sys.unraisablehook = lambda _: None  # quiet: a half-made env's __del__ may fail
         raise SystemExit(2) from None
     except KeyboardInterrupt:  # before the run handles signals: nothing written
         raise SystemExit(128 + signal.SIGINT) from None
