@@ -1186,7 +1186,13 @@ def test_an_env_that_cannot_be_pickled_resumes_with_new_episodes(in_tmp, capsys)
 
 
 GYM_HIL = {
-    "images, front and wrist": ["gym_hil:gym_hil/PandaPickCubeBase-v0", "--env-kwargs", "image_obs:True"],
+    "images, front and wrist": [
+        "gym_hil:gym_hil/PandaPickCubeBase-v0",
+        "--env-kwargs",
+        "image_obs:True",
+        "--image-size",
+        "32",
+    ],
     "the gripper": [
         "gym_hil:gym_hil/PandaPickCube-v0",
         "--num-discrete-actions",
@@ -1202,7 +1208,7 @@ def test_gym_hil_s_tasks_train_where_gym_hil_is_installed(in_tmp, flags):
     """LeRobot's gym-hil tasks as they come (a virtual environment of their own: gym-hil pins MuJoCo
     below 3.9); skipped where gym-hil is not installed, as in CI."""
     pytest.importorskip("gym_hil")
-    argv = ["--env-id", *flags, "--image-size", "32", "--buffer-size", "1000", "--total-timesteps", "200"]
+    argv = ["--env-id", *flags, "--buffer-size", "1000", "--total-timesteps", "200"]
     summary = sac.cli([*argv, "--learning-starts", "100", "--batch-size", "16", "--eval-episodes", "1", "--no-cuda"])
     assert summary["critic_updates"] == 101 and summary["global_step"] == 200
 
