@@ -1143,10 +1143,12 @@ def check_args(args: Args) -> None:
     range before the bounds flags set one another, so that each message names the flag to change."""
     replay_dir = os.path.dirname(os.path.abspath(args.save_replay or "."))
     size = args.image_size or PIXELS
-    given = [key for key, value in asdict(args).items() if value != getattr(Args, key)]  # not at their defaults
-    split = [f"--{key.replace('_', '-')}" for key in ("learner_address", "network_timeout") if key in given]
-    actor = [f"--{key.replace('_', '-')}" for key in ("control_hz", "actor_id", "outbox_size") if key in given]
-    gripper = [f"--{key.replace('_', '-')}" for key in ("gripper_epsilon", "discrete_q_lr") if key in given]
+
+    def given(*keys) -> list:  # the flags of these fields that are not at their defaults
+        return [f"--{key.replace('_', '-')}" for key in keys if getattr(args, key) != getattr(Args, key)]
+
+    split, actor = given("learner_address", "network_timeout"), given("control_hz", "actor_id", "outbox_size")
+    gripper = given("gripper_epsilon", "discrete_q_lr")
     check(
         [
             (not args.policy_lr > 0, f"--policy-lr must be positive, not {args.policy_lr}"),
