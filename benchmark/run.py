@@ -465,7 +465,7 @@ def main(argv=None) -> int:
         sig: signal.signal(sig, lambda signum, frame: stop.append(signum)) for sig in (signal.SIGINT, signal.SIGTERM)
     }
     threads = 1 if args.workers > 1 else None
-    running, failed, held, done, durations = [], [], [], 0, []
+    running, failed, held, durations = [], [], [], []
     queue = list(todo)
     try:
         while (queue and not stop) or running:
@@ -500,12 +500,11 @@ def main(argv=None) -> int:
                 running.remove(run)
                 code = run.finish()
                 if code == 0:
-                    done += 1
                     durations.append(time.time() - run.started)
                     ages = [time.time() - r.started for r in running]
                     eta = time_left(durations, len(queue), ages, args.workers)
                     print(
-                        f"[{done + len(grid) - len(todo)}/{len(grid)}] {run.name} finished in "
+                        f"[{len(durations) + len(grid) - len(todo)}/{len(grid)}] {run.name} finished in "
                         f"{time.time() - run.started:.0f} s; about {eta / 60:.1f} min left",
                         flush=True,
                     )

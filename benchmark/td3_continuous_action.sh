@@ -3,10 +3,11 @@
 #   bash benchmark/td3_continuous_action.sh                 # the full grid
 #   ENVS=InvertedPendulum-v5 TOTAL_TIMESTEPS=50000 WORKERS=2 EXTRA="--learning-starts 10000 --eval-freq 5000" \
 #     bash benchmark/td3_continuous_action.sh
-# ENVS, SEEDS, TOTAL_TIMESTEPS, WORKERS, EXTRA (flags for every run) and OUT override the grid; further
-# arguments go to benchmark/run.py (--dry-run, --checkpoint-freq). Then: python benchmark/report.py benchmark_runs
-: "${ENVS:=HalfCheetah-v5 Walker2d-v5 Hopper-v5 InvertedPendulum-v5 Humanoid-v5 Pusher-v5}" "${SEEDS:=1 2 3}" "${TOTAL_TIMESTEPS:=1000000}" "${WORKERS:=1}"
+# ENVS, SEEDS, TOTAL_TIMESTEPS, WORKERS (run.py's --workers), EXTRA (flags for every run) and OUT override the grid;
+# further arguments go to benchmark/run.py (--dry-run, --checkpoint-freq). Then:
+# python benchmark/report.py benchmark_runs
+: "${ENVS:=HalfCheetah-v5 Walker2d-v5 Hopper-v5 InvertedPendulum-v5 Humanoid-v5 Pusher-v5}" "${SEEDS:=1 2 3}" "${TOTAL_TIMESTEPS:=1000000}"
 : "${EXTRA=}" "${OUT:=benchmark_runs}"
 # shellcheck disable=SC2086  # ENVS and SEEDS are lists
 exec python "$(dirname "$0")/run.py" --script td3_continuous_action --envs $ENVS --seeds $SEEDS \
-  --total-timesteps "$TOTAL_TIMESTEPS" --workers "$WORKERS" --extra "$EXTRA" --out "$OUT" "$@"
+  --total-timesteps "$TOTAL_TIMESTEPS" ${WORKERS:+--workers "$WORKERS"} --extra "$EXTRA" --out "$OUT" "$@"

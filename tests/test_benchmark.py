@@ -1207,6 +1207,25 @@ def test_the_runner_runs_four_at_once_by_default_on_a_gpu_host_and_one_elsewhere
     assert len(beside) == 5 and max(beside) == (grid_runner.GPU_WORKERS if cuda else 1) == (4 if cuda else 1), beside
 
 
+@pytest.mark.parametrize("workers", ["", "3"])
+def test_the_grid_scripts_pass_workers_only_when_WORKERS_is_set(tmp_path, workers):
+    """Without WORKERS, each benchmark/<script>.sh leaves --workers to run.py's default (4 on a CUDA
+    GPU's host); with WORKERS=3 it passes --workers 3. A stand-in python prints what it is given."""
+    stub = tmp_path / "python"
+    stub.write_text('#!/bin/sh\necho "$@"\n')
+    stub.chmod(0o755)
+    env = {key: value for key, value in os.environ.items() if key not in ("ENVS", "EXTRA", "SEEDS", "OUT")}
+    env.update(PATH=f"{tmp_path}:{os.environ['PATH']}", WORKERS=workers)
+    scripts = sorted(set((ROOT / "benchmark").glob("*.sh")) - {ROOT / "benchmark" / "gpu.sh"})
+    assert len(scripts) == 6
+    for script in scripts:
+        grids = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, check=True).stdout
+        grids = grids.splitlines()
+        assert grids and all("--script" in grid for grid in grids), (script.name, grids)
+        expected = " --workers 3 " if workers else None
+        assert all((expected in grid) if expected else ("--workers" not in grid) for grid in grids), (script, grids)
+
+
 def test_the_gpu_probe_answers_as_torch_does():
     sys.path.insert(0, str(ROOT / "benchmark"))
     import run as grid_runner
