@@ -654,8 +654,8 @@ def load_checkpoint(args) -> tuple:
     finished = os.path.join(os.path.dirname(args.resume), "finished")  # by Run.finish
     if os.path.isfile(finished) and not args.resume_anyway:
         raise ConfigError(
-            f"--resume: that run {open(finished).read().strip()}; to run it on, dropping "
-            "what it logged after this checkpoint, add --resume-anyway"
+            f"--resume: that run {open(finished).read().strip()}; to go on from this checkpoint's step "
+            f"{checkpoint['counters'][0]:,}, dropping what it logged later, add --resume-anyway"
         )
     saved = {**checkpoint["args"], "resume": args.resume, "resume_anyway": args.resume_anyway}
     given = [key for key, value in asdict(args).items() if value != saved.get(key)]
@@ -694,7 +694,7 @@ class Run(contextlib.AbstractContextManager):
         thunks = [lambda env=env: env for env in envs]
         self.envs = gym.vector.SyncVectorEnv(thunks, autoreset_mode="SameStep")
         self.last_return = checkpoint["last_return"] if checkpoint else None
-        self.eval_return = self.eval_step = self.counters = None  # counters: at the last step's end
+        self.eval_return = self.eval_step = self.counters = None
         self.eval_due = None  # the step of an evaluation begun, not ended
         self.stop_signal = []
         signals = (signal.SIGINT, signal.SIGTERM)
@@ -848,7 +848,7 @@ class Run(contextlib.AbstractContextManager):
         print(f"\nstep {global_step:,}: eval/episodic_return {self.eval_return:.2f}")
 
     def after_step(self, previous_step: int, counters: tuple, obs, policy) -> None:
-        """Evaluate and checkpoint where their intervals were crossed."""
+        """Keep `counters` for an error's checkpoint; evaluate and checkpoint where due."""
         self.counters = counters
         if crossed(previous_step, counters[0], self.args.eval_freq):
             self.evaluate(policy, counters[0])

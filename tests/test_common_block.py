@@ -1032,7 +1032,8 @@ def test_a_finished_run_refuses_resume_unless_told_and_then_runs_again(in_tmp, c
         script.cli(["--resume", checkpoint])
     err, end = capsys.readouterr().err, summary["global_step"]
     assert exit_info.value.code == 2 and err.count("\n") == 1 and f"finished at step {end}" in err, err
-    assert "--resume-anyway" in err and torch.load(checkpoint, weights_only=False)["counters"][0] < end
+    step = torch.load(checkpoint, weights_only=False)["counters"][0]
+    assert f"to go on from this checkpoint's step {step:,}, dropping what it logged later" in err and step < end
     resumed = script.cli(["--resume", checkpoint, "--resume-anyway"])
     assert resumed["global_step"] == end and os.path.isfile(f"{summary['run_dir']}/finished")
 
