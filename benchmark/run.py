@@ -453,18 +453,19 @@ def main(argv=None) -> int:
         f"{args.script}: {len(grid)} runs in the grid, {len(grid) - len(todo)} finished before, {len(todo)} to run",
         flush=True,
     )
+    threads = 1 if args.workers > 1 else None
     if args.dry_run:
+        pinned = f"OMP_NUM_THREADS={threads} MKL_NUM_THREADS={threads} " if threads else ""  # as Run sets them
         for env_id, seed in todo:
             directory = run_dir(args.out, args.script, env_id, seed)
             cmd = command(args, env_id, seed, directory, fresh=(env_id, seed) in rerun)
-            print(f"cd {shlex.quote(directory)} && {shlex.join(cmd)}")
+            print(f"cd {shlex.quote(directory)} && {pinned}{shlex.join(cmd)}")
         return 0
 
     stop = []
     previous = {
         sig: signal.signal(sig, lambda signum, frame: stop.append(signum)) for sig in (signal.SIGINT, signal.SIGTERM)
     }
-    threads = 1 if args.workers > 1 else None
     running, failed, held, durations = [], [], [], []
     queue = list(todo)
     try:

@@ -153,9 +153,13 @@ def test_help_prints_the_whole_description(script):
 
 
 def test_dry_run_prints_the_commands_and_runs_nothing(tmp_path):
+    """The commands as the runner would start them: one thread each where runs go side by side."""
     result = runner(tmp_path, "--seeds", "1", "2", "--dry-run")
     assert result.returncode == 0 and result.stdout.count("a2c.py --env-id CartPole-v1") == 2
     assert "--seed 2 --total-timesteps 400" in result.stdout and not (tmp_path / "grid").exists()
+    assert "OMP_NUM_THREADS" not in result.stdout
+    side_by_side = runner(tmp_path, "--seeds", "1", "2", "--dry-run", "--workers", "2").stdout
+    assert side_by_side.count("&& OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 ") == 2, side_by_side
 
 
 def test_a_runner_stopped_mid_grid_finishes_the_rest_when_started_again(tmp_path):
