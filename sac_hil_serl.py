@@ -1231,6 +1231,11 @@ def check_args(args: Args) -> None:
                 "--offline-steps needs --offline-data PATH, an .npz written by --save-replay",
             ),
             (
+                args.offline_ratio == 0 and args.offline_data and not args.offline_steps,
+                "--offline-ratio 0 draws nothing from --offline-data, and no --offline-steps train on it: raise the "
+                "ratio, add --offline-steps, or drop --offline-data",
+            ),
+            (
                 not re.fullmatch(r"(tcp://(\[[0-9a-fA-F:.]+\]|[^:/]+):(\d+|\*)|ipc://.+)", args.learner_address),
                 f"--learner-address must read tcp://HOST:PORT (or ipc://PATH), not {args.learner_address}",
             ),
@@ -1264,6 +1269,11 @@ def check_args(args: Args) -> None:
                 and args.offline_data
                 and os.path.realpath(args.save_replay) == os.path.realpath(args.offline_data),  # links too
                 "--save-replay would overwrite the --offline-data file; pass another file name",
+            ),
+            (
+                args.save_replay and os.path.exists(args.save_replay) and not args.resume,  # a resume's own file
+                f"--save-replay {args.save_replay} exists (a replay saved before, a person's takeovers perhaps): "
+                "pass another file name, or remove it",
             ),
         ]
     )
@@ -2307,7 +2317,7 @@ def row_shapes(obs_space, action_space) -> dict:
     """The shape of each array of a row an actor sends, a Dict's observations as obs/<key>."""
     spaces = getattr(obs_space, "spaces", None) or {None: obs_space}
     shapes = {"actions": action_space.shape, "rewards": (), "terminations": (), "penalties": ()}
-    shapes.update(interventions=(), version=())
+    shapes.update(interventions=(), version=(), episode_return=(), episode_length=(), intervention_rate=())
     for name in ("obs", "next_obs"):
         shapes.update({name if key is None else f"{name}/{key}": space.shape for key, space in spaces.items()})
     return shapes
@@ -2483,11 +2493,11 @@ class Actors:
         writer.add_scalar(f"actors/{actor}/transitions", self.received[actor], step)
         for key in ("SPS", "overruns"):
             writer.add_scalar(f"actors/{actor}/{key}", float(header[key]), step)
-        for episode in header["episodes"]:
-            writer.add_scalar("charts/episodic_return", episode["r"], step)
-            self.last_return = episode["r"]  # for the learner's progress line
-            writer.add_scalar("charts/episodic_length", episode["l"], step)
-            writer.add_scalar("charts/intervention_rate", episode["intervention_rate"], step)
+        for j in np.flatnonzero(np.isfinite(take["episode_return"])):  # an episode ended at row j
+            self.last_return = float(take["episode_return"][j])  # for the learner's progress line
+            writer.add_scalar("charts/episodic_return", self.last_return, global_step + j + 1)
+            writer.add_scalar("charts/episodic_length", take["episode_length"][j], global_step + j + 1)
+            writer.add_scalar("charts/intervention_rate", take["intervention_rate"][j], global_step + j + 1)
             writer.add_scalar("charts/demo_transitions", learner.demo.size, step)
         return n
 
@@ -2588,7 +2598,7 @@ class Outbox:
         self.rows = []  # [(number, {key: array of one row})], oldest first
         self.next = self.expected = self.saved = self.version = self.step = self.overruns = self.takeovers = 0
         self.sent, self.in_flight, self.answered = -math.inf, False, time.monotonic()
-        self.done, self.episodes, self.sps = False, [], 0.0
+        self.done, self.sps = False, 0.0
         self.closed = False  # the learner acknowledged this actor's last rows
 
     def send(self, header: dict, arrays: dict | None = None) -> bool:
@@ -2666,8 +2676,7 @@ class Outbox:
         arrays = {key: np.stack([row[key] for _, row in pending]) for key in pending[0][1]}
         first = pending[0][0]
         header = dict(kind="rows", first=first, lost=first > self.expected, SPS=self.sps, overruns=self.overruns)
-        if self.send({**header, "last": last, "episodes": self.episodes}, arrays):
-            self.episodes = []
+        self.send({**header, "last": last}, arrays)
 
     def full(self) -> bool:
         return len(self.rows) >= self.args.outbox_size
@@ -2723,7 +2732,8 @@ def act_for_learner(args, checkpoint, device, zmq) -> dict:
         outbox.hello(run.stop_signal)
         person = Interventions(args, envs.single_action_space)
         policy = paced(greedy_policy(actor, grip, device), args.control_hz)  # evaluation on a robot at its rate
-        (global_step, *_), obs = run.resume({"outbox": outbox}, (0, 0, 0, 0), policy)  # its rows kept on a stop
+        # a new actor's steps go on from the rows the learner holds of its id; its rows kept on a stop
+        (global_step, *_), obs = run.resume({"outbox": outbox}, (outbox.next, 0, 0, 0), policy)
         act = torch.no_grad()(lambda x: actor.get_action(x)[0])
         period = 1.0 / args.control_hz if args.control_hz else 0.0
         starts, paused = [], False
@@ -2759,13 +2769,13 @@ def act_for_learner(args, checkpoint, device, zmq) -> dict:
             rows.update(interventions=intervened)
             for name, o in (("obs", obs), ("next_obs", real_next_obs)):
                 rows.update({f"{name}/{k}": x for k, x in o.items()} if isinstance(o, dict) else {name: o})
-            outbox.add(rows)
-            outbox.takeovers += int(intervened.sum())
+            episodes = np.full((3, args.num_envs), np.nan, np.float32)  # where an episode ended: r, l, rate
             for i in np.flatnonzero(infos.get("final_info", {}).get("_episode", [])):
-                episode, rate = infos["final_info"]["episode"], float(person.steps[1, i] / person.steps[0, i])
-                outbox.episodes.append(
-                    {"r": float(episode["r"][i]), "l": int(episode["l"][i]), "intervention_rate": rate}
-                )
+                episode = infos["final_info"]["episode"]
+                episodes[:, i] = episode["r"][i], episode["l"][i], person.steps[1, i] / person.steps[0, i]
+            rows.update(episode_return=episodes[0], episode_length=episodes[1], intervention_rate=episodes[2])
+            outbox.add(rows)  # an episode's statistics travel with its last row: sent again, kept, never lost
+            outbox.takeovers += int(intervened.sum())
             previous_step, global_step = global_step, global_step + args.num_envs
             run.counters = (global_step, 0, 0, 0)  # an error's checkpoint: the outbox's rows
             run.log(infos, {}, previous_step, global_step)

@@ -458,20 +458,23 @@ def test_a_replay_that_cannot_be_written_leaves_no_partial_file(in_tmp, monkeypa
 
 def test_save_replay_through_a_link_writes_the_file_it_points_to_and_keeps_the_link(in_tmp):
     (in_tmp / "data").mkdir()
-    (in_tmp / "data" / "replay.npz").write_bytes(b"an older replay")
-    (in_tmp / "replay.npz").symlink_to(in_tmp / "data" / "replay.npz")
+    (in_tmp / "replay.npz").symlink_to(in_tmp / "data" / "replay.npz")  # a file still to come
     sac.main(tiny(save_replay=str(in_tmp / "replay.npz")))
     assert (in_tmp / "replay.npz").is_symlink() and len(np.load(in_tmp / "data" / "replay.npz")["rewards"]) > 0
 
 
-def test_an_empty_replay_writes_no_save_replay_file_and_keeps_the_one_there(in_tmp, capsys):
+def test_an_empty_replay_writes_no_save_replay_file_and_a_file_there_is_refused(in_tmp, capsys):
     """A run with no env step (pure offline training, or a run stopped at its start) has nothing
-    for --save-replay: a file already at that path is kept, not replaced by an empty one."""
+    for --save-replay and writes no file; a file already at that path (a person's takeovers,
+    perhaps) is refused before anything is written, and kept."""
     sac.main(tiny(save_replay=str(in_tmp / "replay.npz")))
+    sac.main(tiny(total_timesteps=0, offline_data="replay.npz", offline_steps=10, save_replay="empty.npz"))
+    assert not (in_tmp / "empty.npz").exists()
+    assert f"the replay is empty: {os.path.realpath('empty.npz')} is not written" in capsys.readouterr().out
     (in_tmp / "older.npz").write_bytes(b"an older replay")
-    sac.main(tiny(total_timesteps=0, offline_data="replay.npz", offline_steps=10, save_replay="older.npz"))
-    assert (in_tmp / "older.npz").read_bytes() == b"an older replay"
-    assert f"the replay is empty: {os.path.realpath('older.npz')} is not written" in capsys.readouterr().out
+    with pytest.raises(sac.ConfigError, match="older.npz exists .*pass another file name, or remove it"):
+        sac.main(tiny(save_replay="older.npz", exp_name="again"))
+    assert (in_tmp / "older.npz").read_bytes() == b"an older replay" and not glob.glob("runs/*again*")
 
 
 def test_pure_offline_training_evaluates_and_saves(in_tmp):
@@ -602,6 +605,10 @@ BAD_INPUT = {  # this script's flags; the common ones are in test_common_block.p
     ),
     "offline ratio above one": (["--offline-data", "pendulum.npz", "--offline-ratio", "1.5"], "--offline-ratio"),
     "offline steps without data": (["--offline-steps", "10"], "needs --offline-data"),
+    "offline data never drawn": (
+        ["--offline-data", "pendulum.npz", "--offline-ratio", "0"],
+        "--offline-ratio 0 draws nothing from --offline-data, and no --offline-steps train on it",
+    ),
     "negative offline steps": (["--offline-steps", "-1"], "--offline-steps must be non-negative"),
     "gripper epsilon above one": (["--gripper-epsilon", "1.5"], "--gripper-epsilon must lie in [0, 1]"),
     "zero gripper learning rate": (["--discrete-q-lr", "0"], "--discrete-q-lr must be positive"),
@@ -640,6 +647,10 @@ BAD_INPUT = {  # this script's flags; the common ones are in test_common_block.p
         "would overwrite the --offline-data file",
     ),
     "save replay as a directory": (["--save-replay", "."], "is a directory"),
+    "save replay onto a file there": (
+        ["--save-replay", "pendulum.npz"],
+        "pendulum.npz exists (a replay saved before, a person's takeovers perhaps): pass another file name",
+    ),
     "a learner address without its scheme": (
         ["--role", "actor", "--learner-address", "127.0.0.1:5555"],
         "--learner-address must read tcp://HOST:PORT (or ipc://PATH), not 127.0.0.1:5555",
@@ -1372,6 +1383,18 @@ def finish(process: subprocess.Popen) -> str:
     return out
 
 
+def assert_each_episode_logged_once(learner_dir: str, steps: int, person_episodes: int) -> None:
+    """The learner's charts: each of one actor's Ticker-v0 episodes (10 rows) once, at the step of
+    the row that ended it, the person's with intervention rate 1."""
+    logged = scalars(learner_dir)
+    ends = list(range(10, steps + 1, 10))
+    assert [step for step, _ in logged["charts/episodic_length"]] == ends, logged["charts/episodic_length"]
+    assert [length for _, length in logged["charts/episodic_length"]] == [10.0] * len(ends)
+    rates = [rate for step, rate in logged["charts/intervention_rate"]]
+    assert rates == [1.0] * person_episodes + [0.0] * (len(ends) - person_episodes), rates
+    assert [step for step, _ in logged["charts/episodic_return"]] == ends
+
+
 def replay_rows(checkpoint: str) -> tuple:
     """A learner checkpoint's replay rows (Ticker-v0's: obs, action, reward, next_obs, terminated,
     penalty, intervened), their (actor, number) origins and its demo rows."""
@@ -1431,6 +1454,7 @@ def test_a_learner_killed_and_resumed_ends_with_every_actor_step_once(in_tmp):
     np.testing.assert_array_equal(np.sort(rows[:, 0]), np.arange(400))
     np.testing.assert_array_equal(origins[:, 1], rows[:, 0])
     np.testing.assert_array_equal(np.sort(demos[:, 0]), np.arange(50))
+    assert_each_episode_logged_once(os.path.dirname(checkpoint), 400, 5)  # rows sent again carry theirs
 
 
 def wait_for(pattern: str) -> None:
@@ -1475,6 +1499,7 @@ def test_an_actor_that_ends_keeps_the_rows_the_learner_s_checkpoint_lacks_and_it
     rows, origins, demos = replay_rows(checkpoint)  # the last checkpoint, at row 400
     np.testing.assert_array_equal(np.sort(rows[:, 0]), np.arange(400))
     np.testing.assert_array_equal(np.sort(demos[:, 0]), np.arange(200))
+    assert_each_episode_logged_once(os.path.dirname(checkpoint), 400, 20)  # the actor's checkpoint kept them
 
 
 def test_an_unreachable_learner_ends_an_actor_in_one_line_after_its_deadline(in_tmp, capsys):
@@ -1614,6 +1639,10 @@ def test_two_actors_one_replaced_mid_run_end_with_each_row_once(in_tmp):
     finish(replacement)
     out = finish(learner)
     assert out.count("actor 1 joined") == 2
+    joined = int(out.split("actor 1 joined at row ")[2].split()[0].replace(",", ""))
+    (replaced,) = [os.path.dirname(p) for p in glob.glob(str(in_tmp / "runs" / "*-actor1__*" / "finished"))]
+    ends = [step for step, _ in scalars(replaced)["charts/episodic_length"]]  # its steps go on from its rows'
+    assert ends == list(range(joined + 10, 201, 10)), (joined, ends)
     (checkpoint,) = glob.glob(str(in_tmp / "runs" / "*" / "checkpoint.pt"))
     rows, origins, demos = replay_rows(checkpoint)
     for actor in (0, 1):
