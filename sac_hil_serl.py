@@ -194,8 +194,8 @@ class Args:
     """the CNN is HIL-SERL's ResNet-10 with this file's weights (helper2424/resnet10's; the page
     shows how to save them)"""
     save_replay: str | None = None
-    """write the replay buffer to this .npz at the end and on Ctrl-C or SIGTERM, for a later
-    --offline-data"""
+    """write the replay buffer to this new .npz (not one already there) at the end and on Ctrl-C or
+    SIGTERM, for a later --offline-data"""
     offline_data: str | None = None
     """train on this .npz of transitions (written by --save-replay) too: a share of each batch comes
     from it (RLPD)"""
@@ -2732,7 +2732,7 @@ def act_for_learner(args, checkpoint, device, zmq) -> dict:
         outbox.hello(run.stop_signal)
         person = Interventions(args, envs.single_action_space)
         policy = paced(greedy_policy(actor, grip, device), args.control_hz)  # evaluation on a robot at its rate
-        # a new actor's steps go on from the rows the learner holds of its id; its rows kept on a stop
+        # a new actor's steps go on from the learner's count of its rows; its rows kept on a stop
         (global_step, *_), obs = run.resume({"outbox": outbox}, (outbox.next, 0, 0, 0), policy)
         act = torch.no_grad()(lambda x: actor.get_action(x)[0])
         period = 1.0 / args.control_hz if args.control_hz else 0.0
