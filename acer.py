@@ -518,6 +518,8 @@ def observation_wrappers(args, make):
     gym.register_envs(ale_py)
     from stable_baselines3.common.atari_wrappers import AtariWrapper
 
+    skip = "frameskip" in parse_env_kwargs(args.env_kwargs)  # it would multiply the 4 that MaxAndSkip skips
+    check([(skip, "--env-kwargs frameskip: the Atari wrappers skip 4 frames themselves (MaxAndSkip); drop it")])
     env = make(**({"frameskip": 1} if name.startswith("ALE/") else {}))  # AtariWrapper's MaxAndSkip skips
     env = gym.wrappers.TransformObservation(AtariWrapper(env), np.squeeze, gym.spaces.Box(0, 255, (84, 84), np.uint8))
     return gym.wrappers.FrameStackObservation(env, 4)  # pads a new episode with its first frame

@@ -553,6 +553,17 @@ def test_an_ale_id_that_skips_frames_itself_is_one_line_that_names_the_ids_to_us
     assert os.listdir(tmp_path) == []
 
 
+@pytest.mark.parametrize("env_id", ["PongNoFrameskip-v4", "ALE/Pong-v5"])
+@pytest.mark.parametrize("name", ["sac_atari", "a2c", "acer"])
+def test_a_frameskip_for_an_atari_id_is_one_line(tmp_path, name, env_id):
+    """The Atari wrappers skip 4 frames (ALE's own frameskip is set to 1 for ALE/*-v5): a frameskip
+    in --env-kwargs, which would multiply them or be overridden unseen, is refused in one line."""
+    result = run_cli(importlib.import_module(name), ["--env-id", env_id, "--env-kwargs", "frameskip:4"], tmp_path)
+    assert result.returncode == 2 and result.stdout == "" and result.stderr.count("\n") == 1, result.stderr
+    assert "--env-kwargs frameskip: the Atari wrappers skip 4 frames themselves" in result.stderr, result.stderr
+    assert os.listdir(tmp_path) == []
+
+
 def test_a_missing_package_is_one_line_that_says_what_to_install(in_tmp, capsys, monkeypatch, script):
     """gymnasium's DependencyNotInstalled (pygame for classic control's --capture-video) is passed
     on in the one line for an env that cannot be made, with what it says to install."""
