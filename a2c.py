@@ -648,8 +648,11 @@ def setup(args, check_args, check_spaces, wrap=None):
     torch.backends.cudnn.deterministic = True
     cuda = torch.cuda.is_available() and args.cuda
     device = torch.device("cuda" if cuda else "cpu")
-    compiler = cuda or shutil.which(os.environ.get("CXX", "g++"))  # torch.compile's on the CPU
-    check([(args.compile and not compiler, "--compile needs a C++ compiler (g++, or $CXX)")])
+    if args.compile and not cuda:  # a trial compile: inductor's C++ toolchain works
+        try:
+            torch.compile(lambda x: x + 1)(torch.ones(2))
+        except Exception as e:  # no compiler, a broken one, no Python.h
+            raise ConfigError(f"--compile needs a working C++ compiler (g++, or $CXX): {str(e).splitlines()[0]}")
     return args, checkpoint, device
 
 

@@ -66,7 +66,7 @@ TYRO_BAD_INPUT = {
     "missing value": (["--seed"], ["--seed"]),
 }
 BLOCK_START = "# COMMON BLOCK:"
-BLOCK_LINES = 463  # the block may shrink; it grows only for a guarantee, with its test
+BLOCK_LINES = 466  # the block may shrink; it grows only for a guarantee, with its test
 MEAN_CHARS = 59.6  # its mean characters per non-blank line (#56: at most 60): never raised by packing
 ARGS_START, ARGS_END = "    # --- COMMON ARGS:", "    # --- END OF COMMON ARGS ---\n"
 
@@ -616,17 +616,20 @@ def test_compile_prints_no_torch_internal_note(tmp_path):
     )
 
 
-def test_compile_without_a_cpp_compiler_is_one_line_from_the_shell(tmp_path, script):
-    """$CXX names the compiler inductor uses; naming one that does not exist leaves none, and
-    `--compile` says so."""
+@pytest.mark.parametrize("compiler", ["none", "a broken one"])
+def test_compile_without_a_working_cpp_compiler_is_one_line_from_the_shell(tmp_path, script, compiler):
+    """$CXX names the compiler inductor uses: one that does not exist, or one that exists and
+    fails (`false`), fails the trial compile before the run: one line in inductor's words."""
+    cxx = str(tmp_path / "no-such-c++") if compiler == "none" else shutil.which("false")
     result = run_cli(
         script,
         ["--env-id", TINY[script.__name__][0].get("env_id", "Pendulum-v1"), "--compile", "--no-cuda"],
         tmp_path,
-        env={**os.environ, "CXX": str(tmp_path / "no-such-c++")},
+        env={**os.environ, "CXX": cxx},
     )
-    assert result.returncode == 2 and result.stdout == ""
-    assert result.stderr.count("\n") == 1 and "--compile needs a C++ compiler" in result.stderr, result.stderr
+    assert result.returncode == 2 and result.stdout == "" and result.stderr.count("\n") == 1, result.stderr
+    assert "--compile needs a working C++ compiler (g++, or $CXX): " in result.stderr, result.stderr
+    assert "InvalidCxxCompiler" in result.stderr and cxx in result.stderr, result.stderr
     assert os.listdir(tmp_path) == []
 
 
