@@ -1907,7 +1907,7 @@ def setup(args, check_args, check_spaces, wrap=None):
     if args.compile and not cuda:  # a trial compile: inductor's C++ toolchain works
         try:
             torch.compile(lambda x: x + 1)(torch.ones(2))
-        except Exception as e:  # no compiler, a broken one, no Python.h
+        except Exception as e:  # no compiler, or one that fails
             raise ConfigError(f"--compile needs a working C++ compiler (g++, or $CXX): {str(e).splitlines()[0]}")
     return args, checkpoint, device
 
