@@ -2497,10 +2497,11 @@ class Actors:
         for key in ("SPS", "overruns"):
             writer.add_scalar(f"actors/{actor}/{key}", float(header[key]), step)
         for j in np.flatnonzero(np.isfinite(take["episode_return"])):  # an episode ended at row j
+            ended = global_step + j + 1  # that row's step
             self.last_return = float(take["episode_return"][j])  # for the learner's progress line
-            writer.add_scalar("charts/episodic_return", self.last_return, global_step + j + 1)
-            writer.add_scalar("charts/episodic_length", take["episode_length"][j], global_step + j + 1)
-            writer.add_scalar("charts/intervention_rate", take["intervention_rate"][j], global_step + j + 1)
+            writer.add_scalar("charts/episodic_return", self.last_return, ended)
+            writer.add_scalar("charts/episodic_length", take["episode_length"][j], ended)
+            writer.add_scalar("charts/intervention_rate", take["intervention_rate"][j], ended)
             writer.add_scalar("charts/demo_transitions", learner.demo.size, step)
         return n
 
